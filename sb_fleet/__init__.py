@@ -1,0 +1,3 @@
+"""sb-fleet: validate GPU clusters before they go into service."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,201 @@
+"""The run directory: the on-disk contract of one validation run.
+
+``runs/<run-id>/`` holds everything a run used and produced, so that anyone
+can inspect it afterwards and ``collect``/``report`` can re-run offline::
+
+    manifest.json          schema version, sb-fleet version, commands run, times
+    config.yaml            the config as given;  config.json  as validated
+    inventory/             the inventory as given; hosts.json as resolved
+    plan.json              what runs where
+    playbooks/             the rendered playbooks
+    ansible/<stage>/       ansible-runner's private data dir and artifacts
+    facts/<host>.json      system facts recorded at deploy
+    outcomes/<stage>.json  one outcome per inventory host per stage
+    raw/<host>/            result files fetched from each host
+    results-summary.jsonl  SuperBench's one-line-per-node summary
+    report.*               the report
+
+Every file is written to a temporary name and renamed into place, so a
+crash or a full disk never leaves a half-written file under its final name.
+The directory is private (0700): it may hold facts about the fleet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import errno
+import hashlib
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sb_fleet import __version__
+from sb_fleet.errors import InfraError, RunDirError
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write ``data`` to ``path`` via a temp file + fsync + rename.
+
+    A full disk raises :class:`InfraError` naming the file, and leaves no
+    partial file behind under either name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise InfraError(f"{path}: no space left on the device; free space or use --run-dir elsewhere") from exc
+        raise InfraError(f"{path}: cannot write ({exc.strerror})") from exc
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
+    atomic_write_bytes(path, text.encode(), mode)
+
+
+def atomic_write_json(path: Path, obj: Any, mode: int = 0o600) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", mode)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def utcnow() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class RunDir:
+    """A run directory on disk. Create with :meth:`create` or open with :meth:`open`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: Path | None = None, root: Path = Path("runs")) -> RunDir:
+        if path is None:
+            path = Path(root) / new_run_id()
+        path = Path(path)
+        if (path / MANIFEST).exists():
+            return cls.open(path)
+        try:
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(path, 0o700)
+        except OSError as exc:
+            raise RunDirError(f"{path}: cannot create the run directory ({exc.strerror})") from exc
+        rd = cls(path)
+        atomic_write_json(
+            path / MANIFEST,
+            {
+                "schema_version": SCHEMA_VERSION,
+                "tool": "sb-fleet",
+                "run_id": path.name,
+                "sb_fleet_version": __version__,
+                "created": utcnow(),
+                "commands": [],
+            },
+        )
+        return rd
+
+    @classmethod
+    def open(cls, path: Path) -> RunDir:
+        path = Path(path)
+        mf = path / MANIFEST
+        if not mf.is_file():
+            raise RunDirError(f"{path}: not a run directory (no {MANIFEST}); give a directory made by sb-fleet")
+        try:
+            data = json.loads(mf.read_text())
+        except (OSError, ValueError) as exc:
+            raise RunDirError(f"{mf}: unreadable manifest ({exc})") from exc
+        ver = data.get("schema_version")
+        if ver != SCHEMA_VERSION:
+            newer = isinstance(ver, int) and ver > SCHEMA_VERSION
+            raise RunDirError(
+                f"{mf}: schema_version {ver!r} is {'newer' if newer else 'older'} than this sb-fleet "
+                f"understands ({SCHEMA_VERSION}); use sb-fleet {data.get('sb_fleet_version', '?')} to read it"
+            )
+        return cls(path)
+
+    # -- manifest ----------------------------------------------------------------------------
+    def manifest(self) -> dict:
+        return json.loads((self.path / MANIFEST).read_text())
+
+    def record_command(self, argv: list[str], start: str, end: str, exit_code: int) -> None:
+        m = self.manifest()
+        m.setdefault("commands", []).append({"argv": argv, "start": start, "end": end, "exit_code": exit_code})
+        m["updated"] = end
+        atomic_write_json(self.path / MANIFEST, m)
+
+    def update_manifest(self, **fields: Any) -> None:
+        m = self.manifest()
+        m.update(fields)
+        atomic_write_json(self.path / MANIFEST, m)
+
+    # -- well-known paths --------------------------------------------------------------------
+    def sub(self, *parts: str) -> Path:
+        p = self.path.joinpath(*parts)
+        p.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return p
+
+    @property
+    def raw(self) -> Path:
+        return self.sub("raw")
+
+    def raw_host(self, host: str) -> Path:
+        return self.sub("raw", safe_name(host))
+
+    def outcomes_file(self, stage: str) -> Path:
+        return self.sub("outcomes") / f"{stage}.json"
+
+    def write_json(self, rel: str, obj: Any) -> Path:
+        p = self.path / rel
+        atomic_write_json(p, obj)
+        return p
+
+    def read_json(self, rel: str, default: Any = None) -> Any:
+        p = self.path / rel
+        if not p.exists():
+            return default
+        return json.loads(p.read_text())
+
+
+def safe_name(host: str) -> str:
+    """A file-system-safe directory name for an inventory host name.
+
+    Inventory names are user input: a name with ``/`` or ``..`` must not
+    escape ``raw/``. Safe names pass through unchanged.
+    """
+    keep = "".join(c if (c.isalnum() or c in "-_.:@") else "_" for c in host)
+    if keep in ("", ".", "..") or keep != host:
+        keep = keep.strip(".") or "_"
+        keep = f"{keep}-{hashlib.sha256(host.encode()).hexdigest()[:8]}"
+    return keep
