@@ -1,0 +1,119 @@
+"""Command line of the on-host suite.
+
+    python -m sb_bench list [--json]            every benchmark, its parameters and metrics
+    python -m sb_bench exec NAME --params JSON --out DIR
+                                                run one benchmark on this rank (used by the runner)
+    python -m sb_bench.micro.gemm_flops --help  any benchmark module standalone
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from sb_bench import registry
+from sb_bench.result import rank_file, write_result
+
+
+def describe(name: str) -> dict[str, Any]:
+    cls = registry.get(name)
+    try:
+        metrics = [m.to_json() for m in cls(cls.parse_params({})).metrics()]
+    except Exception as exc:  # metrics that depend on the host (e.g. ranks) are listed at run time
+        metrics = [{"name": f"(depends on parameters: {exc})"}]
+    return {
+        "name": name,
+        "type": cls.kind,
+        "description": cls.description,
+        "parameters": {
+            k: {"type": p.type, "default": p.default, "help": p.help, **({"choices": list(p.choices)} if p.choices else {})}
+            for k, p in cls.all_params().items()
+        },
+        "metrics": metrics,
+    }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    entries = []
+    for name in registry.names():
+        try:
+            entries.append(describe(name))
+        except Exception as exc:
+            entries.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
+    if args.json:
+        print(json.dumps(entries, indent=1))
+        return 0
+    for e in entries:
+        if "error" in e:
+            print(f"{e['name']}: unavailable ({e['error']})")
+            continue
+        print(f"{e['name']} ({e['type']}): {e['description']}")
+        for m in e["metrics"]:
+            if "unit" in m:
+                better = "higher" if m["higher_is_better"] else "lower"
+                print(f"    metric {m['name']} [{m['unit']}, {better} is better, reduce {m['reduce_op']}]")
+        for k, p in e["parameters"].items():
+            print(f"    param  {k}: {p['type']} = {p['default']!r}  {p['help']}")
+    return 0
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", os.environ.get("PROC_RANK", "0")) or 0)
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from sb_bench.harness import run_benchmark
+
+    params = json.loads(args.params) if args.params else {}
+    env = run_benchmark(args.name, params)
+    if args.out:
+        write_result(rank_file(args.out, int(os.environ.get("SB_RESULT_RANK", _rank()))), env)
+    else:
+        print(json.dumps(env, indent=1))
+    return 0 if env["return_code"] == 0 else 1
+
+
+def standalone_main(name: str, argv: list[str] | None = None) -> int:
+    """``python -m <module>``: parameters as flags, the result envelope printed or written to --out."""
+    from sb_bench.harness import run_benchmark
+
+    cls = registry.get(name)
+    ap = argparse.ArgumentParser(prog=f"python -m {cls.__module__}", description=cls.description)
+    for pname, p in cls.all_params().items():
+        kw: dict[str, Any] = {"help": f"{p.help} ({p.type}, default {p.default!r})"}
+        if p.type.startswith("list"):
+            kw["nargs"] = "+"
+        ap.add_argument("--" + pname.replace("_", "-"), dest=pname, default=None, **kw)
+    ap.add_argument("--out", help="directory for the result file (default: print it)")
+    ns = ap.parse_args(argv)
+    given = {k: v for k, v in vars(ns).items() if k != "out" and v is not None}
+    env = run_benchmark(name, given)
+    if ns.out:
+        print(write_result(rank_file(ns.out, _rank()), env))
+    else:
+        print(json.dumps(env, indent=1))
+    if env["return_code"] != 0:
+        print(f"{name}: {env['status']}: {env['reason']}", file=sys.stderr)
+    return 0 if env["return_code"] == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sb_bench", description="sb-fleet's on-host benchmark suite")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("list", help="list benchmarks, parameters and metrics")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("exec", help="run one benchmark on this rank")
+    p.add_argument("name")
+    p.add_argument("--params", help="parameters as a JSON object")
+    p.add_argument("--out", help="directory for rank<N>.json (default: print)")
+    p.set_defaults(func=cmd_exec)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

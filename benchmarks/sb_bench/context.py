@@ -1,0 +1,138 @@
+"""Where a benchmark rank runs: rank numbers, device, distributed group, timers.
+
+The same code serves GPU and CPU. On CUDA, time is measured with CUDA events
+around the timed loop (asynchronous launches are counted when they finish,
+not when they are queued); on CPU with ``perf_counter``. Either way the
+device is synchronised before the clock starts and after it stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _env_int(*names: str, default: int) -> int:
+    for n in names:
+        v = os.environ.get(n)
+        if v not in (None, ""):
+            return int(v)
+    return default
+
+
+@dataclass
+class Elapsed:
+    seconds: float = 0.0
+
+
+@dataclass
+class RankContext:
+    """One process's view: its rank, the world, and its device."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    device: Any  # torch.device
+    distributed: bool = False
+    backend: str | None = None
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @classmethod
+    def from_env(cls, device: str = "auto") -> RankContext:
+        """Build from torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE…) or sb-fleet's local mode (PROC_RANK)."""
+        import torch
+
+        rank = _env_int("RANK", "PROC_RANK", default=0)
+        local_rank = _env_int("LOCAL_RANK", "PROC_RANK", default=0)
+        world = _env_int("WORLD_SIZE", default=1)
+        local_world = _env_int("LOCAL_WORLD_SIZE", "PROC_NUM", default=1)
+        node_rank = _env_int("GROUP_RANK", "NODE_RANK", default=0)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("device cuda requested but torch sees no CUDA device")
+            # local mode pins one GPU per process with CUDA_VISIBLE_DEVICES: it is then cuda:0.
+            idx = local_rank % max(torch.cuda.device_count(), 1)
+            torch.cuda.set_device(idx)
+            dev = torch.device("cuda", idx)
+        else:
+            dev = torch.device("cpu")
+        return cls(rank, local_rank, world, local_world, node_rank, dev)
+
+    def init_distributed(self, timeout_s: float = 300.0) -> None:
+        """Join the torch.distributed group torchrun set up: NCCL on GPUs, gloo on CPU."""
+        import datetime
+
+        import torch.distributed as dist
+
+        if self.world_size <= 1 or dist.is_initialized():
+            self.distributed = dist.is_initialized()
+            return
+        self.backend = "nccl" if self.is_cuda else "gloo"
+        dist.init_process_group(self.backend, timeout=datetime.timedelta(seconds=timeout_s))
+        self.distributed = True
+
+    def close(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self.distributed = False
+
+    def sync(self) -> None:
+        if self.is_cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def timer(self) -> Iterator[Elapsed]:
+        """Time the enclosed work on this rank's device."""
+        out = Elapsed()
+        if self.is_cuda:
+            import torch
+
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(self.device)
+            start.record()
+            yield out
+            end.record()
+            end.synchronize()
+            out.seconds = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            yield out
+            out.seconds = time.perf_counter() - t0
+
+    def wall_timer(self) -> contextlib.AbstractContextManager[Elapsed]:
+        """Host wall-clock time of the enclosed work, device synchronised at both ends."""
+        return _wall(self)
+
+
+@contextlib.contextmanager
+def _wall(ctx: RankContext) -> Iterator[Elapsed]:
+    out = Elapsed()
+    ctx.sync()
+    t0 = time.perf_counter()
+    yield out
+    ctx.sync()
+    out.seconds = time.perf_counter() - t0
