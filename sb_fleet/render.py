@@ -1,0 +1,117 @@
+"""Rendering: the plan as files Ansible and the on-host runner read.
+
+Pure apart from writing into the run directory. Templates live in
+``playbooks/*.j2`` and use ``[[ ]]``/``[% %]`` so that Ansible's own
+``{{ }}`` pass through untouched; every value sb-fleet fills in goes through
+``tojson`` (a JSON literal is valid YAML), so config values cannot break
+or inject into the playbook.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from sb_fleet.config import Config
+from sb_fleet.inventory import Inventory
+from sb_fleet.plan import Plan, Step
+from sb_fleet.resources import playbooks_dir, suite_dir
+from sb_fleet.rundir import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+SPEC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Rendered:
+    deploy: Path
+    runs: dict[str, Path]  # step id -> playbook
+    suite_archive: Path
+    suite_digest: str
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(playbooks_dir())),
+        variable_start_string="[[", variable_end_string="]]",
+        block_start_string="[%", block_end_string="%]",
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+    )
+
+
+def suite_archive_bytes(src: Path | None = None) -> tuple[bytes, str]:
+    """A reproducible tar.gz of the suite (sorted, fixed mtimes) and its digest, named by content."""
+    src = src or suite_dir()
+    files = sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                   and not p.name.endswith((".pyc", ".egg-info")) and ".egg-info" not in str(p))
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(src)).encode() + b"\0" + p.read_bytes())
+    digest = h.hexdigest()[:16]
+    buf = io.BytesIO()
+    import gzip
+
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for p in files:
+            info = tar.gettarinfo(str(p), arcname=f"suite-{digest}/{p.relative_to(src)}")
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = 0o755 if p.stat().st_mode & 0o100 else 0o644
+            with open(p, "rb") as f:
+                tar.addfile(info, f)
+    return buf.getvalue(), digest
+
+
+def step_spec(run_id: str, step: Step) -> dict:
+    return {"schema_version": SPEC_VERSION, "run_id": run_id, "step": step.id,
+            "entries": [e.spec() for e in step.entries]}
+
+
+def runner_args(run_id: str, step: Step, master_port: int) -> list[str]:
+    base = f"runs/{run_id}"
+    return ["-m", "sb_bench.runner", "--spec", f"{base}/{step.id}.json", "--results", f"{base}/results",
+            "--master-port", str(master_port)]
+
+
+def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: str, out: Path) -> Rendered:
+    """Write the deploy and run playbooks, step specs and the suite archive under ``out``."""
+    out = Path(out)
+    env = _env()
+    data, digest = suite_archive_bytes()
+    archive = out / f"suite-{digest}.tar.gz"
+    if not archive.exists():
+        atomic_write_bytes(archive, data, 0o644)
+    fleet = config.fleet.model_dump()
+    deploy = out / "deploy.yml"
+    atomic_write_text(deploy, env.get_template("deploy.yml.j2").render(
+        run_id=run_id, fleet=fleet, suite_archive=str(archive.resolve()), suite_digest=digest))
+    runs = {}
+    for step in plan.steps:
+        spec = out / f"{step.id}.json"
+        atomic_write_json(spec, step_spec(run_id, step))
+        node_file = None
+        if step.multi_node:
+            node_args: dict[str, list[str]] = {}
+            for g in step.groups:
+                node_args.update(g.node_args(inventory, config.fleet.master_port))
+            node_file = out / f"{step.id}-nodes.yml"
+            atomic_write_text(node_file, yaml.safe_dump({"sb_node_args": node_args}, default_flow_style=None))
+        pb = out / f"{step.id}.yml"
+        atomic_write_text(pb, env.get_template("run.yml.j2").render(
+            run_id=run_id, fleet=fleet, step=step, spec_file=str(spec.resolve()),
+            node_args_file=str(node_file.resolve()) if node_file else None,
+            runner_args=runner_args(run_id, step, config.fleet.master_port), gloo_ifname="lo"))
+        runs[step.id] = pb
+    # Fail here, not on 500 hosts, if a template produced invalid YAML.
+    for p in [deploy, *runs.values()]:
+        yaml.safe_load(p.read_text())
+    return Rendered(deploy, runs, archive, digest)
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan.to_json(), indent=2)
