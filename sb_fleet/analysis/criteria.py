@@ -20,11 +20,14 @@ is loaded. Arithmetic is done in floats; an overflow is an error, not a hang.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 MAX_LENGTH = 500
 MAX_NODES = 200
@@ -55,7 +58,11 @@ _CMP = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
 }
-_FUNCS: dict[str, Callable[..., float]] = {"abs": abs, "min": min, "max": max}
+_FUNCS: dict[str, Callable[..., Any]] = {
+    "abs": np.abs,
+    "min": lambda *xs: functools.reduce(np.minimum, xs),
+    "max": lambda *xs: functools.reduce(np.maximum, xs),
+}
 
 
 @dataclass(frozen=True)
@@ -68,13 +75,21 @@ class Criteria:
     _fn: Node
 
     def __call__(self, arg: float | Mapping[str, float]) -> bool:
+        return bool(self.evaluate(arg))
+
+    def evaluate(self, arg: Any) -> Any:
+        """Evaluate on a number or a whole array of numbers (or a mapping of arrays) at once.
+
+        Arithmetic follows IEEE floats: a division by zero or an overflow gives inf or NaN,
+        and a comparison with NaN is false, so it never counts as a violation.
+        """
         try:
-            out = self._fn(arg)
+            with np.errstate(all="ignore"):
+                return self._fn(arg)
         except KeyError as exc:
             raise CriteriaError(f"criteria {self.text!r}: no stored rule {exc.args[0]!r}") from None
         except (ArithmeticError, ValueError, TypeError) as exc:
-            raise CriteriaError(f"criteria {self.text!r} failed on {arg!r}: {exc}") from None
-        return bool(out)
+            raise CriteriaError(f"criteria {self.text!r} failed: {exc}") from None
 
     def __str__(self) -> str:
         return self.text
@@ -90,7 +105,7 @@ class _Compiler:
     def fail(self, node: ast.AST | None, what: str) -> CriteriaError:
         col = getattr(node, "col_offset", None)
         at = f" at column {col + 1}" if isinstance(col, int) else ""
-        return CriteriaError(f"{what}{at} in {self.text!r}")
+        return CriteriaError(f"{what}{at} in {_short(self.text)!r}")
 
     def _use_param(self, kind: str, node: ast.AST) -> None:
         if self.param_kind is None:
@@ -102,7 +117,7 @@ class _Compiler:
         if isinstance(node, ast.Constant):
             v = node.value
             if isinstance(v, bool):
-                return (lambda _a, v=v: v), _BOOL
+                return (lambda _a, v=v: np.bool_(v)), _BOOL
             if isinstance(v, (int, float)):
                 try:
                     f = float(v)
@@ -118,7 +133,7 @@ class _Compiler:
                 return (lambda a: _as_number(a)), _NUM
             if node.id in ("True", "False"):
                 val = node.id == "True"
-                return (lambda _a, v=val: v), _BOOL
+                return (lambda _a, v=val: np.bool_(v)), _BOOL
             raise self.fail(node, f"unknown name {node.id!r} (only the lambda's parameter {self.param!r})")
         if isinstance(node, ast.Subscript):
             if not (isinstance(node.value, ast.Name) and node.value.id == self.param):
@@ -133,7 +148,7 @@ class _Compiler:
         if isinstance(node, ast.UnaryOp):
             inner, kind = self.compile(node.operand)
             if isinstance(node.op, ast.Not):
-                return (lambda a, f=inner: not f(a)), _BOOL
+                return (lambda a, f=inner: np.logical_not(f(a))), _BOOL
             self._need(kind, _NUM, node.operand)
             if isinstance(node.op, ast.USub):
                 return (lambda a, f=inner: -f(a)), _NUM
@@ -170,14 +185,14 @@ class _Compiler:
                 ops.append(f)
             fns = [p[0] for p in parts]
 
-            def compare(a: Any, fns: list[Node] = fns, ops: list = ops) -> bool:
+            def compare(a: Any, fns: list[Node] = fns, ops: list = ops) -> Any:
                 left = fns[0](a)
+                out: Any = True
                 for op_, fn in zip(ops, fns[1:]):
                     right = fn(a)
-                    if not op_(left, right):
-                        return False
+                    out = np.logical_and(out, op_(left, right))
                     left = right
-                return True
+                return out
 
             return compare, _BOOL
         if isinstance(node, ast.BoolOp):
@@ -186,9 +201,10 @@ class _Compiler:
                 fn, k = self.compile(v)
                 self._need(k, _BOOL, v)
                 fns.append(fn)
+            # Both sides are always evaluated: values are whole columns of hosts at once.
             if isinstance(node.op, ast.And):
-                return (lambda a, fs=fns: all(f(a) for f in fs)), _BOOL
-            return (lambda a, fs=fns: any(f(a) for f in fs)), _BOOL
+                return (lambda a, fs=fns: functools.reduce(np.logical_and, (f(a) for f in fs))), _BOOL
+            return (lambda a, fs=fns: functools.reduce(np.logical_or, (f(a) for f in fs))), _BOOL
         if isinstance(node, ast.IfExp):
             test, tk = self.compile(node.test)
             self._need(tk, _BOOL, node.test)
@@ -196,7 +212,7 @@ class _Compiler:
             orelse, ok = self.compile(node.orelse)
             if bk != ok:
                 raise self.fail(node, "both branches of 'if ... else' must be of the same kind")
-            return (lambda a, t=test, b=body, o=orelse: b(a) if t(a) else o(a)), bk
+            return (lambda a, t=test, b=body, o=orelse: np.where(t(a), b(a), o(a))), bk
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS:
                 what = ast.unparse(node.func) if hasattr(ast, "unparse") else "function"
@@ -225,6 +241,10 @@ class _Compiler:
             raise self.fail(node, f"expected a {want} here, got a {got}")
 
 
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _constant_number(node: ast.expr) -> float | None:
     sign = 1.0
     while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -239,15 +259,15 @@ def _constant_number(node: ast.expr) -> float | None:
     return None
 
 
-def _pow(base: float, exp: float) -> float:
-    out = math.pow(base, exp)  # floats only: raises OverflowError instead of building a huge integer
-    return out
+def _pow(base: Any, exp: float) -> Any:
+    # Floats only, so a large power is inf rather than a huge integer that takes forever.
+    return np.power(np.asarray(base, dtype=float), exp)
 
 
-def _as_number(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+def _as_number(v: Any) -> Any:
+    if isinstance(v, bool) or isinstance(v, str) or v is None:
         raise TypeError(f"{v!r} is not a number")
-    return float(v)
+    return np.asarray(v, dtype=float)
 
 
 def parse_criteria(text: str) -> Criteria:
@@ -262,9 +282,9 @@ def parse_criteria(text: str) -> Criteria:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         msg = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
-        raise CriteriaError(f"not a valid expression ({msg}) in {text!r}") from None
+        raise CriteriaError(f"not a valid expression ({msg}) in {_short(text)!r}") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
-        raise CriteriaError(f"criteria is too complex (more than {MAX_NODES} syntax nodes) in {text!r}")
+        raise CriteriaError(f"criteria is too complex (more than {MAX_NODES} syntax nodes) in {_short(text)!r}")
     lam = tree.body
     if not isinstance(lam, ast.Lambda):
         raise CriteriaError(f"criteria must be a lambda such as 'lambda x: x < -0.1', got {text!r}")
@@ -284,7 +304,7 @@ def parse_criteria(text: str) -> Criteria:
     try:
         fn, kind = comp.compile(lam.body)
     except RecursionError:
-        raise CriteriaError(f"criteria is nested too deeply in {text!r}") from None
+        raise CriteriaError(f"criteria is nested too deeply in {_short(text)!r}") from None
     if kind != _BOOL:
         raise CriteriaError(f"criteria must yield True or False (a comparison), not a {kind}, in {text!r}")
     return Criteria(text=text, param_kind=comp.param_kind or _NUM, keys=tuple(comp.keys), _fn=fn)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -70,8 +72,33 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _loader() -> Callable[[bytes], Any]:
+    try:
+        import orjson
+
+        fast = orjson.loads
+    except ImportError:  # pragma: no cover - orjson is a dependency, this is a fallback
+        return json.loads
+
+    def loads(line: bytes) -> Any:
+        try:
+            return fast(line)
+        except ValueError:
+            return json.loads(line)  # accepts what orjson refuses (NaN, Infinity), or raises the same way
+
+    return loads
+
+
+_NUMERIC = {int, float}
+
+
 def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[LineProblem]]:
-    """Parse a results-summary.jsonl. Returns hosts, columns, matrix and per-line problems."""
+    """Parse a results-summary.jsonl. Returns hosts, columns, matrix and per-line problems.
+
+    Lines written by one tool share their key order, so each distinct key
+    layout is resolved to column indexes once; a line with only numbers
+    then becomes a row in one step.
+    """
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -82,65 +109,91 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
     col_idx: dict[str, int] = {}
     hosts: list[str] = []
     first_line: dict[str, int] = {}
-    rows_cols: list[list[int]] = []
-    rows_vals: list[list[float]] = []
-    loads = json.loads
+    layouts: dict[tuple[str, ...], tuple[int, np.ndarray]] = {}  # keys -> (position of "node", column indexes)
+    rows: list[tuple[np.ndarray, np.ndarray]] = []  # (column indexes, values) per host
+    loads = _loader()
+
+    def columns_for(keys: list[str]) -> np.ndarray:
+        out = np.empty(len(keys), dtype=np.int64)
+        for j, key in enumerate(keys):
+            ci = col_idx.get(key)
+            if ci is None:
+                ci = col_idx[key] = len(col_idx)
+            out[j] = ci
+        return out
+
     for lineno, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             obj = loads(line)
-        except ValueError as exc:
-            problems.append(LineProblem(name, lineno, f"not valid JSON ({exc.__class__.__name__}: {exc}); line skipped"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems.append(LineProblem(name, lineno, f"not valid JSON ({exc}); line skipped"))
             continue
         if not isinstance(obj, dict):
             problems.append(LineProblem(name, lineno, "not a JSON object; line skipped"))
             continue
         node = obj.get("node")
         if not isinstance(node, str) or not node:
-            problems.append(LineProblem(name, lineno, "no \"node\" name; line skipped"))
+            problems.append(LineProblem(name, lineno, 'no "node" name; line skipped'))
             continue
         if node in first_line:
             problems.append(
                 LineProblem(name, lineno, f"duplicate node {node!r} (first seen on line {first_line[node]}); line skipped")
             )
             continue
-        cols: list[int] = []
-        vals: list[float] = []
-        bad: list[str] = []
-        for key, v in obj.items():
-            if key == "node":
-                continue
-            if type(v) is float or type(v) is int:
-                fv = float(v)
-                if math.isinf(fv):
-                    bad.append(f"{key}={v!r}")
-                    continue
-            else:
-                if v is None:
-                    continue  # SuperBench writes null for a value it could not produce
-                bad.append(f"{key}={v!r}"[:80])
-                continue
-            ci = col_idx.get(key)
-            if ci is None:
-                ci = col_idx[key] = len(col_idx)
-            cols.append(ci)
-            vals.append(fv)
-        if bad:
-            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-            problems.append(
-                LineProblem(name, lineno, f"node {node!r}: non-numeric value(s) ignored: {', '.join(bad[:3])}{more}")
-            )
         first_line[node] = lineno
         hosts.append(node)
-        rows_cols.append(cols)
-        rows_vals.append(vals)
+        keys = tuple(obj)
+        vals = list(obj.values())
+        layout = layouts.get(keys)
+        if layout is None:
+            pos = keys.index("node")
+            layout = layouts[keys] = (pos, columns_for([k for k in keys if k != "node"]))
+        pos, cols = layout
+        del vals[pos]
+        if set(map(type, vals)) <= _NUMERIC:
+            arr = np.array(vals, dtype=float)
+            if np.isinf(arr).any():
+                bad_at = np.nonzero(np.isinf(arr))[0]
+                problems.append(_bad_values(name, lineno, node, [(keys_wo(keys, pos)[j], vals[j]) for j in bad_at]))
+                keep = ~np.isinf(arr)
+                rows.append((cols[keep], arr[keep]))
+            else:
+                rows.append((cols, arr))
+            continue
+        # Slow path: some value is not a number. Keep the numbers, report the rest.
+        kk = keys_wo(keys, pos)
+        good_c: list[int] = []
+        good_v: list[float] = []
+        bad: list[tuple[str, Any]] = []
+        for j, v in enumerate(vals):
+            if v is None:
+                continue  # SuperBench writes null for a value it could not produce
+            if type(v) in _NUMERIC and not math.isinf(v):
+                good_c.append(int(cols[j]))
+                good_v.append(float(v))
+            else:
+                bad.append((kk[j], v))
+        if bad:
+            problems.append(_bad_values(name, lineno, node, bad))
+        rows.append((np.array(good_c, dtype=np.int64), np.array(good_v, dtype=float)))
     columns = list(col_idx)
     matrix = np.full((len(hosts), len(columns)), np.nan)
-    for h, (cols, vals) in enumerate(zip(rows_cols, rows_vals)):
-        if cols:
-            matrix[h, cols] = vals
+    for h, (cols_h, vals_h) in enumerate(rows):
+        if len(cols_h):
+            matrix[h, cols_h] = vals_h
     return hosts, columns, matrix, problems
+
+
+def keys_wo(keys: tuple[str, ...], pos: int) -> list[str]:
+    return [k for j, k in enumerate(keys) if j != pos]
+
+
+def _bad_values(path: str, lineno: int, node: str, bad: list[tuple[str, Any]]) -> LineProblem:
+    shown = ", ".join(f"{k}={v!r}"[:80] for k, v in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return LineProblem(path, lineno, f"node {node!r}: non-numeric value(s) ignored: {shown}{more}")
 
 
 def _read_json(path: Path) -> Any:
@@ -159,6 +212,7 @@ def _load_hosts(run: Path) -> list[HostInfo]:
     if not isinstance(hosts, list):
         raise ResultsError(p, "hosts", "expected a list of {name, groups}")
     outcomes = _load_outcomes(run)
+    facts = _fact_files(run)
     out: list[HostInfo] = []
     for i, h in enumerate(hosts):
         if not isinstance(h, dict) or not isinstance(h.get("name"), str):
@@ -171,7 +225,7 @@ def _load_hosts(run: Path) -> list[HostInfo]:
                 groups=tuple(str(g) for g in h.get("groups") or ()),
                 outcome=oc.get("outcome"),
                 reason=str(oc.get("reason") or ""),
-                gpu_model=_gpu_model(run, name),
+                gpu_model=_gpu_model(run, name, facts),
             )
         )
     return out
@@ -188,8 +242,18 @@ def _load_outcomes(run: Path) -> dict[str, dict]:
     return {str(k): v for k, v in hosts.items() if isinstance(v, dict)}
 
 
-def _gpu_model(run: Path, host: str) -> str | None:
-    p = run / "facts" / f"{host}.json"
+def _fact_files(run: Path) -> set[str]:
+    try:
+        return set(os.listdir(run / "facts"))
+    except OSError:
+        return set()
+
+
+def _gpu_model(run: Path, host: str, facts: set[str] | None = None) -> str | None:
+    fname = f"{host}.json"
+    if facts is not None and fname not in facts:
+        return None
+    p = run / "facts" / fname
     if not p.is_file():
         return None
     try:
@@ -224,8 +288,11 @@ def _load_run_dir(run: Path) -> Fleet:
     expected = _load_hosts(run)
     if not expected:
         outcomes = _load_outcomes(run)
+        facts = _fact_files(run)
         expected = [
-            HostInfo(name=n, outcome=o.get("outcome"), reason=str(o.get("reason") or ""), gpu_model=_gpu_model(run, n))
+            HostInfo(
+                name=n, outcome=o.get("outcome"), reason=str(o.get("reason") or ""), gpu_model=_gpu_model(run, n, facts)
+            )
             for n, o in outcomes.items()
         ]
     benchmarks = None

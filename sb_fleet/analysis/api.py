@@ -1,0 +1,213 @@
+"""The analysis as plain functions: ``report()`` judges a fleet, ``write_reports()`` writes the files.
+
+Used by the ``report`` command and by any other command (``validate``)
+that wants the analysis without the command line.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sb_fleet.analysis.baseline import load_baseline
+from sb_fleet.analysis.completeness import check_completeness
+from sb_fleet.analysis.detect import Detection, FamilyStats, detect
+from sb_fleet.analysis.gates import (
+    DEFAULT_BASELINE_REGRESSION,
+    GateResult,
+    Gates,
+    apply_baseline_gate,
+    apply_limits,
+    decide,
+)
+from sb_fleet.analysis.issues import FAIL, Issue
+from sb_fleet.analysis.results import Fleet, HostInfo, LineProblem, load_fleet
+from sb_fleet.analysis.rules import RuleSummary, apply_rules, load_rules
+from sb_fleet.analysis.stats import ColumnStats, column_stats
+from sb_fleet.analysis.verdict import VERDICTS, HostReport, judge
+
+REPORT_SCHEMA_VERSION = 1
+
+
+@dataclass
+class ReportResult:
+    source: str
+    hosts: list[HostReport]
+    gate: GateResult
+    fleet: Fleet
+    stats: ColumnStats
+    families: list[FamilyStats]
+    rule_summaries: list[RuleSummary]
+    problems: list[LineProblem]
+    warnings: list[str]
+    inputs: dict[str, str | None]
+    gates: Gates
+    flagged_cells: set[tuple[int, int]] = field(default_factory=set)
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.gate.passed else 1
+
+    def counts(self) -> dict[str, int]:
+        c = dict.fromkeys(VERDICTS, 0)
+        for h in self.hosts:
+            c[h.verdict] += 1
+        return c
+
+    def quarantine(self) -> list[str]:
+        """The hosts to drain: those the policy counts as failing."""
+        return [h.name for h in self.hosts if h.verdict in self.gates.policy.count]
+
+
+def _inventory_hosts(path: Path) -> list[HostInfo]:
+    from sb_fleet.inventory import load_inventory  # the spine's parser; imported late, it pulls in ansible
+
+    inv = load_inventory(path)
+    return [HostInfo(name=h.name, groups=tuple(getattr(h, "groups", ()) or ())) for h in inv.hosts]
+
+
+def _merge(bucket: dict[int, list[Issue]], more: dict[int, list[Issue]]) -> None:
+    for row, lst in more.items():
+        bucket.setdefault(row, []).extend(lst)
+
+
+def report(
+    source: Path | str,
+    inventory: Path | str | None = None,
+    rules: Path | str | None = None,
+    baseline: Path | str | None = None,
+    gates: Gates | None = None,
+) -> ReportResult:
+    """Judge every host of a run directory or results-summary.jsonl."""
+    t0 = time.perf_counter()
+    gates = gates or Gates()
+    fleet = load_fleet(Path(source))
+    warnings: list[str] = []
+
+    expected: list[HostInfo] = list(fleet.expected_hosts)
+    if inventory is not None:
+        inv = _inventory_hosts(Path(inventory))
+        known = {h.name: h for h in expected}
+        expected = [known.get(h.name, h) for h in inv]
+    host_index = fleet.host_index()
+    base = load_baseline(Path(baseline)) if baseline is not None else None
+    ruleset = load_rules(Path(rules)) if rules is not None else None
+
+    issues: dict[int, list[Issue]] = {}
+    _merge(issues, check_completeness(fleet.columns, fleet.values, fleet.expected_benchmarks))
+    detection = Detection(issues={})
+    if gates.fleet.enabled:
+        detection = detect(fleet.columns, fleet.values, fleet.directions, gates.fleet.settings())
+        _merge(issues, detection.issues)
+        if fleet.values.shape[0] < gates.fleet.min_hosts:
+            warnings.append(
+                f"only {fleet.values.shape[0]} host(s) reported: fleet-relative detection needs at least "
+                f"{gates.fleet.min_hosts}; give rules and a baseline, or limits in the gates"
+            )
+    rule_summaries: list[RuleSummary] = []
+    if ruleset is not None:
+        ro = apply_rules(ruleset, fleet.columns, fleet.values, base)
+        _merge(issues, ro.issues)
+        rule_summaries = ro.summaries
+        warnings.extend(ro.warnings)
+    max_reg = gates.baseline.max_regression
+    if max_reg is None and base is not None and ruleset is None:
+        max_reg = DEFAULT_BASELINE_REGRESSION
+    if base is not None and max_reg is not None:
+        _merge(
+            issues,
+            apply_baseline_gate(max_reg, gates.baseline.metrics, fleet.columns, fleet.values, base, fleet.directions),
+        )
+    gpu_by_name = {h.name: h.gpu_model for h in expected}
+    gpu_models = [gpu_by_name.get(h) for h in fleet.hosts]
+    if gates.limits:
+        _merge(issues, apply_limits(gates, fleet.columns, fleet.values, gpu_models))
+
+    hosts: list[HostReport] = []
+    seen: set[str] = set()
+    for info in expected:
+        row = host_index.get(info.name)
+        seen.add(info.name)
+        hosts.append(
+            judge(
+                info.name,
+                row is not None,
+                _dedupe(issues.get(row, [])) if row is not None else [],
+                info.outcome,
+                info.reason,
+                info.gpu_model,
+            )
+        )
+    extra = [h for h in fleet.hosts if h not in seen]
+    if expected and extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        warnings.append(f"{len(extra)} host(s) reported results but are not in the inventory: {shown}")
+    for name in extra:
+        row = host_index[name]
+        hosts.append(judge(name, True, _dedupe(issues.get(row, [])), None, "", None))
+
+    gate = decide(gates.policy, [h.verdict for h in hosts])
+    return ReportResult(
+        source=str(source),
+        hosts=hosts,
+        gate=gate,
+        fleet=fleet,
+        stats=column_stats(fleet.values),
+        families=detection.families,
+        rule_summaries=rule_summaries,
+        problems=list(fleet.problems),
+        warnings=warnings,
+        inputs={
+            "source": str(source),
+            "inventory": str(inventory) if inventory is not None else None,
+            "rules": str(rules) if rules is not None else None,
+            "baseline": str(baseline) if baseline is not None else None,
+        },
+        gates=gates,
+        flagged_cells=detection.flagged_cells | _cells(issues, fleet),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def _cells(issues: dict[int, list[Issue]], fleet: Fleet) -> set[tuple[int, int]]:
+    idx = fleet.column_index()
+    out = set()
+    for row, lst in issues.items():
+        for i in lst:
+            c = idx.get(i.metric)
+            if c is not None:
+                out.add((row, c))
+    return out
+
+
+def _dedupe(lst: list[Issue]) -> list[Issue]:
+    """Drop repeats of (metric, check); put failures first, the largest deviation first among them."""
+    seen: set[tuple] = set()
+    out = []
+    for i in lst:
+        key = (i.metric, i.check)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(i)
+    out.sort(key=lambda i: (i.severity != FAIL, -abs(i.deviation or 0.0)))
+    return out
+
+
+def write_reports(result: ReportResult, out_dir: Path | str) -> list[Path]:
+    """Write report.json, report.md, report.html, junit.xml and quarantine.txt into ``out_dir``."""
+    from sb_fleet.analysis.writers import write_all
+
+    return write_all(result, Path(out_dir))
+
+
+def host_verdicts(result: ReportResult) -> dict[str, str]:
+    return {h.name: h.verdict for h in result.hosts}
+
+
+def column_values(result: ReportResult, column: str) -> np.ndarray:
+    return result.fleet.values[:, result.fleet.column_index()[column]]

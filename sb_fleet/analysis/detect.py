@@ -1,0 +1,291 @@
+"""Fleet-relative detection: a healthy fleet is its own reference.
+
+No rules and no baseline are needed. For every *family* of metrics (one
+measurement, pooled over the GPUs or NICs of each host; see ``names``):
+
+1. **fleet check** - each value against the fleet's median of the family.
+2. **sibling check** - each GPU/NIC against the median of its siblings on
+   the same host (at least three). Host-wide differences (a firmware batch,
+   a warmer rack) cancel out, so one GPU 4% slower than its seven siblings
+   stands out even when the fleet spread is wider.
+3. **combined checks** - the standardised deviations of all metrics of one
+   benchmark on one GPU (or on the host) are averaged, so a GPU a little low
+   on every tensor-core precision is caught although no single metric is
+   conclusive. The spread of the combined score is measured on the fleet
+   itself, so correlated metrics (busbw and algbw) do not inflate it.
+
+Every check is direction-aware (only the bad side counts; both sides when
+the direction is unknown) and needs two things at once: a statistical
+threshold (``threshold`` robust sigmas) and a practical one (a minimum
+relative deviation), so a tight metric does not flag harmless wiggles.
+
+The spread is the larger of the MAD-based sigma and a tail-based sigma read
+from the 5% quantile on the bad side. A benign sub-population (say a tenth
+of the hosts 1.5% slower) widens that tail, so its members are not flagged,
+while a small number of faulty hosts does not move it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sb_fleet.analysis.issues import FAIL, Issue
+from sb_fleet.analysis.names import Directions, parse_metric
+from sb_fleet.analysis.stats import MAD_TO_SIGMA
+
+TAIL_Q = 0.05
+TAIL_Z = 1.6449  # the standard normal's 95% quantile
+MIN_SIBLINGS = 3
+
+
+@dataclass(frozen=True)
+class DetectionSettings:
+    threshold: float = 5.5  # robust sigmas, single metric
+    combined_threshold: float = 5.0  # robust sigmas, combined score
+    min_deviation: float = 0.03  # fleet check: at least 3% worse than the fleet median
+    sibling_min_deviation: float = 0.025  # sibling check: at least 2.5% worse than the siblings
+    combined_min_deviation: float = 0.02  # combined checks: mean deviation at least 2%
+    min_hosts: int = 8  # fewer hosts than this: no fleet statistics
+
+
+@dataclass(frozen=True)
+class FamilyStats:
+    """What the fleet looks like for one family of metrics (the report shows these)."""
+
+    family: str
+    direction: int
+    columns: tuple[int, ...]
+    center: float  # fleet median, ranks pooled
+    sigma: float  # robust relative sigma of the fleet check
+    sibling_sigma: float | None  # robust relative sigma of the sibling check
+    fleet_limit: float  # the relative deviation beyond which the fleet check flags
+    sibling_limit: float | None
+
+
+@dataclass
+class Detection:
+    issues: dict[int, list[Issue]]
+    families: list[FamilyStats] = field(default_factory=list)
+    flagged_cells: set[tuple[int, int]] = field(default_factory=set)  # (host row, column)
+
+
+def category_of(metric: str) -> str:
+    """A SuperBench-style category for a metric, from its benchmark."""
+    name = parse_metric(metric)
+    bench = name.base.split("/")[0]
+    table = {
+        "kernel-launch": "KernelLaunch",
+        "mem-bw": "Mem",
+        "ib-loopback": "RDMA",
+        "ib-traffic": "RDMA",
+        "nccl-bw": "NCCL",
+        "rccl-bw": "NCCL",
+        "gpu-copy-bw": "Mem",
+        "cpu-memory-bw-latency": "CPUMem",
+        "disk-benchmark": "Disk",
+    }
+    if bench == "gemm-flops":
+        return "TensorCore" if "_tc_" in name.leaf else "GFLOPS"
+    if bench in table:
+        return table[bench]
+    if bench.endswith("_models") or bench == "model-benchmarks" or "pytorch-" in name.base:
+        return "Model"
+    return bench
+
+
+def _quiet_nanmedian(a: np.ndarray, axis: int | None = None) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(a, axis=axis)
+
+
+def _spread(signed: np.ndarray, direction: int) -> float:
+    """Robust sigma of signed relative deviations (centred at 0): max of MAD sigma and bad-tail sigma."""
+    flat = signed[~np.isnan(signed)]
+    if flat.size == 0:
+        return float("nan")
+    mad = float(np.median(np.abs(flat - np.median(flat)))) * MAD_TO_SIGMA
+    lo, hi = np.quantile(flat, [TAIL_Q, 1 - TAIL_Q])
+    med = float(np.median(flat))
+    tails = []
+    if direction >= 0:
+        tails.append((med - float(lo)) / TAIL_Z)
+    if direction <= 0:
+        tails.append((float(hi) - med) / TAIL_Z)
+    return max(mad, max(tails), 1e-9)
+
+
+def _badness(signed: np.ndarray, direction: int) -> np.ndarray:
+    if direction > 0:
+        return -signed
+    if direction < 0:
+        return signed
+    return np.abs(signed)
+
+
+def detect(
+    columns: list[str],
+    values: np.ndarray,
+    directions: Directions,
+    settings: DetectionSettings = DetectionSettings(),
+) -> Detection:
+    n_hosts = values.shape[0]
+    out = Detection(issues={})
+    if n_hosts < settings.min_hosts:
+        return out
+    families: dict[str, list[int]] = {}
+    for i, c in enumerate(columns):
+        name = parse_metric(c)
+        if name.is_return_code:
+            continue
+        families.setdefault(name.family, []).append(i)
+
+    # Standardised badness per (group, unit) for the combined checks: lists of arrays (H,).
+    comb_fleet: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    comb_sib: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def add_issue(row: int, issue: Issue) -> None:
+        out.issues.setdefault(row, []).append(issue)
+
+    with np.errstate(all="ignore"):
+        for fam, cols in families.items():
+            direction = directions.of(columns[cols[0]])
+            block = values[:, cols]  # H x U
+            center = float(_quiet_nanmedian(block))
+            if not np.isfinite(center) or center == 0:
+                continue
+            signed = (block - center) / abs(center)
+            sigma = _spread(signed, direction)
+            bad = _badness(signed, direction)
+            limit = max(settings.threshold * sigma, settings.min_deviation)
+            hit = bad > limit
+            for r, u in zip(*np.nonzero(hit)):
+                c = cols[u]
+                v = float(block[r, u])
+                add_issue(
+                    int(r),
+                    Issue(
+                        metric=columns[c],
+                        value=v,
+                        reference=center,
+                        deviation=float(signed[r, u]),
+                        check="fleet",
+                        category=category_of(columns[c]),
+                        severity=FAIL,
+                        detail=(
+                            f"{signed[r, u] * 100:+.1f}% from the fleet median {center:.4g} "
+                            f"(limit {limit * 100:.1f}%, {bad[r, u] / sigma:.1f} robust sigmas)"
+                        ),
+                    ),
+                )
+                out.flagged_cells.add((int(r), c))
+            for u, c in enumerate(cols):
+                name = parse_metric(columns[c])
+                comb_fleet.setdefault((name.group, name.unit), []).append((bad[:, u] / sigma, bad[:, u]))
+
+            sib_sigma: float | None = None
+            sib_limit: float | None = None
+            if len(cols) >= MIN_SIBLINGS:
+                present = np.count_nonzero(~np.isnan(block), axis=1)
+                host_med = _quiet_nanmedian(block, axis=1)
+                host_med = np.where((present >= MIN_SIBLINGS) & (host_med != 0), host_med, np.nan)
+                rel = (block - host_med[:, None]) / np.abs(host_med)[:, None]
+                sib_sigma = _spread(rel, direction)
+                if np.isfinite(sib_sigma):
+                    sbad = _badness(rel, direction)
+                    sib_limit = max(settings.threshold * sib_sigma, settings.sibling_min_deviation)
+                    shit = sbad > sib_limit
+                    for r, u in zip(*np.nonzero(shit)):
+                        c = cols[u]
+                        add_issue(
+                            int(r),
+                            Issue(
+                                metric=columns[c],
+                                value=float(block[r, u]),
+                                reference=float(host_med[r]),
+                                deviation=float(rel[r, u]),
+                                check="sibling",
+                                category=category_of(columns[c]),
+                                severity=FAIL,
+                                detail=(
+                                    f"{rel[r, u] * 100:+.1f}% from the median {host_med[r]:.4g} of its "
+                                    f"{int(present[r]) - 1} siblings on this host (limit {sib_limit * 100:.1f}%)"
+                                ),
+                            ),
+                        )
+                        out.flagged_cells.add((int(r), c))
+                    for u, c in enumerate(cols):
+                        name = parse_metric(columns[c])
+                        comb_sib.setdefault((name.group, name.unit), []).append((sbad[:, u] / sib_sigma, sbad[:, u]))
+                else:
+                    sib_sigma = None
+            out.families.append(
+                FamilyStats(
+                    family=fam,
+                    direction=direction,
+                    columns=tuple(cols),
+                    center=center,
+                    sigma=sigma,
+                    sibling_sigma=sib_sigma,
+                    fleet_limit=limit,
+                    sibling_limit=sib_limit,
+                )
+            )
+        _combined(comb_fleet, "fleet-combined", "the fleet", settings, add_issue)
+        _combined(comb_sib, "sibling-combined", "its siblings on this host", settings, add_issue)
+    return out
+
+
+def _combined(
+    parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]],
+    check: str,
+    against: str,
+    settings: DetectionSettings,
+    add_issue: object,
+) -> None:
+    # Group the (group, unit) keys by group, so the combined score's spread is pooled over units.
+    by_group: dict[str, list[tuple[str, list[tuple[np.ndarray, np.ndarray]]]]] = {}
+    for (group, unit), lst in parts.items():
+        if len(lst) >= 2:
+            by_group.setdefault(group, []).append((unit, lst))
+    for group, units in by_group.items():
+        scores = []
+        means = []
+        for _unit, lst in units:
+            z = np.vstack([p[0] for p in lst])
+            rel = np.vstack([p[1] for p in lst])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                scores.append(np.nanmean(z, axis=0))
+                means.append(np.nanmean(rel, axis=0))
+        score = np.vstack(scores)  # units x H
+        # Larger is worse: the bad tail of the score is the lower tail of its negation.
+        sigma = _spread(-score, 1)
+        if not np.isfinite(sigma):
+            continue
+        score = score - float(_quiet_nanmedian(score))
+        mean = np.vstack(means)
+        hit = (score > settings.combined_threshold * sigma) & (mean > settings.combined_min_deviation)
+        for ui, r in zip(*np.nonzero(hit)):
+            unit, lst = units[ui]
+            where = f"GPU/NIC {unit}" if unit else "the host"
+            n = len(lst)
+            add_issue(  # type: ignore[operator]
+                int(r),
+                Issue(
+                    metric=f"{group}/*" + (f":{unit}" if unit else ""),
+                    value=None,
+                    reference=None,
+                    deviation=-float(mean[ui, r]),
+                    check=check,
+                    category=category_of(f"{group}/x"),
+                    severity=FAIL,
+                    detail=(
+                        f"{n} metrics of {group} on {where} are on average {mean[ui, r] * 100:.1f}% worse than "
+                        f"{against} (combined {score[ui, r] / sigma:.1f} robust sigmas)"
+                    ),
+                ),
+            )

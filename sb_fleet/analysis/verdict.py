@@ -1,0 +1,111 @@
+"""One verdict per host: pass, fail, incomplete or missing.
+
+- ``missing``: the host is in the inventory but has no results line.
+- ``fail``: at least one performance issue (a fleet, sibling, rule, gate or
+  baseline check fired). A host that is also incomplete still fails: a
+  measured fault is the more useful thing to act on.
+- ``incomplete``: no performance issue, but a benchmark failed, timed out or
+  did not report, a metric is missing, or the run's spine recorded a bad
+  outcome (failed, timeout, unreachable, ...) for the host.
+- ``pass``: everything else.
+
+``outcome`` is the spine's word for the host when the run directory has
+one; otherwise ``ok`` for a host that reported and ``unknown`` for one that
+did not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sb_fleet.analysis.issues import FAIL, INCOMPLETE, Issue
+
+PASS, FAILV, INCOMPLETEV, MISSING = "pass", "fail", "incomplete", "missing"
+VERDICTS = (PASS, FAILV, INCOMPLETEV, MISSING)
+BAD_OUTCOMES = {"failed", "timeout", "unreachable", "hostkey-mismatch", "pending", "skipped"}
+
+
+@dataclass(frozen=True)
+class HostReport:
+    name: str
+    outcome: str
+    verdict: str
+    issues: tuple[Issue, ...]
+    reason: str = ""
+    gpu_model: str | None = None
+    reported: bool = True
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "outcome": self.outcome,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "gpu_model": self.gpu_model,
+            "issues": [i.to_json() for i in self.issues],
+        }
+
+    @property
+    def categories(self) -> list[str]:
+        return sorted({i.category for i in self.issues})
+
+
+def judge(
+    name: str,
+    reported: bool,
+    issues: list[Issue],
+    outcome: str | None,
+    reason: str = "",
+    gpu_model: str | None = None,
+) -> HostReport:
+    if not reported:
+        why = reason or "no results line for this host"
+        return HostReport(
+            name=name,
+            outcome=outcome or "unknown",
+            verdict=MISSING,
+            issues=(
+                Issue(
+                    metric="",
+                    value=None,
+                    reference=None,
+                    deviation=None,
+                    check="missing-host",
+                    category="MissingHost",
+                    severity=INCOMPLETE,
+                    detail=f"never reported ({why})" if outcome and outcome != "ok" else "never reported",
+                ),
+            ),
+            reason=reason,
+            gpu_model=gpu_model,
+            reported=False,
+        )
+    out = list(issues)
+    if outcome in BAD_OUTCOMES:
+        out.append(
+            Issue(
+                metric="",
+                value=None,
+                reference=None,
+                deviation=None,
+                check="outcome",
+                category="Run",
+                severity=INCOMPLETE,
+                detail=f"the run recorded '{outcome}' for this host" + (f": {reason}" if reason else ""),
+            )
+        )
+    if any(i.severity == FAIL for i in out):
+        verdict = FAILV
+    elif out:
+        verdict = INCOMPLETEV
+    else:
+        verdict = PASS
+    return HostReport(
+        name=name,
+        outcome=outcome or "ok",
+        verdict=verdict,
+        issues=tuple(out),
+        reason=reason,
+        gpu_model=gpu_model,
+        reported=True,
+    )

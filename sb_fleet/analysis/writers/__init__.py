@@ -1,0 +1,34 @@
+"""The report files: one module per format, all written by :func:`write_all`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sb_fleet.rundir import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from sb_fleet.analysis.api import ReportResult
+
+FILES = ("report.json", "report.md", "report.html", "junit.xml", "quarantine.txt")
+
+
+def write_all(result: ReportResult, out_dir: Path) -> list[Path]:
+    """Render every format first, then write each file atomically (temp file, rename)."""
+    from sb_fleet.analysis.writers import html, json_report, junit, markdown, quarantine
+
+    doc = json_report.build(result)
+    rendered = {
+        "report.json": json_report.dumps(doc),
+        "report.md": markdown.render(result).encode(),
+        "report.html": html.render(result, doc).encode(),
+        "junit.xml": junit.render(result).encode(),
+        "quarantine.txt": quarantine.render(result).encode(),
+    }
+    out_dir = Path(out_dir)
+    paths = []
+    for name in FILES:
+        p = out_dir / name
+        atomic_write_bytes(p, rendered[name], mode=0o644)
+        paths.append(p)
+    return paths

@@ -1,0 +1,103 @@
+"""report.html: one self-contained page that opens offline.
+
+The page carries its data as JSON inside a ``<script type="application/json">``
+tag and draws everything with a small inline script: a summary, one
+distribution plot per metric family (histogram of the fleet, the median,
+the flag limit, flagged hosts as red marks) and a per-host drill-down.
+No external file, font or library is loaded.
+"""
+
+from __future__ import annotations
+
+import html as _html
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from sb_fleet.analysis.writers.html_page import PAGE
+
+if TYPE_CHECKING:
+    from sb_fleet.analysis.api import ReportResult
+
+BINS = 40
+MAX_MARKERS = 300
+MAX_BAD_HOSTS = 5000
+
+
+def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
+    fleet = result.fleet
+    by_col: dict[int, list[int]] = {}
+    for row, col in result.flagged_cells:
+        by_col.setdefault(col, []).append(row)
+    plots = []
+    for fam in result.families:
+        cols = list(fam.columns)
+        block = fleet.values[:, cols]
+        flat = block[~np.isnan(block)]
+        if flat.size == 0:
+            continue
+        lo, hi = np.quantile(flat, [0.001, 0.999])
+        if hi <= lo:
+            lo, hi = float(flat.min()), float(flat.max())
+        if hi <= lo:
+            hi = lo + (abs(lo) * 0.01 or 1.0)
+        pad = (hi - lo) * 0.05
+        lo, hi = float(lo - pad), float(hi + pad)
+        counts, _ = np.histogram(np.clip(flat, lo, hi), bins=BINS, range=(lo, hi))
+        markers = []
+        for u, c in enumerate(cols):
+            for row in by_col.get(c, ()):
+                v = float(block[row, u])
+                if np.isfinite(v):
+                    markers.append({"h": fleet.hosts[row], "v": v, "m": fleet.columns[c]})
+        markers.sort(key=lambda m: m["v"])
+        limit = None
+        if fam.direction >= 0:
+            limit = fam.center * (1 - fam.fleet_limit)
+        limit_hi = fam.center * (1 + fam.fleet_limit) if fam.direction <= 0 else None
+        plots.append(
+            {
+                "family": fam.family,
+                "direction": fam.direction,
+                "center": fam.center,
+                "limit": limit,
+                "limit_hi": limit_hi,
+                "lo": lo,
+                "hi": hi,
+                "counts": counts.tolist(),
+                "n": int(flat.size),
+                "markers": markers[:MAX_MARKERS],
+                "more_markers": max(0, len(markers) - MAX_MARKERS),
+            }
+        )
+    plots.sort(key=lambda p: (-len(p["markers"]), p["family"]))
+    return plots
+
+
+def data(result: ReportResult, doc: dict[str, Any]) -> dict[str, Any]:
+    bad = [h for h in doc["hosts"] if h["verdict"] != "pass"]
+    return {
+        "source": doc["source"],
+        "generated": doc["generated"],
+        "summary": doc["summary"],
+        "gate": doc["gate"],
+        "bad_hosts": bad[:MAX_BAD_HOSTS],
+        "more_bad_hosts": max(0, len(bad) - MAX_BAD_HOSTS),
+        "pass_hosts": [h["name"] for h in doc["hosts"] if h["verdict"] == "pass"],
+        "plots": _family_plots(result),
+        "problems": doc["problems"][:200],
+        "warnings": doc["warnings"],
+        "rules": doc["rules"],
+    }
+
+
+def _embed(obj: Any) -> str:
+    text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    # Inside <script>, "</" could close the tag; U+2028/9 break older parsers.
+    return text.replace("</", "<\\/").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def render(result: ReportResult, doc: dict[str, Any]) -> str:
+    title = f"sb-fleet report: gate {'passed' if result.gate.passed else 'failed'}"
+    return PAGE.replace("@@TITLE@@", _html.escape(title)).replace("@@DATA@@", _embed(data(result, doc)))

@@ -1,0 +1,98 @@
+"""report.md: the summary an engineer reads in a terminal or a pull request."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sb_fleet.analysis.api import ReportResult
+    from sb_fleet.analysis.issues import Issue
+
+MAX_HOST_ROWS = 100
+MAX_PROBLEMS = 30
+_ORDER = {"fail": 0, "incomplete": 1, "missing": 2, "pass": 3}
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}"
+
+
+def issue_line(i: Issue) -> str:
+    dev = f" ({i.deviation * 100:+.1f}%)" if i.deviation is not None else ""
+    metric = f"`{i.metric}` " if i.metric else ""
+    return f"{metric}{i.detail or _fmt(i.value)}{dev if not i.detail else ''} [{i.check}]"
+
+
+def render(result: ReportResult) -> str:
+    counts = result.counts()
+    gate = result.gate
+    status = "PASSED" if gate.passed else "FAILED"
+    lines = [
+        f"# sb-fleet report: gate {status}",
+        "",
+        f"- Source: `{result.source}`",
+        f"- Hosts: **{len(result.hosts)}**: {counts['pass']} pass, {counts['fail']} fail, "
+        f"{counts['incomplete']} incomplete, {counts['missing']} missing",
+        f"- Gate: **{status.lower()}**: {gate.counted} host(s) counted as failing, {gate.allowed_hosts} allowed "
+        f"({gate.policy})",
+        f"- Metrics: {len(result.fleet.columns)} per host; analysed in {result.seconds:.2f} s",
+    ]
+    checks = ["fleet-relative detection"] if result.gates.fleet.enabled else []
+    if result.inputs.get("rules"):
+        checks.append(f"rules `{result.inputs['rules']}`")
+    if result.inputs.get("baseline"):
+        checks.append(f"baseline `{result.inputs['baseline']}`")
+    if result.gates.limits:
+        checks.append(f"{len(result.gates.limits)} absolute limit(s)")
+    lines.append(f"- Checks: {', '.join(checks) if checks else 'none'}")
+    lines.append("")
+
+    bad = sorted((h for h in result.hosts if h.verdict != "pass"), key=lambda h: (_ORDER[h.verdict], h.name))
+    if bad:
+        lines += [f"## Hosts to act on ({len(bad)})", "", "| Host | Verdict | Categories | Main finding |", "|---|---|---|---|"]
+        for h in bad[:MAX_HOST_ROWS]:
+            top = issue_line(h.issues[0]) if h.issues else ""
+            more = f" (+{len(h.issues) - 1} more)" if len(h.issues) > 1 else ""
+            lines.append(f"| {_cell(h.name)} | {h.verdict} | {_cell(', '.join(h.categories))} | {_cell(top + more)} |")
+        if len(bad) > MAX_HOST_ROWS:
+            lines.append(f"| ... | | | {len(bad) - MAX_HOST_ROWS} more in report.json / report.html |")
+        lines.append("")
+        cats: Counter[str] = Counter()
+        for h in bad:
+            for c in h.categories:
+                cats[c] += 1
+        lines += ["## Hosts by category", "", "| Category | Hosts |", "|---|---|"]
+        for c, n in cats.most_common():
+            lines.append(f"| {_cell(c)} | {n} |")
+        lines.append("")
+    else:
+        lines += ["## All hosts passed", ""]
+
+    if result.rule_summaries:
+        lines += ["## Rules", "", "| Rule | Function | Criteria | Metrics | Hosts violating |", "|---|---|---|---|---|"]
+        for s in result.rule_summaries:
+            store = " (store)" if s.store else ""
+            lines.append(
+                f"| {_cell(s.name)}{store} | {s.function} | `{_cell(s.criteria)}` | {s.metrics} | {s.hosts_violating} |"
+            )
+        lines.append("")
+    if result.problems:
+        lines += [f"## Input problems ({len(result.problems)})", ""]
+        for p in result.problems[:MAX_PROBLEMS]:
+            lines.append(f"- {p}")
+        if len(result.problems) > MAX_PROBLEMS:
+            lines.append(f"- ... {len(result.problems) - MAX_PROBLEMS} more in report.json")
+        lines.append("")
+    if result.warnings:
+        lines += ["## Warnings", ""]
+        lines += [f"- {w}" for w in result.warnings]
+        lines.append("")
+    lines.append("Files: report.json (all details), report.html (plots, per-host drill-down), junit.xml, quarantine.txt")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Command modules: each parses its arguments and calls one function."""

@@ -1,0 +1,120 @@
+"""``sb-fleet report`` and ``sb-fleet baseline``: argument parsing only; the work is in ``sb_fleet.analysis``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sb_fleet.errors import UsageError
+
+DEFAULT_OUT = Path("sb-fleet-report")
+
+
+def _gates_from_config(config: Path | None):  # type: ignore[no-untyped-def]
+    from sb_fleet.analysis.gates import Gates
+
+    if config is None:
+        return Gates()
+    from sb_fleet.config import load_config
+
+    gates = load_config(config).gates
+    if isinstance(gates, Gates):
+        return gates
+    # A config module that still keeps the section as a plain mapping: validate it here.
+    from pydantic import ValidationError
+
+    from sb_fleet.errors import ConfigError
+
+    try:
+        return Gates.model_validate(gates or {})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = "gates." + ".".join(str(p) for p in err["loc"])
+        raise ConfigError(config, loc, err["msg"], "see docs/analysis.md for the gates section") from None
+
+
+def _default_out(source: Path) -> Path:
+    if source.is_dir() and (source / "manifest.json").is_file():
+        return source
+    return DEFAULT_OUT
+
+
+@click.option("-i", "--inventory", type=click.Path(path_type=Path), help="Ansible inventory: account for every host in it.")
+@click.option("--rules", type=click.Path(path_type=Path), help="SuperBench rules file (YAML).")
+@click.option("--baseline", type=click.Path(path_type=Path), help="SuperBench baseline (JSON: metric -> value).")
+@click.option("-c", "--config", type=click.Path(path_type=Path), help="sb-fleet config; its 'gates:' section is used.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Directory for the report files (default: the run directory, or ./sb-fleet-report/).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.argument("source", type=click.Path(path_type=Path))
+def _report(
+    source: Path,
+    inventory: Path | None,
+    rules: Path | None,
+    baseline: Path | None,
+    config: Path | None,
+    out: Path | None,
+    quiet: bool,
+) -> None:
+    """Judge every host of a run directory or a SuperBench results-summary.jsonl.
+
+    Writes report.json, report.md, report.html, junit.xml and quarantine.txt.
+    Exit code 0: the gate passed; 1: it failed; 2: bad input.
+    """
+    from sb_fleet.analysis.api import report, write_reports
+
+    gates = _gates_from_config(config)
+    result = report(source, inventory=inventory, rules=rules, baseline=baseline, gates=gates)
+    out_dir = out if out is not None else _default_out(source)
+    paths = write_reports(result, out_dir)
+    if not quiet:
+        c = result.counts()
+        click.echo(
+            f"{len(result.hosts)} hosts: {c['pass']} pass, {c['fail']} fail, {c['incomplete']} incomplete, "
+            f"{c['missing']} missing; gate {'passed' if result.gate.passed else 'FAILED'} "
+            f"({result.gate.counted} counted, {result.gate.allowed_hosts} allowed)"
+        )
+        if result.problems:
+            click.echo(f"{len(result.problems)} malformed result line(s); first: {result.problems[0]}", err=True)
+        click.echo(f"report: {paths[1]}")
+    sys.exit(result.exit_code)
+
+
+@click.option("--out", type=click.Path(path_type=Path), default=Path("baseline.json"), show_default=True)
+@click.option("--summary", type=click.Path(path_type=Path), help="Also write per-metric fleet statistics (JSON).")
+@click.option(
+    "--statistic",
+    type=click.Choice(["median", "trimmed-mean"]),
+    default="median",
+    show_default=True,
+    help="Centre of the trimmed values.",
+)
+@click.option("--per-rank", is_flag=True, help="Keep ':rank' in the names instead of pooling ranks.")
+@click.argument("source", type=click.Path(path_type=Path))
+def _baseline(source: Path, out: Path, summary: Path | None, statistic: str, per_rank: bool) -> None:
+    """Make a SuperBench baseline from a fleet's results (robust to a few bad hosts)."""
+    import json
+
+    from sb_fleet.analysis.baseline import make_baseline, summarize
+    from sb_fleet.analysis.results import load_fleet
+    from sb_fleet.rundir import atomic_write_text
+
+    fleet = load_fleet(source)
+    if not fleet.hosts:
+        raise UsageError(f"{source}: no host results to make a baseline from")
+    base = make_baseline(fleet, statistic=statistic, per_rank=per_rank)  # type: ignore[arg-type]
+    atomic_write_text(out, json.dumps(base, indent=2) + "\n", mode=0o644)
+    if summary is not None:
+        atomic_write_text(summary, json.dumps(summarize(fleet), indent=2) + "\n", mode=0o644)
+    click.echo(f"baseline of {len(base)} metrics from {len(fleet.hosts)} hosts: {out}")
+    for p in fleet.problems[:5]:
+        click.echo(f"warning: {p}", err=True)
+
+
+report_cmd = click.command("report")(_report)
+baseline_cmd = click.command("baseline")(_baseline)
