@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sb_fleet.analysis.gates import Gates
 from sb_fleet.errors import ConfigError
 from sb_fleet.yamlsrc import load_yaml, pydantic_error
 
@@ -114,7 +115,7 @@ class Config(_Strict):
     version: str | None = None
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     superbench: SuperBenchSection
-    gates: dict[str, Any] = Field(default_factory=dict)
+    gates: Gates = Field(default_factory=Gates)
 
 
 def load_config(path: Path) -> Config:

@@ -73,8 +73,9 @@ def step_spec(run_id: str, step: Step) -> dict:
 
 
 def runner_args(run_id: str, step: Step, master_port: int) -> list[str]:
-    base = f"runs/{run_id}"
-    return ["-m", "sb_bench.runner", "--spec", f"{base}/{step.id}.json", "--results", f"{base}/results",
+    # The spec travels inline in argv (no secrets in it): one task per host and step, no file copy.
+    spec = json.dumps(step_spec(run_id, step), separators=(",", ":"), sort_keys=True)
+    return ["-m", "sb_bench.runner", "--spec-json", spec, "--results", f"runs/{run_id}/results",
             "--master-port", str(master_port)]
 
 
@@ -103,7 +104,7 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
             atomic_write_text(node_file, yaml.safe_dump({"sb_node_args": node_args}, default_flow_style=None))
         pb = out / f"{step.id}.yml"
         atomic_write_text(pb, env.get_template("run.yml.j2").render(
-            run_id=run_id, fleet=fleet, step=step, spec_file=str(spec.resolve()),
+            run_id=run_id, fleet=fleet, step=step,
             node_args_file=str(node_file.resolve()) if node_file else None,
             runner_args=runner_args(run_id, step, config.fleet.master_port), gloo_ifname="lo"))
         runs[step.id] = pb

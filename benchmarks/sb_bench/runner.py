@@ -313,9 +313,19 @@ def _tail(log: Path, n: int = 3) -> str:
 
 def load_spec(path: Path) -> dict:
     try:
-        spec = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+        text = Path(path).read_text()
+    except OSError as exc:
         raise SpecError(f"{path}: cannot read the step spec ({exc})") from exc
+    return parse_spec(text, str(path))
+
+
+def parse_spec(text: str, path: str) -> dict:
+    try:
+        spec = json.loads(text)
+    except ValueError as exc:
+        raise SpecError(f"{path}: the step spec is not JSON ({exc})") from exc
+    if not isinstance(spec, dict):
+        raise SpecError(f"{path}: the step spec must be a JSON object")
     if spec.get("schema_version") != SPEC_VERSION:
         raise SpecError(f"{path}: spec schema_version {spec.get('schema_version')!r}, this runner reads {SPEC_VERSION}")
     for i, e in enumerate(spec.get("entries", [])):
@@ -327,7 +337,9 @@ def load_spec(path: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sb_bench.runner", description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", required=True, type=Path, help="the step spec (JSON) rendered by sb-fleet")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--spec", type=Path, help="the step spec (JSON file) rendered by sb-fleet")
+    src.add_argument("--spec-json", help="the step spec inline (saves a file transfer per host and step)")
     ap.add_argument("--results", required=True, type=Path, help="directory for results and status.json")
     ap.add_argument("--host", default="", help="inventory name of this host (recorded in status.json)")
     ap.add_argument("--resume", action="store_true", help="skip entries that already finished ok")
@@ -340,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local-addr")
     args = ap.parse_args(argv)
     try:
-        spec = load_spec(args.spec)
+        spec = load_spec(args.spec) if args.spec else parse_spec(args.spec_json, "--spec-json")
+        args.results = args.results.expanduser().absolute()
+        args.results.mkdir(parents=True, exist_ok=True)
+        write_result(args.results / f"spec-{spec.get('step', 'step')}.json", spec)
         runner = Runner(spec, args.results, args)
         runner.install_signals()
         return runner.run()
