@@ -1,0 +1,129 @@
+"""Fleet-relative detection on generated fleets: every planted fault found, healthy hosts left alone."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sb_fleet.analysis.api import report
+from sb_fleet.analysis.detect import detect
+from sb_fleet.analysis.names import Directions
+from sb_fleet.analysis.synth import FAULTS, generate
+
+
+def flagged_rows(columns: list[str], values: np.ndarray) -> dict[int, list]:
+    return detect(columns, values, Directions()).issues
+
+
+def per_gpu_fleet(rng: np.random.Generator, n_hosts: int, metric: str, base: float, host_sigma: float, gpu_sigma: float):
+    host = rng.normal(0, host_sigma, size=(n_hosts, 1))
+    gpu = rng.normal(0, gpu_sigma, size=(n_hosts, 8))
+    cols = [f"{metric}:{g}" for g in range(8)]
+    return cols, base * (1 + host + gpu)
+
+
+@pytest.mark.parametrize("seed", [101, 202])
+def test_generated_fleet_recall_and_false_positives(tmp_path: Path, seed: int) -> None:
+    fleet = generate(1600, seed=seed)
+    (tmp_path / "manifest.json").write_text('{"schema_version": 1}')
+    (tmp_path / "results-summary.jsonl").write_text(fleet.text)
+    hosts = [{"name": h, "groups": ["gpu"]} for h in fleet.hosts]
+    (tmp_path / "hosts.json").write_text(json.dumps({"schema_version": 1, "hosts": hosts}))
+    r = report(tmp_path)
+    verdict = {h.name: h.verdict for h in r.hosts}
+    assert len(verdict) == 1600
+    found = Counter(kind for h, kind in fleet.faults.items() if verdict[h] != "pass")
+    planted = Counter(fleet.faults.values())
+    assert set(planted) == set(FAULTS)
+    assert found == planted, f"missed: {planted - found}"
+    for h, kind in fleet.faults.items():
+        if kind == "missing_host":
+            assert verdict[h] == "missing"
+        elif kind == "failed_benchmark":
+            assert verdict[h] == "incomplete"
+        else:
+            assert verdict[h] == "fail", (h, kind)
+    healthy = fleet.healthy()
+    fp = [h for h in healthy if verdict[h] != "pass"]
+    assert len(fp) <= 0.001 * len(healthy), fp
+
+
+def test_one_gpu_4pct_slower_than_its_siblings_is_found_despite_a_wide_fleet_spread() -> None:
+    rng = np.random.default_rng(7)
+    cols, vals = per_gpu_fleet(rng, 400, "gemm-flops/fp16_tc_flops", 280000.0, host_sigma=0.04, gpu_sigma=0.003)
+    vals[17, 5] *= 0.96
+    issues = flagged_rows(cols, vals)
+    assert list(issues) == [17]
+    checks = {i.check for i in issues[17]}
+    assert "sibling" in checks
+    i = next(i for i in issues[17] if i.check == "sibling")
+    assert i.metric == "gemm-flops/fp16_tc_flops:5"
+    assert i.deviation == pytest.approx(-0.04, abs=0.01)
+    assert "siblings" in i.detail
+
+
+def test_a_gpu_slightly_low_on_every_precision_is_found_by_combining_evidence() -> None:
+    rng = np.random.default_rng(8)
+    cols: list[str] = []
+    blocks = []
+    for prec in ("fp64", "fp32", "fp16", "fp64_tc", "tf32_tc", "bf16_tc", "fp16_tc", "int8_tc"):
+        c, v = per_gpu_fleet(rng, 500, f"gemm-flops/{prec}_flops", 1000.0, host_sigma=0.005, gpu_sigma=0.012)
+        cols += c
+        blocks.append(v)
+    vals = np.hstack(blocks)
+    for k in range(8):
+        vals[42, k * 8 + 2] *= 0.965  # 3.5%: under any single metric's limit, clear in combination
+    issues = flagged_rows(cols, vals)
+    assert 42 in issues
+    assert any(i.check.endswith("combined") and i.metric == "gemm-flops/*:2" for i in issues[42])
+    assert list(issues) == [42]  # nobody else
+
+
+def test_harmless_wiggle_on_a_tight_metric_is_not_flagged() -> None:
+    rng = np.random.default_rng(9)
+    vals = 100.0 * (1 + rng.normal(0, 0.0005, size=(300, 1)))
+    vals[3, 0] *= 0.998  # 0.2% low: 4 sigmas, but of no practical consequence
+    vals[4, 0] *= 0.95
+    issues = flagged_rows(["nccl-bw/allreduce_8589934592_busbw:0"], vals)
+    assert list(issues) == [4]
+
+
+def test_benign_sub_population_is_not_flagged() -> None:
+    rng = np.random.default_rng(10)
+    n = 2000
+    batch = rng.random(n) < 0.08  # a small second firmware batch, 1.5% slower
+    perf = np.where(batch, 0.985, 1.0) * (1 + rng.normal(0, 0.002, size=n))
+    vals = np.column_stack([27.2 * perf, 41.8 * perf * (1 + rng.normal(0, 0.002, size=n))])
+    cols = ["gpt_models/pytorch-gpt2-large/fp32_train_throughput", "gpt_models/pytorch-gpt2-large/fp16_train_throughput"]
+    vals[5] *= 0.9
+    issues = flagged_rows(cols, vals)
+    assert list(issues) == [5]
+
+
+def test_direction_only_the_bad_side_counts() -> None:
+    rng = np.random.default_rng(11)
+    vals = 0.0057 * (1 + rng.normal(0, 0.003, size=(300, 8)))
+    vals[10, 1] *= 0.5  # faster launches: fine
+    vals[11, 2] *= 2.0  # slower launches: a fault
+    issues = flagged_rows([f"kernel-launch/event_time:{g}" for g in range(8)], vals)
+    assert list(issues) == [11]
+
+
+def test_missing_values_do_not_break_detection() -> None:
+    rng = np.random.default_rng(12)
+    cols, vals = per_gpu_fleet(rng, 300, "mem-bw/h2d_bw", 26.0, host_sigma=0.003, gpu_sigma=0.003)
+    vals[rng.random(vals.shape) < 0.1] = np.nan
+    vals[20, :] = np.nan
+    vals[21, :6] = np.nan  # too few siblings left for the sibling check
+    vals[30, 4] = 13.0  # half-speed PCIe
+    issues = flagged_rows(cols, vals)
+    assert list(issues) == [30]
+
+
+def test_too_few_hosts_means_no_fleet_statistics() -> None:
+    vals = np.array([[1.0], [2.0], [100.0]])
+    assert flagged_rows(["mem-bw/h2d_bw:0"], vals) == {}

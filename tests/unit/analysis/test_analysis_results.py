@@ -1,0 +1,153 @@
+"""Loading results: malformed lines are reported per line and the rest is analysed; run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sb_fleet.analysis.api import report
+from sb_fleet.analysis.names import Directions, MetricInfo, direction_from_name, parse_metric
+from sb_fleet.analysis.results import load_fleet
+from sb_fleet.errors import ResultsError
+
+
+def test_malformed_lines_are_reported_and_the_rest_is_analysed(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"node": "a", "gemm-flops/fp16_flops:0": 1.0, "gemm-flops/return_code": 0}),
+        '{"node": "b", "gemm-flops/fp16_flops:0": 2.0, "gemm-fl',  # truncated
+        json.dumps({"node": "c", "gemm-flops/fp16_flops:0": "fast", "gemm-flops/fp32_flops:0": 3.0}),
+        json.dumps({"node": "a", "gemm-flops/fp16_flops:0": 9.0}),  # duplicate
+        json.dumps({"gemm-flops/fp16_flops:0": 1.0}),  # no node
+        "[1, 2]",
+        "",
+        json.dumps({"node": "d", "gemm-flops/fp16_flops:0": True, "x/y": None}),
+        '{"node": "e", "gemm-flops/fp16_flops:0": Infinity}',
+        json.dumps({"node": "f", "gemm-flops/fp16_flops:0": 4.0}),
+    ]
+    p = tmp_path / "results-summary.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    fleet = load_fleet(p)
+    assert fleet.hosts == ["a", "c", "d", "e", "f"]
+    by_line = {pr.line: pr.message for pr in fleet.problems}
+    assert set(by_line) == {2, 3, 4, 5, 6, 8, 9}
+    assert "not valid JSON" in by_line[2]
+    assert "non-numeric" in by_line[3] and "'fast'" in by_line[3]
+    assert "duplicate node 'a' (first seen on line 1)" in by_line[4]
+    assert 'no "node"' in by_line[5]
+    assert "not a JSON object" in by_line[6]
+    assert "True" in by_line[8]
+    assert "inf" in by_line[9]
+    idx = fleet.column_index()
+    v = fleet.values
+    assert v[0, idx["gemm-flops/fp16_flops:0"]] == 1.0  # the first line of a duplicated node wins
+    assert np.isnan(v[1, idx["gemm-flops/fp16_flops:0"]]) and v[1, idx["gemm-flops/fp32_flops:0"]] == 3.0
+    assert np.isnan(v[2, idx["gemm-flops/fp16_flops:0"]])
+    assert v[4, idx["gemm-flops/fp16_flops:0"]] == 4.0
+    r = report(p)
+    assert len(r.problems) == 7 and {h.name for h in r.hosts} == {"a", "c", "d", "e", "f"}
+
+
+def test_nan_written_by_python_json_is_a_missing_value(tmp_path: Path) -> None:
+    p = tmp_path / "r.jsonl"
+    p.write_text('{"node": "a", "m/x:0": NaN, "m/y:0": 1}\n')
+    fleet = load_fleet(p)
+    assert fleet.problems == [] and np.isnan(fleet.values[0, 0]) and fleet.values[0, 1] == 1
+
+
+def test_missing_or_foreign_source_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ResultsError, match="no such file"):
+        load_fleet(tmp_path / "nope.jsonl")
+    with pytest.raises(ResultsError, match="not a run directory"):
+        load_fleet(tmp_path)
+
+
+def make_run(tmp: Path, rows: list[dict], hosts: list[str], **extra: object) -> Path:
+    run = tmp / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"schema_version": 1}))
+    (run / "results-summary.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "hosts.json").write_text(json.dumps({"schema_version": 1, "hosts": [{"name": h, "groups": ["gpu"]} for h in hosts]}))
+    for name, obj in extra.items():
+        (run / name.replace("_json", ".json")).write_text(json.dumps(obj))
+    return run
+
+
+def test_run_directory_accounts_for_every_host(tmp_path: Path) -> None:
+    rows = [
+        {"node": "gpu001", "gemm-flops/fp16_flops:0": 1.0, "gemm-flops/return_code": 0, "mem-bw/return_code": 0},
+        {"node": "gpu002", "gemm-flops/fp16_flops:0": 1.0, "gemm-flops/return_code": 124},
+        {"node": "gpu003", "gemm-flops/fp16_flops:0": 1.0, "gemm-flops/return_code": 0, "mem-bw/return_code": 0},
+    ]
+    outcomes = {
+        "schema_version": 1,
+        "hosts": {
+            "gpu001": {"outcome": "ok", "reason": ""},
+            "gpu002": {"outcome": "timeout", "reason": "gemm-flops exceeded 600 s"},
+            "gpu003": {"outcome": "failed", "reason": "collect: file truncated"},
+            "gpu004": {"outcome": "unreachable", "reason": "ssh: connection refused"},
+        },
+    }
+    run = make_run(
+        tmp_path, rows, ["gpu001", "gpu002", "gpu003", "gpu004"], outcomes_json=outcomes,
+        plan_json={"benchmarks": ["gemm-flops", "mem-bw"]},
+    )
+    (run / "facts").mkdir()
+    (run / "facts" / "gpu001.json").write_text(json.dumps({"gpu_model": "NVIDIA A100-SXM4-80GB"}))
+    r = report(run)
+    hosts = {h.name: h for h in r.hosts}
+    assert [h.name for h in r.hosts] == ["gpu001", "gpu002", "gpu003", "gpu004"]
+    assert hosts["gpu001"].verdict == "pass" and hosts["gpu001"].gpu_model == "NVIDIA A100-SXM4-80GB"
+    assert hosts["gpu002"].verdict == "incomplete" and hosts["gpu002"].outcome == "timeout"
+    checks = {i.check for i in hosts["gpu002"].issues}
+    assert {"return_code", "missing-benchmark", "outcome"} <= checks  # mem-bw is in the plan but absent
+    assert hosts["gpu003"].verdict == "incomplete" and hosts["gpu003"].outcome == "failed"
+    assert hosts["gpu004"].verdict == "missing" and hosts["gpu004"].outcome == "unreachable"
+    assert "connection refused" in hosts["gpu004"].issues[0].detail
+    assert not r.gate.passed and r.gate.counted == 3
+
+
+def test_metrics_json_overrides_the_name_table(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path, [{"node": "a", "x/score:0": 1.0}], ["a"],
+        metrics_json={"x/score": {"unit": "s", "higher_is_better": False}},
+    )
+    fleet = load_fleet(run)
+    assert fleet.directions.of("x/score:3") == -1
+    assert fleet.directions.unit("x/score:0") == "s"
+    assert direction_from_name("x/score:3") == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "direction"),
+    [
+        ("kernel-launch/event_time:0", -1),
+        ("kernel-launch/wall_time", -1),
+        ("gemm-flops/fp16_tc_flops:3", 1),
+        ("gemm-flops/int8_tc_iops:3", 1),
+        ("mem-bw/h2d_bw:1", 1),
+        ("ib-loopback/ib_write_8388608_ib0_bw", 1),
+        ("nccl-bw/allreduce_8589934592_busbw:0", 1),
+        ("nccl-bw/allreduce_8589934592_algbw:0", 1),
+        ("nccl-bw/allreduce_8589934592_time:0", -1),
+        ("model-benchmarks/pytorch-resnet50/fp32_train_throughput", 1),
+        ("cpu-memory-bw-latency/mem_read_lat_ns", -1),
+        ("gpt_models/pytorch-gpt2-large/return_code", -1),
+        ("foo/bar", 0),
+    ],
+)
+def test_direction_table(name: str, direction: int) -> None:
+    assert Directions().of(name) == direction
+    # The suite's metadata wins over the name table: declare the opposite and it is obeyed.
+    assert Directions({name: MetricInfo("x", direction < 0)}).of(name) == (1 if direction < 0 else -1)
+
+
+def test_metric_name_parts() -> None:
+    m = parse_metric("ib-loopback/ib_write_8388608_ib3_bw:0")
+    assert (m.base, m.rank, m.family, m.unit, m.group) == (
+        "ib-loopback/ib_write_8388608_ib3_bw", 0, "ib-loopback/ib_write_8388608_ib#_bw", "ib3:0", "ib-loopback",
+    )
+    m = parse_metric("gpt_models/pytorch-gpt2-large/fp32_train_throughput")
+    assert (m.rank, m.unit, m.group, m.leaf) == (None, "", "gpt_models/pytorch-gpt2-large", "fp32_train_throughput")
