@@ -120,7 +120,9 @@ def report(
     if base is not None and max_reg is not None:
         _merge(
             issues,
-            apply_baseline_gate(max_reg, gates.baseline.metrics, fleet.columns, fleet.values, base, fleet.directions),
+            apply_baseline_gate(
+                max_reg, gates.baseline.metrics, fleet.columns, fleet.values, base, fleet.directions
+            ),
         )
     gpu_by_name = {h.name: h.gpu_model for h in expected}
     gpu_models = [gpu_by_name.get(h) for h in fleet.hosts]

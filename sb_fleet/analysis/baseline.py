@@ -34,7 +34,9 @@ def load_baseline(path: Path) -> dict[str, float]:
     except OSError as exc:
         raise RulesError(path, None, f"cannot read the baseline ({exc.strerror})") from exc
     except ValueError as exc:
-        raise RulesError(path, None, f"not valid JSON ({exc})", "a baseline is an object of metric -> number") from exc
+        raise RulesError(
+            path, None, f"not valid JSON ({exc})", "a baseline is an object of metric -> number"
+        ) from exc
     if not isinstance(data, dict):
         raise RulesError(path, None, "expected a JSON object of metric name -> number")
     out: dict[str, float] = {}

@@ -36,8 +36,8 @@ def check_completeness(
         return issues
     groups: dict[str, list[int]] = {}
     rc_col: dict[str, int] = {}
-    for i, c in enumerate(columns):
-        name = parse_metric(c)
+    for i, col_name in enumerate(columns):
+        name = parse_metric(col_name)
         groups.setdefault(name.group, []).append(i)
         if name.is_return_code:
             rc_col[name.group] = i
@@ -45,7 +45,7 @@ def check_completeness(
     present = ~np.isnan(values)
     ran: dict[str, np.ndarray] = {g: present[:, cols].any(axis=1) for g, cols in groups.items()}
     ok: dict[str, np.ndarray] = {}
-    for g, cols in groups.items():
+    for g in groups:
         if g in rc_col:
             rc = values[:, rc_col[g]]
             ok[g] = rc == 0

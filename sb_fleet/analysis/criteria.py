@@ -125,7 +125,8 @@ class _Compiler:
                     raise self.fail(node, "number too large") from None
                 if not math.isfinite(f):
                     raise self.fail(node, "number too large")
-                return (lambda _a, f=f: f), _NUM
+                const = np.float64(f)
+                return (lambda _a, c=const: c), _NUM
             raise self.fail(node, f"constant {v!r} is not allowed here (only numbers and True/False)")
         if isinstance(node, ast.Name):
             if node.id == self.param:
@@ -137,7 +138,7 @@ class _Compiler:
             raise self.fail(node, f"unknown name {node.id!r} (only the lambda's parameter {self.param!r})")
         if isinstance(node, ast.Subscript):
             if not (isinstance(node.value, ast.Name) and node.value.id == self.param):
-                raise self.fail(node, f"only {self.param}[\"rule name\"] may be subscripted")
+                raise self.fail(node, f'only {self.param}["rule name"] may be subscripted')
             key = node.slice
             if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                 raise self.fail(node, "a subscript must be a quoted rule name")
@@ -175,20 +176,20 @@ class _Compiler:
             parts = [self.compile(node.left)]
             for c in node.comparators:
                 parts.append(self.compile(c))
-            for (_, k), n in zip(parts, [node.left, *node.comparators]):
+            for (_, k), n in zip(parts, [node.left, *node.comparators], strict=True):
                 self._need(k, _NUM, n)
             ops = []
             for o in node.ops:
-                f = _CMP.get(type(o))
-                if f is None:
+                cmp_fn = _CMP.get(type(o))
+                if cmp_fn is None:
                     raise self.fail(node, f"comparison {type(o).__name__} is not allowed")
-                ops.append(f)
+                ops.append(cmp_fn)
             fns = [p[0] for p in parts]
 
             def compare(a: Any, fns: list[Node] = fns, ops: list = ops) -> Any:
                 left = fns[0](a)
                 out: Any = True
-                for op_, fn in zip(ops, fns[1:]):
+                for op_, fn in zip(ops, fns[1:], strict=True):
                     right = fn(a)
                     out = np.logical_and(out, op_(left, right))
                     left = right
@@ -197,9 +198,9 @@ class _Compiler:
             return compare, _BOOL
         if isinstance(node, ast.BoolOp):
             fns = []
-            for v in node.values:
-                fn, k = self.compile(v)
-                self._need(k, _BOOL, v)
+            for operand in node.values:
+                fn, k = self.compile(operand)
+                self._need(k, _BOOL, operand)
                 fns.append(fn)
             # Both sides are always evaluated: values are whole columns of hosts at once.
             if isinstance(node.op, ast.And):
@@ -251,7 +252,11 @@ def _constant_number(node: ast.expr) -> float | None:
         if isinstance(node.op, ast.USub):
             sign = -sign
         node = node.operand
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float))
+        and not isinstance(node.value, bool)
+    ):
         try:
             return sign * float(node.value)
         except OverflowError:
@@ -265,7 +270,7 @@ def _pow(base: Any, exp: float) -> Any:
 
 
 def _as_number(v: Any) -> Any:
-    if isinstance(v, bool) or isinstance(v, str) or v is None:
+    if isinstance(v, (bool, str)) or v is None:
         raise TypeError(f"{v!r} is not a number")
     return np.asarray(v, dtype=float)
 
@@ -284,7 +289,9 @@ def parse_criteria(text: str) -> Criteria:
         msg = exc.msg if isinstance(exc, SyntaxError) else type(exc).__name__
         raise CriteriaError(f"not a valid expression ({msg}) in {_short(text)!r}") from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
-        raise CriteriaError(f"criteria is too complex (more than {MAX_NODES} syntax nodes) in {_short(text)!r}")
+        raise CriteriaError(
+            f"criteria is too complex (more than {MAX_NODES} syntax nodes) in {_short(text)!r}"
+        )
     lam = tree.body
     if not isinstance(lam, ast.Lambda):
         raise CriteriaError(f"criteria must be a lambda such as 'lambda x: x < -0.1', got {text!r}")

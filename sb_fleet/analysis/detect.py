@@ -137,8 +137,8 @@ def detect(
     if n_hosts < settings.min_hosts:
         return out
     families: dict[str, list[int]] = {}
-    for i, c in enumerate(columns):
-        name = parse_metric(c)
+    for i, col_name in enumerate(columns):
+        name = parse_metric(col_name)
         if name.is_return_code:
             continue
         families.setdefault(name.family, []).append(i)
@@ -162,7 +162,7 @@ def detect(
             bad = _badness(signed, direction)
             limit = max(settings.threshold * sigma, settings.min_deviation)
             hit = bad > limit
-            for r, u in zip(*np.nonzero(hit)):
+            for r, u in zip(*np.nonzero(hit), strict=True):
                 c = cols[u]
                 v = float(block[r, u])
                 add_issue(
@@ -198,7 +198,7 @@ def detect(
                     sbad = _badness(rel, direction)
                     sib_limit = max(settings.threshold * sib_sigma, settings.sibling_min_deviation)
                     shit = sbad > sib_limit
-                    for r, u in zip(*np.nonzero(shit)):
+                    for r, u in zip(*np.nonzero(shit), strict=True):
                         c = cols[u]
                         add_issue(
                             int(r),
@@ -219,7 +219,9 @@ def detect(
                         out.flagged_cells.add((int(r), c))
                     for u, c in enumerate(cols):
                         name = parse_metric(columns[c])
-                        comb_sib.setdefault((name.group, name.unit), []).append((sbad[:, u] / sib_sigma, sbad[:, u]))
+                        comb_sib.setdefault((name.group, name.unit), []).append(
+                            (sbad[:, u] / sib_sigma, sbad[:, u])
+                        )
                 else:
                     sib_sigma = None
             out.families.append(
@@ -269,7 +271,7 @@ def _combined(
         score = score - float(_quiet_nanmedian(score))
         mean = np.vstack(means)
         hit = (score > settings.combined_threshold * sigma) & (mean > settings.combined_min_deviation)
-        for ui, r in zip(*np.nonzero(hit)):
+        for ui, r in zip(*np.nonzero(hit), strict=True):
             unit, lst = units[ui]
             where = f"GPU/NIC {unit}" if unit else "the host"
             n = len(lst)

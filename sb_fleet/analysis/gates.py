@@ -64,7 +64,9 @@ class Limit(BaseModel):
     metric: str = Field(description="regex matched in full against the metric name, with or without :rank")
     min: float | None = None
     max: float | None = None
-    gpu_model: str | None = Field(default=None, description="glob on the host's GPU model; omit for every host")
+    gpu_model: str | None = Field(
+        default=None, description="glob on the host's GPU model; omit for every host"
+    )
 
     _check = field_validator("metric")(_check_regex)
 
@@ -162,7 +164,9 @@ def apply_limits(
         cols = [i for i, c in enumerate(columns) if rx.fullmatch(c) or rx.fullmatch(parse_metric(c).base)]
         if lim.gpu_model is not None:
             pat = lim.gpu_model
-            rows_ok = np.array([m is not None and fnmatch.fnmatchcase(m, pat) for m in gpu_models], dtype=bool)
+            rows_ok = np.array(
+                [m is not None and fnmatch.fnmatchcase(m, pat) for m in gpu_models], dtype=bool
+            )
         else:
             rows_ok = np.ones(values.shape[0], dtype=bool)
         scope = f" for GPU model {lim.gpu_model}" if lim.gpu_model else ""
@@ -252,4 +256,6 @@ def decide(policy: Policy, verdicts: list[str]) -> GateResult:
         words.append(f"at most {policy.max_failed_percent:g}% of hosts")
     what = "/".join(policy.count)
     text = (" and ".join(words) if words else "no host") + f" counted as {what}"
-    return GateResult(passed=counted <= allowed, counted=counted, total=total, allowed_hosts=allowed, policy=text)
+    return GateResult(
+        passed=counted <= allowed, counted=counted, total=total, allowed_hosts=allowed, policy=text
+    )

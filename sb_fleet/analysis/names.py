@@ -49,7 +49,9 @@ def parse_metric(full: str) -> MetricName:
     unit_parts = devices + ([str(rank)] if rank is not None else [])
     unit = ":".join(unit_parts)
     group, _, leaf = base.rpartition("/")
-    return MetricName(full=full, base=base, rank=rank, family=family, unit=unit, group=group or base, leaf=leaf)
+    return MetricName(
+        full=full, base=base, rank=rank, family=family, unit=unit, group=group or base, leaf=leaf
+    )
 
 
 def benchmark_of(full: str) -> str:
@@ -145,7 +147,9 @@ def load_metrics_json(path: Path) -> dict[str, MetricInfo]:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise ResultsError(path, None, f"cannot read metric metadata ({exc})", "fix or remove the file") from exc
+        raise ResultsError(
+            path, None, f"cannot read metric metadata ({exc})", "fix or remove the file"
+        ) from exc
     if not isinstance(data, dict):
         raise ResultsError(path, None, "expected a JSON object of metric name -> {unit, higher_is_better}")
     out: dict[str, MetricInfo] = {}

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -109,7 +109,9 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
     col_idx: dict[str, int] = {}
     hosts: list[str] = []
     first_line: dict[str, int] = {}
-    layouts: dict[tuple[str, ...], tuple[int, np.ndarray]] = {}  # keys -> (position of "node", column indexes)
+    layouts: dict[
+        tuple[str, ...], tuple[int, np.ndarray]
+    ] = {}  # keys -> (position of "node", column indexes)
     rows: list[tuple[np.ndarray, np.ndarray]] = []  # (column indexes, values) per host
     loads = _loader()
 
@@ -139,7 +141,11 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
             continue
         if node in first_line:
             problems.append(
-                LineProblem(name, lineno, f"duplicate node {node!r} (first seen on line {first_line[node]}); line skipped")
+                LineProblem(
+                    name,
+                    lineno,
+                    f"duplicate node {node!r} (first seen on line {first_line[node]}); line skipped",
+                )
             )
             continue
         first_line[node] = lineno
@@ -156,7 +162,9 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
             arr = np.array(vals, dtype=float)
             if np.isinf(arr).any():
                 bad_at = np.nonzero(np.isinf(arr))[0]
-                problems.append(_bad_values(name, lineno, node, [(keys_wo(keys, pos)[j], vals[j]) for j in bad_at]))
+                problems.append(
+                    _bad_values(name, lineno, node, [(keys_wo(keys, pos)[j], vals[j]) for j in bad_at])
+                )
                 keep = ~np.isinf(arr)
                 rows.append((cols[keep], arr[keep]))
             else:
@@ -270,11 +278,16 @@ def load_fleet(source: Path) -> Fleet:
     if source.is_dir():
         if not (source / "manifest.json").is_file():
             raise ResultsError(
-                source, None, "not a run directory (no manifest.json)", f"give a run directory or a {SUMMARY} file"
+                source,
+                None,
+                "not a run directory (no manifest.json)",
+                f"give a run directory or a {SUMMARY} file",
             )
         return _load_run_dir(source)
     if not source.exists():
-        raise ResultsError(source, None, "no such file or directory", f"give a run directory or a {SUMMARY} file")
+        raise ResultsError(
+            source, None, "no such file or directory", f"give a run directory or a {SUMMARY} file"
+        )
     hosts, columns, values, problems = parse_summary(source)
     return Fleet(source=str(source), hosts=hosts, columns=columns, values=values, problems=problems)
 
@@ -291,7 +304,10 @@ def _load_run_dir(run: Path) -> Fleet:
         facts = _fact_files(run)
         expected = [
             HostInfo(
-                name=n, outcome=o.get("outcome"), reason=str(o.get("reason") or ""), gpu_model=_gpu_model(run, n, facts)
+                name=n,
+                outcome=o.get("outcome"),
+                reason=str(o.get("reason") or ""),
+                gpu_model=_gpu_model(run, n, facts),
             )
             for n, o in outcomes.items()
         ]

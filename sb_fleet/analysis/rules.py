@@ -101,7 +101,10 @@ def load_rules(path: Path) -> RuleSet:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise RulesError(
-            path, loc, err["msg"], "a rules file is 'superbench: rules: NAME: {function, criteria, categories, metrics}'"
+            path,
+            loc,
+            err["msg"],
+            "a rules file is 'superbench: rules: NAME: {function, criteria, categories, metrics}'",
         ) from None
     rules: list[Rule] = []
     stored = {n for n, r in model.superbench.rules.items() if r.store}
@@ -110,7 +113,9 @@ def load_rules(path: Path) -> RuleSet:
         try:
             crit = parse_criteria(r.criteria)
         except CriteriaError as exc:
-            raise RulesError(path, where + ".criteria", f"rule {name!r}: {exc}", "see docs/analysis.md") from None
+            raise RulesError(
+                path, where + ".criteria", f"rule {name!r}: {exc}", "see docs/analysis.md"
+            ) from None
         if r.function == "multi_rules":
             if crit.param_kind != "mapping" and "lambda" in r.criteria and crit.keys == ():
                 pass  # a constant criteria; allowed
@@ -124,7 +129,9 @@ def load_rules(path: Path) -> RuleSet:
                 )
         else:
             if crit.param_kind == "mapping":
-                raise RulesError(path, where + ".criteria", f"rule {name!r}: only multi_rules criteria take a mapping")
+                raise RulesError(
+                    path, where + ".criteria", f"rule {name!r}: only multi_rules criteria take a mapping"
+                )
             if not r.metrics:
                 raise RulesError(path, where + ".metrics", f"rule {name!r} has no metrics")
         compiled = []
@@ -132,7 +139,9 @@ def load_rules(path: Path) -> RuleSet:
             try:
                 compiled.append(re.compile(pat))
             except re.error as exc:
-                raise RulesError(path, where + ".metrics", f"rule {name!r}: bad pattern {pat!r} ({exc})") from None
+                raise RulesError(
+                    path, where + ".metrics", f"rule {name!r}: bad pattern {pat!r} ({exc})"
+                ) from None
         rules.append(
             Rule(
                 name=name,
@@ -151,7 +160,7 @@ def match_metrics(rule: Rule, columns: list[str]) -> list[int]:
     """Indexes of the columns a rule covers, by SuperBench's matching (same benchmark, then exact or regex search)."""
     out: list[int] = []
     by_bench: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
-    for pat, rx in zip(rule.patterns, rule.compiled):
+    for pat, rx in zip(rule.patterns, rule.compiled, strict=True):
         by_bench.setdefault(pat.split("/")[0], []).append((pat, rx))
     for i, col in enumerate(columns):
         cands = by_bench.get(col.split("/")[0])
@@ -208,7 +217,9 @@ def apply_rules(
     for rule in ruleset.rules:
         check = f"rule:{rule.name}"
         if rule.function == "multi_rules":
-            counts = rule.criteria.evaluate({k: store_counts.get(k, np.zeros(n_hosts)) for k in rule.criteria.keys})
+            counts = rule.criteria.evaluate(
+                {k: store_counts.get(k, np.zeros(n_hosts)) for k in rule.criteria.keys}
+            )
             hit = np.broadcast_to(np.asarray(counts, dtype=bool), (n_hosts,))
             rows = np.nonzero(hit)[0]
             for row in rows:
@@ -229,21 +240,25 @@ def apply_rules(
                     ),
                 )
             summaries.append(
-                RuleSummary(rule.name, rule.function, rule.criteria.text, rule.categories, rule.store, 0, len(rows))
+                RuleSummary(
+                    rule.name, rule.function, rule.criteria.text, rule.categories, rule.store, 0, len(rows)
+                )
             )
             continue
         cols = match_metrics(rule, columns)
         bucket: dict[int, list[Issue]] = {} if rule.store else issues
         violated = np.zeros(n_hosts, dtype=np.int64)
         if not cols and rule.function != "failure_check":
-            warnings.append(f"rule {rule.name!r}: its metric patterns match no metric in the results: {list(rule.patterns)}")
+            warnings.append(
+                f"rule {rule.name!r}: its metric patterns match no metric in the results: {list(rule.patterns)}"
+            )
         if rule.function == "failure_check":
-            for pat, rx in zip(rule.patterns, rule.compiled):
+            for pat, rx in zip(rule.patterns, rule.compiled, strict=True):
                 first = next((c for c in cols if rx.search(columns[c])), None)
                 if first is None:
                     violated += 1
-                    for row in range(n_hosts):
-                        add(bucket, row, _miss(pat, check, rule.categories, "no benchmark result matches"))
+                    for every in range(n_hosts):
+                        add(bucket, every, _miss(pat, check, rule.categories, "no benchmark result matches"))
                     continue
                 absent = np.isnan(values[:, first])
                 violated += absent
@@ -277,6 +292,7 @@ def apply_rules(
             violated += hit
             for row in np.nonzero(hit)[0]:
                 v = float(col[row])
+                dev: float | None
                 if rule.function == "variance":
                     dev = float(arg[row])
                     detail = f"{metric}: value {v:.4g} vs baseline {ref:.4g} ({dev * 100:+.2f}%), criteria {rule.criteria.text}"

@@ -76,7 +76,7 @@ def column_stats(values: np.ndarray) -> ColumnStats:
     mn = np.where(counts > 0, s[0] if s.shape[0] else np.nan, np.nan)
     mx = sorted_quantiles(s, counts, [1.0])[0]
     return ColumnStats(
-        count=counts, mean=mean, std=std, min=mn, max=mx, percentiles=dict(zip(PERCENTILES, qs))
+        count=counts, mean=mean, std=std, min=mn, max=mx, percentiles=dict(zip(PERCENTILES, qs, strict=True))
     )
 
 

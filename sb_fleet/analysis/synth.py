@@ -198,11 +198,13 @@ def generate(
         row = matrix[i]
         drop = dropped.get(i, set())
         obj: dict[str, object] = {"node": h}
-        for name, v in zip(names, row):
+        for name, v in zip(names, row, strict=True):
             if name in drop:
                 continue
             obj[name] = int(v) if name.endswith("/return_code") else round(float(v), 6)
         lines.append(json.dumps(obj))
     order = rng.permutation(len(lines))
     lines = [lines[k] for k in order]
-    return SynthFleet(hosts=hosts, lines=lines, faults=faults, benign={hosts[i] for i in np.nonzero(benign_mask)[0]})
+    return SynthFleet(
+        hosts=hosts, lines=lines, faults=faults, benign={hosts[i] for i in np.nonzero(benign_mask)[0]}
+    )

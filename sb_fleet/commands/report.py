@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from sb_fleet.errors import UsageError
+from sb_fleet.errors import SbFleetError, UsageError
+
+if TYPE_CHECKING:
+    from sb_fleet.analysis.gates import Gates
 
 DEFAULT_OUT = Path("sb-fleet-report")
 
 
-def _gates_from_config(config: Path | None):  # type: ignore[no-untyped-def]
+def _gates_from_config(config: Path | None) -> Gates:
     from sb_fleet.analysis.gates import Gates
 
     if config is None:
@@ -35,16 +41,39 @@ def _gates_from_config(config: Path | None):  # type: ignore[no-untyped-def]
         raise ConfigError(config, loc, err["msg"], "see docs/analysis.md for the gates section") from None
 
 
+def _guarded(f: Callable[..., Any]) -> Callable[..., Any]:
+    """An sb-fleet error becomes one line on stderr and its exit code (2 for bad input)."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except SbFleetError as exc:
+            click.echo(f"sb-fleet: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper
+
+
 def _default_out(source: Path) -> Path:
     if source.is_dir() and (source / "manifest.json").is_file():
         return source
     return DEFAULT_OUT
 
 
-@click.option("-i", "--inventory", type=click.Path(path_type=Path), help="Ansible inventory: account for every host in it.")
+@click.option(
+    "-i",
+    "--inventory",
+    type=click.Path(path_type=Path),
+    help="Ansible inventory: account for every host in it.",
+)
 @click.option("--rules", type=click.Path(path_type=Path), help="SuperBench rules file (YAML).")
-@click.option("--baseline", type=click.Path(path_type=Path), help="SuperBench baseline (JSON: metric -> value).")
-@click.option("-c", "--config", type=click.Path(path_type=Path), help="sb-fleet config; its 'gates:' section is used.")
+@click.option(
+    "--baseline", type=click.Path(path_type=Path), help="SuperBench baseline (JSON: metric -> value)."
+)
+@click.option(
+    "-c", "--config", type=click.Path(path_type=Path), help="sb-fleet config; its 'gates:' section is used."
+)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -80,13 +109,17 @@ def _report(
             f"({result.gate.counted} counted, {result.gate.allowed_hosts} allowed)"
         )
         if result.problems:
-            click.echo(f"{len(result.problems)} malformed result line(s); first: {result.problems[0]}", err=True)
+            click.echo(
+                f"{len(result.problems)} malformed result line(s); first: {result.problems[0]}", err=True
+            )
         click.echo(f"report: {paths[1]}")
     sys.exit(result.exit_code)
 
 
 @click.option("--out", type=click.Path(path_type=Path), default=Path("baseline.json"), show_default=True)
-@click.option("--summary", type=click.Path(path_type=Path), help="Also write per-metric fleet statistics (JSON).")
+@click.option(
+    "--summary", type=click.Path(path_type=Path), help="Also write per-metric fleet statistics (JSON)."
+)
 @click.option(
     "--statistic",
     type=click.Choice(["median", "trimmed-mean"]),
@@ -107,7 +140,9 @@ def _baseline(source: Path, out: Path, summary: Path | None, statistic: str, per
     fleet = load_fleet(source)
     if not fleet.hosts:
         raise UsageError(f"{source}: no host results to make a baseline from")
-    base = make_baseline(fleet, statistic=statistic, per_rank=per_rank)  # type: ignore[arg-type]
+    base = make_baseline(
+        fleet, statistic="trimmed-mean" if statistic == "trimmed-mean" else "median", per_rank=per_rank
+    )
     atomic_write_text(out, json.dumps(base, indent=2) + "\n", mode=0o644)
     if summary is not None:
         atomic_write_text(summary, json.dumps(summarize(fleet), indent=2) + "\n", mode=0o644)
@@ -116,5 +151,5 @@ def _baseline(source: Path, out: Path, summary: Path | None, statistic: str, per
         click.echo(f"warning: {p}", err=True)
 
 
-report_cmd = click.command("report")(_report)
-baseline_cmd = click.command("baseline")(_baseline)
+report_cmd = click.command("report")(_guarded(_report))
+baseline_cmd = click.command("baseline")(_guarded(_baseline))

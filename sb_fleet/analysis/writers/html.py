@@ -30,7 +30,7 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
     by_col: dict[int, list[int]] = {}
     for row, col in result.flagged_cells:
         by_col.setdefault(col, []).append(row)
-    plots = []
+    plots: list[dict[str, Any]] = []
     for fam in result.families:
         cols = list(fam.columns)
         block = fleet.values[:, cols]
@@ -45,7 +45,7 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
         pad = (hi - lo) * 0.05
         lo, hi = float(lo - pad), float(hi + pad)
         counts, _ = np.histogram(np.clip(flat, lo, hi), bins=BINS, range=(lo, hi))
-        markers = []
+        markers: list[dict[str, Any]] = []
         for u, c in enumerate(cols):
             for row in by_col.get(c, ()):
                 v = float(block[row, u])

@@ -37,6 +37,7 @@ svg .bar { fill: #7ea6d8; } svg .median { stroke: #1d2430; stroke-dasharray: 3 2
 svg .limit { stroke: #b3261e; stroke-dasharray: 5 3; } svg .flag { fill: #d93025; stroke: #fff; cursor: pointer; }
 svg .axis { stroke: #9aa3ae; } svg text { font-size: 10px; fill: #5a6270; }
 #drill { position: sticky; top: 0; }
+.scroll { max-height: 420px; overflow-y: auto; }
 .controls { display: flex; gap: 8px; margin-bottom: 8px; }
 input, select { font: inherit; padding: 3px 6px; }
 code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
@@ -52,7 +53,7 @@ code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
 <div class="controls"><input id="q" placeholder="find a host (any verdict)" size="30">
 <select id="vf"><option value="">all verdicts</option><option>fail</option><option>incomplete</option><option>missing</option></select>
 <span id="shown" class="muted"></span></div>
-<table id="hosts"><thead><tr><th>Host</th><th>Verdict</th><th>Outcome</th><th>Categories</th><th>Main finding</th></tr></thead><tbody></tbody></table>
+<div class="scroll"><table id="hosts"><thead><tr><th>Host</th><th>Verdict</th><th>Outcome</th><th>Categories</th><th>Main finding</th></tr></thead><tbody></tbody></table></div>
 </section>
 <section><h2>Metric distributions</h2>
 <p class="muted">Histogram of every value of the family across the fleet (GPUs and NICs pooled); dashed black: fleet median; dashed red: fleet-check limit; red dots: flagged values (click for the host).</p>
@@ -209,7 +210,9 @@ code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
     });
     var t1 = sv("text", {x: L, y: H - 6}); t1.textContent = fmt(lo); s.appendChild(t1);
     var t2 = sv("text", {x: W - R, y: H - 6, "text-anchor": "end"}); t2.textContent = fmt(hi); s.appendChild(t2);
-    var t3 = sv("text", {x: x(p.center), y: T - 5, "text-anchor": "middle"}); t3.textContent = "median " + fmt(p.center); s.appendChild(t3);
+    var cx = x(p.center);
+    var anchor = cx < 60 ? "start" : (cx > W - 60 ? "end" : "middle");
+    var t3 = sv("text", {x: cx, y: T - 5, "text-anchor": anchor}); t3.textContent = "median " + fmt(p.center); s.appendChild(t3);
     p.markers.forEach(function (m, i) {
       var c = sv("circle", {"class": "flag", cx: x(m.v), cy: H - B - 6 - (i % 6) * 9, r: 4});
       var tt = sv("title", {}); tt.textContent = m.h + " " + m.m + " = " + fmt(m.v); c.appendChild(tt);
@@ -242,6 +245,9 @@ code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
     D.problems.forEach(function (p) { ul.appendChild(el("li", {"class": "mono"}, p.file + ":" + p.line + ": " + p.message)); });
     D.warnings.forEach(function (w) { ul.appendChild(el("li", null, w)); });
   }
+  // A link to report.html#host=NAME opens that host's drill-down.
+  var m = /^#host=(.+)$/.exec(window.location.hash);
+  if (m) { drill(decodeURIComponent(m[1])); }
   document.documentElement.setAttribute("data-plots", String(drawn));
   document.documentElement.setAttribute("data-ready", "1");
 })();

@@ -35,7 +35,7 @@ def build(result: ReportResult) -> dict[str, Any]:
         flagged.setdefault(col, set()).add(row)
     metrics: dict[str, Any] = {}
     for i, c in enumerate(fleet.columns):
-        m = result.stats.row(i)
+        m: dict[str, Any] = dict(result.stats.row(i))
         m["direction"] = {1: "higher", -1: "lower", 0: "unknown"}[fleet.directions.of(c)]
         m["unit"] = fleet.directions.unit(c)
         m["flagged_hosts"] = len(flagged.get(i, ()))

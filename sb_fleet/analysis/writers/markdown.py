@@ -56,11 +56,18 @@ def render(result: ReportResult) -> str:
 
     bad = sorted((h for h in result.hosts if h.verdict != "pass"), key=lambda h: (_ORDER[h.verdict], h.name))
     if bad:
-        lines += [f"## Hosts to act on ({len(bad)})", "", "| Host | Verdict | Categories | Main finding |", "|---|---|---|---|"]
+        lines += [
+            f"## Hosts to act on ({len(bad)})",
+            "",
+            "| Host | Verdict | Categories | Main finding |",
+            "|---|---|---|---|",
+        ]
         for h in bad[:MAX_HOST_ROWS]:
             top = issue_line(h.issues[0]) if h.issues else ""
             more = f" (+{len(h.issues) - 1} more)" if len(h.issues) > 1 else ""
-            lines.append(f"| {_cell(h.name)} | {h.verdict} | {_cell(', '.join(h.categories))} | {_cell(top + more)} |")
+            lines.append(
+                f"| {_cell(h.name)} | {h.verdict} | {_cell(', '.join(h.categories))} | {_cell(top + more)} |"
+            )
         if len(bad) > MAX_HOST_ROWS:
             lines.append(f"| ... | | | {len(bad) - MAX_HOST_ROWS} more in report.json / report.html |")
         lines.append("")
@@ -76,7 +83,12 @@ def render(result: ReportResult) -> str:
         lines += ["## All hosts passed", ""]
 
     if result.rule_summaries:
-        lines += ["## Rules", "", "| Rule | Function | Criteria | Metrics | Hosts violating |", "|---|---|---|---|---|"]
+        lines += [
+            "## Rules",
+            "",
+            "| Rule | Function | Criteria | Metrics | Hosts violating |",
+            "|---|---|---|---|---|",
+        ]
         for s in result.rule_summaries:
             store = " (store)" if s.store else ""
             lines.append(
@@ -94,5 +106,7 @@ def render(result: ReportResult) -> str:
         lines += ["## Warnings", ""]
         lines += [f"- {w}" for w in result.warnings]
         lines.append("")
-    lines.append("Files: report.json (all details), report.html (plots, per-host drill-down), junit.xml, quarantine.txt")
+    lines.append(
+        "Files: report.json (all details), report.html (plots, per-host drill-down), junit.xml, quarantine.txt"
+    )
     return "\n".join(lines) + "\n"

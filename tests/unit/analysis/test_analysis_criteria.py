@@ -116,4 +116,4 @@ def test_arbitrary_text_never_escapes(text: str) -> None:
 @given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6))
 def test_variance_criteria_agrees_with_python(x: float) -> None:
     assert parse_criteria("lambda x:x<-0.1")(x) == (x < -0.1)
-    assert parse_criteria("lambda x: abs(x) >= 2 and not x == 5")(x) == (abs(x) >= 2 and not x == 5)
+    assert parse_criteria("lambda x: abs(x) >= 2 and not x == 5")(x) == (abs(x) >= 2 and x != 5)

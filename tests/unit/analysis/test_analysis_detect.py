@@ -19,7 +19,9 @@ def flagged_rows(columns: list[str], values: np.ndarray) -> dict[int, list]:
     return detect(columns, values, Directions()).issues
 
 
-def per_gpu_fleet(rng: np.random.Generator, n_hosts: int, metric: str, base: float, host_sigma: float, gpu_sigma: float):
+def per_gpu_fleet(
+    rng: np.random.Generator, n_hosts: int, metric: str, base: float, host_sigma: float, gpu_sigma: float
+):
     host = rng.normal(0, host_sigma, size=(n_hosts, 1))
     gpu = rng.normal(0, gpu_sigma, size=(n_hosts, 8))
     cols = [f"{metric}:{g}" for g in range(8)]
@@ -54,7 +56,9 @@ def test_generated_fleet_recall_and_false_positives(tmp_path: Path, seed: int) -
 
 def test_one_gpu_4pct_slower_than_its_siblings_is_found_despite_a_wide_fleet_spread() -> None:
     rng = np.random.default_rng(7)
-    cols, vals = per_gpu_fleet(rng, 400, "gemm-flops/fp16_tc_flops", 280000.0, host_sigma=0.04, gpu_sigma=0.003)
+    cols, vals = per_gpu_fleet(
+        rng, 400, "gemm-flops/fp16_tc_flops", 280000.0, host_sigma=0.04, gpu_sigma=0.003
+    )
     vals[17, 5] *= 0.96
     issues = flagged_rows(cols, vals)
     assert list(issues) == [17]
@@ -98,7 +102,10 @@ def test_benign_sub_population_is_not_flagged() -> None:
     batch = rng.random(n) < 0.08  # a small second firmware batch, 1.5% slower
     perf = np.where(batch, 0.985, 1.0) * (1 + rng.normal(0, 0.002, size=n))
     vals = np.column_stack([27.2 * perf, 41.8 * perf * (1 + rng.normal(0, 0.002, size=n))])
-    cols = ["gpt_models/pytorch-gpt2-large/fp32_train_throughput", "gpt_models/pytorch-gpt2-large/fp16_train_throughput"]
+    cols = [
+        "gpt_models/pytorch-gpt2-large/fp32_train_throughput",
+        "gpt_models/pytorch-gpt2-large/fp16_train_throughput",
+    ]
     vals[5] *= 0.9
     issues = flagged_rows(cols, vals)
     assert list(issues) == [5]

@@ -69,7 +69,9 @@ def make_run(tmp: Path, rows: list[dict], hosts: list[str], **extra: object) -> 
     run.mkdir()
     (run / "manifest.json").write_text(json.dumps({"schema_version": 1}))
     (run / "results-summary.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run / "hosts.json").write_text(json.dumps({"schema_version": 1, "hosts": [{"name": h, "groups": ["gpu"]} for h in hosts]}))
+    (run / "hosts.json").write_text(
+        json.dumps({"schema_version": 1, "hosts": [{"name": h, "groups": ["gpu"]} for h in hosts]})
+    )
     for name, obj in extra.items():
         (run / name.replace("_json", ".json")).write_text(json.dumps(obj))
     return run
@@ -77,9 +79,19 @@ def make_run(tmp: Path, rows: list[dict], hosts: list[str], **extra: object) -> 
 
 def test_run_directory_accounts_for_every_host(tmp_path: Path) -> None:
     rows = [
-        {"node": "gpu001", "gemm-flops/fp16_flops:0": 1.0, "gemm-flops/return_code": 0, "mem-bw/return_code": 0},
+        {
+            "node": "gpu001",
+            "gemm-flops/fp16_flops:0": 1.0,
+            "gemm-flops/return_code": 0,
+            "mem-bw/return_code": 0,
+        },
         {"node": "gpu002", "gemm-flops/fp16_flops:0": 1.0, "gemm-flops/return_code": 124},
-        {"node": "gpu003", "gemm-flops/fp16_flops:0": 1.0, "gemm-flops/return_code": 0, "mem-bw/return_code": 0},
+        {
+            "node": "gpu003",
+            "gemm-flops/fp16_flops:0": 1.0,
+            "gemm-flops/return_code": 0,
+            "mem-bw/return_code": 0,
+        },
     ]
     outcomes = {
         "schema_version": 1,
@@ -91,7 +103,10 @@ def test_run_directory_accounts_for_every_host(tmp_path: Path) -> None:
         },
     }
     run = make_run(
-        tmp_path, rows, ["gpu001", "gpu002", "gpu003", "gpu004"], outcomes_json=outcomes,
+        tmp_path,
+        rows,
+        ["gpu001", "gpu002", "gpu003", "gpu004"],
+        outcomes_json=outcomes,
         plan_json={"benchmarks": ["gemm-flops", "mem-bw"]},
     )
     (run / "facts").mkdir()
@@ -111,7 +126,9 @@ def test_run_directory_accounts_for_every_host(tmp_path: Path) -> None:
 
 def test_metrics_json_overrides_the_name_table(tmp_path: Path) -> None:
     run = make_run(
-        tmp_path, [{"node": "a", "x/score:0": 1.0}], ["a"],
+        tmp_path,
+        [{"node": "a", "x/score:0": 1.0}],
+        ["a"],
         metrics_json={"x/score": {"unit": "s", "higher_is_better": False}},
     )
     fleet = load_fleet(run)
@@ -147,7 +164,16 @@ def test_direction_table(name: str, direction: int) -> None:
 def test_metric_name_parts() -> None:
     m = parse_metric("ib-loopback/ib_write_8388608_ib3_bw:0")
     assert (m.base, m.rank, m.family, m.unit, m.group) == (
-        "ib-loopback/ib_write_8388608_ib3_bw", 0, "ib-loopback/ib_write_8388608_ib#_bw", "ib3:0", "ib-loopback",
+        "ib-loopback/ib_write_8388608_ib3_bw",
+        0,
+        "ib-loopback/ib_write_8388608_ib#_bw",
+        "ib3:0",
+        "ib-loopback",
     )
     m = parse_metric("gpt_models/pytorch-gpt2-large/fp32_train_throughput")
-    assert (m.rank, m.unit, m.group, m.leaf) == (None, "", "gpt_models/pytorch-gpt2-large", "fp32_train_throughput")
+    assert (m.rank, m.unit, m.group, m.leaf) == (
+        None,
+        "",
+        "gpt_models/pytorch-gpt2-large",
+        "fp32_train_throughput",
+    )

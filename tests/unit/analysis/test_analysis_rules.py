@@ -26,12 +26,29 @@ def jsonl(tmp: Path, rows: list[dict]) -> Path:
 
 
 ROWS = [
-    {"node": "a", "mem-bw/h2d_bw:0": 26.0, "mem-bw/h2d_bw:1": 20.0, "kernel-launch/event_time:0": 0.0057,
-     "mem-bw/return_code": 0, "kernel-launch/return_code": 0},
-    {"node": "b", "mem-bw/h2d_bw:0": 23.0, "mem-bw/h2d_bw:1": 18.5, "kernel-launch/event_time:0": 0.0058,
-     "mem-bw/return_code": 0, "kernel-launch/return_code": 0},
-    {"node": "c", "mem-bw/h2d_bw:0": 26.5, "kernel-launch/event_time:0": 1.5,
-     "mem-bw/return_code": 0, "kernel-launch/return_code": 0},
+    {
+        "node": "a",
+        "mem-bw/h2d_bw:0": 26.0,
+        "mem-bw/h2d_bw:1": 20.0,
+        "kernel-launch/event_time:0": 0.0057,
+        "mem-bw/return_code": 0,
+        "kernel-launch/return_code": 0,
+    },
+    {
+        "node": "b",
+        "mem-bw/h2d_bw:0": 23.0,
+        "mem-bw/h2d_bw:1": 18.5,
+        "kernel-launch/event_time:0": 0.0058,
+        "mem-bw/return_code": 0,
+        "kernel-launch/return_code": 0,
+    },
+    {
+        "node": "c",
+        "mem-bw/h2d_bw:0": 26.5,
+        "kernel-launch/event_time:0": 1.5,
+        "mem-bw/return_code": 0,
+        "kernel-launch/return_code": 0,
+    },
 ]
 BASELINE = {"mem-bw/h2d_bw": 26.0, "mem-bw/h2d_bw:1": 20.0, "kernel-launch/event_time": 0.0057}
 RULES = """
@@ -75,7 +92,9 @@ def test_variance_and_value_rules(tmp_path: Path) -> None:
     assert len(kl) == 1 and kl[0].value == 1.5 and kl[0].category == "KernelLaunch"
     # The metric c lacks is a missed test (FailedTest), as in SuperBench.
     miss = [i for i in c if i.check == "rule:mem_bw"]
-    assert [(i.metric, i.category, i.severity) for i in miss] == [("mem-bw/h2d_bw:1", "FailedTest", "incomplete")]
+    assert [(i.metric, i.category, i.severity) for i in miss] == [
+        ("mem-bw/h2d_bw:1", "FailedTest", "incomplete")
+    ]
     summary = {s.name: s for s in r.rule_summaries}
     assert summary["mem_bw"].metrics == 2 and summary["mem_bw"].hosts_violating == 2
     assert summary["kernel_launch"].hosts_violating == 1
@@ -181,7 +200,12 @@ def test_metric_matching_is_superbench_regex_search_within_the_benchmark() -> No
         p = Path(d) / "r.yaml"
         p.write_text(ruleset_text)
         rs = load_rules(p)
-    cols = ["gemm-flops/fp16_tc_flops:0", "gemm-flops/fp16_flops:0", "mem-bw/fp16_tc_flops:0", "gemm-flops/fp16_tc_flops"]
+    cols = [
+        "gemm-flops/fp16_tc_flops:0",
+        "gemm-flops/fp16_flops:0",
+        "mem-bw/fp16_tc_flops:0",
+        "gemm-flops/fp16_tc_flops",
+    ]
     assert match_metrics(rs.rules[0], cols) == [0]
 
 
@@ -190,7 +214,14 @@ def test_reference_rules_file_loads_and_runs(tmp_path: Path) -> None:
         pytest.skip(f"reference data not found at {REF}")
     rs = load_rules(REF / "rule.yaml")
     assert [r.name for r in rs.rules] == [
-        "kernel_launch", "mem_bw", "gflops", "tensor_core", "rdma_loopback", "nccl", "model_throughput", "failure",
+        "kernel_launch",
+        "mem_bw",
+        "gflops",
+        "tensor_core",
+        "rdma_loopback",
+        "nccl",
+        "model_throughput",
+        "failure",
     ]
     baseline = json.loads((REF / "baseline.json").read_text())
     row = {"node": "n1"}
@@ -213,18 +244,36 @@ def test_reference_rules_file_loads_and_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "where", "msg"),
     [
-        ("superbench:\n  rules:\n    r:\n      function: value\n      criteria: 'lambda x: __import__(\"os\")'\n      categories: C\n      metrics: [a/b]\n",
-         "superbench.rules.r.criteria", "rule 'r'"),
-        ("superbench:\n  rules:\n    r:\n      function: vairance\n      criteria: 'lambda x:x>0'\n      categories: C\n      metrics: [a/b]\n",
-         "superbench.rules.r.function", "Input should be"),
-        ("superbench:\n  rules:\n    r:\n      function: value\n      criteria: 'lambda x:x>0'\n      categories: C\n      metrics: [a/b]\n      stroe: true\n",
-         "superbench.rules.r.stroe", "Extra inputs"),
-        ("superbench:\n  rules:\n    r:\n      function: value\n      criteria: 'lambda x:x>0'\n      metrics: [a/b]\n",
-         "superbench.rules.r.categories", "Field required"),
-        ("superbench:\n  rules:\n    m:\n      function: multi_rules\n      criteria: 'lambda l: l[\"nope\"] > 0'\n      categories: C\n",
-         "superbench.rules.m.criteria", "not a rule with 'store: true'"),
-        ("superbench:\n  rules:\n    r:\n      function: value\n      criteria: 'lambda x:x>0'\n      categories: C\n      metrics: ['a/(']\n",
-         "superbench.rules.r.metrics", "bad pattern"),
+        (
+            "superbench:\n  rules:\n    r:\n      function: value\n      criteria: 'lambda x: __import__(\"os\")'\n      categories: C\n      metrics: [a/b]\n",
+            "superbench.rules.r.criteria",
+            "rule 'r'",
+        ),
+        (
+            "superbench:\n  rules:\n    r:\n      function: vairance\n      criteria: 'lambda x:x>0'\n      categories: C\n      metrics: [a/b]\n",
+            "superbench.rules.r.function",
+            "Input should be",
+        ),
+        (
+            "superbench:\n  rules:\n    r:\n      function: value\n      criteria: 'lambda x:x>0'\n      categories: C\n      metrics: [a/b]\n      stroe: true\n",
+            "superbench.rules.r.stroe",
+            "Extra inputs",
+        ),
+        (
+            "superbench:\n  rules:\n    r:\n      function: value\n      criteria: 'lambda x:x>0'\n      metrics: [a/b]\n",
+            "superbench.rules.r.categories",
+            "Field required",
+        ),
+        (
+            "superbench:\n  rules:\n    m:\n      function: multi_rules\n      criteria: 'lambda l: l[\"nope\"] > 0'\n      categories: C\n",
+            "superbench.rules.m.criteria",
+            "not a rule with 'store: true'",
+        ),
+        (
+            "superbench:\n  rules:\n    r:\n      function: value\n      criteria: 'lambda x:x>0'\n      categories: C\n      metrics: ['a/(']\n",
+            "superbench.rules.r.metrics",
+            "bad pattern",
+        ),
         ("superbench: [1, 2\n", "line", "not valid YAML"),
     ],
 )
