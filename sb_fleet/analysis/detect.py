@@ -97,6 +97,8 @@ def category_of(metric: str) -> str:
 
 
 def _quiet_nanmedian(a: np.ndarray, axis: int | None = None) -> np.ndarray:
+    if not np.isnan(a).any():
+        return np.median(a, axis=axis)  # much faster than nanmedian, and the usual case
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nanmedian(a, axis=axis)

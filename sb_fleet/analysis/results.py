@@ -109,10 +109,11 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
     col_idx: dict[str, int] = {}
     hosts: list[str] = []
     first_line: dict[str, int] = {}
-    layouts: dict[
-        tuple[str, ...], tuple[int, np.ndarray]
-    ] = {}  # keys -> (position of "node", column indexes)
-    rows: list[tuple[np.ndarray, np.ndarray]] = []  # (column indexes, values) per host
+    # keys -> (position of "node", column indexes, host rows, value lists)
+    layouts: dict[tuple[str, ...], tuple[int, np.ndarray, list[int], list[list[Any]]]] = {}
+    odd_rows: list[
+        tuple[int, np.ndarray, np.ndarray]
+    ] = []  # rows with a non-numeric value: (row, cols, values)
     loads = _loader()
 
     def columns_for(keys: list[str]) -> np.ndarray:
@@ -149,26 +150,19 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
             )
             continue
         first_line[node] = lineno
+        row = len(hosts)
         hosts.append(node)
         keys = tuple(obj)
         vals = list(obj.values())
         layout = layouts.get(keys)
         if layout is None:
             pos = keys.index("node")
-            layout = layouts[keys] = (pos, columns_for([k for k in keys if k != "node"]))
-        pos, cols = layout
+            layout = layouts[keys] = (pos, columns_for([k for k in keys if k != "node"]), [], [])
+        pos, cols, rows_of, vals_of = layout
         del vals[pos]
         if set(map(type, vals)) <= _NUMERIC:
-            arr = np.array(vals, dtype=float)
-            if np.isinf(arr).any():
-                bad_at = np.nonzero(np.isinf(arr))[0]
-                problems.append(
-                    _bad_values(name, lineno, node, [(keys_wo(keys, pos)[j], vals[j]) for j in bad_at])
-                )
-                keep = ~np.isinf(arr)
-                rows.append((cols[keep], arr[keep]))
-            else:
-                rows.append((cols, arr))
+            rows_of.append(row)
+            vals_of.append(vals)
             continue
         # Slow path: some value is not a number. Keep the numbers, report the rest.
         kk = keys_wo(keys, pos)
@@ -185,12 +179,25 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
                 bad.append((kk[j], v))
         if bad:
             problems.append(_bad_values(name, lineno, node, bad))
-        rows.append((np.array(good_c, dtype=np.int64), np.array(good_v, dtype=float)))
+        odd_rows.append((row, np.array(good_c, dtype=np.int64), np.array(good_v, dtype=float)))
     columns = list(col_idx)
     matrix = np.full((len(hosts), len(columns)), np.nan)
-    for h, (cols_h, vals_h) in enumerate(rows):
+    for keys, (pos, cols, rows_of, vals_of) in layouts.items():
+        if not rows_of or not len(cols):
+            continue
+        block = np.array(vals_of, dtype=float)  # one conversion per layout, not one per line
+        inf = np.isinf(block)
+        if inf.any():
+            kk = keys_wo(keys, pos)
+            for r, j in zip(*np.nonzero(inf), strict=True):
+                host = hosts[rows_of[r]]
+                problems.append(_bad_values(name, first_line[host], host, [(kk[j], float(block[r, j]))]))
+            block[inf] = np.nan
+        matrix[np.ix_(np.asarray(rows_of), cols)] = block
+    for row, cols_h, vals_h in odd_rows:
         if len(cols_h):
-            matrix[h, cols_h] = vals_h
+            matrix[row, cols_h] = vals_h
+    problems.sort(key=lambda p: p.line)
     return hosts, columns, matrix, problems
 
 

@@ -66,10 +66,6 @@ class SynthFleet:
         return [h for h in self.hosts if h not in self.faults]
 
 
-def _family_sigmas(rng: np.random.Generator, names: list[str]) -> dict[str, float]:
-    return {n: float(rng.uniform(0.003, 0.03)) for n in names}
-
-
 def generate(
     n_hosts: int,
     seed: int,
@@ -147,7 +143,16 @@ def generate(
     for bench, precs in MODELS.items():
         for prec, base in precs.items():
             cols[f"{bench}/{prec}_train_throughput"] = per_host(f"{bench}/{prec}", base, higher=True)
-    for b in ("kernel-launch", "gemm-flops", "mem-bw", "ib-loopback", "nccl-bw"):
+    # cpu-memory-bw-latency: host-level
+    for leaf, base, higher in (
+        ("mem_read_bw", 170.0, True),
+        ("mem_write_bw", 95.0, True),
+        ("mem_copy_bw", 120.0, True),
+        ("mem_read_lat_ns", 110.0, False),
+        ("mem_write_lat_ns", 95.0, False),
+    ):
+        cols[f"cpu-memory-bw-latency/{leaf}"] = per_host(f"cpu-memory-bw-latency/{leaf}", base, higher=higher)
+    for b in ("kernel-launch", "gemm-flops", "mem-bw", "ib-loopback", "nccl-bw", "cpu-memory-bw-latency"):
         rcs[f"{b}/return_code"] = np.zeros(n_hosts)
     for bench in MODELS:
         rcs[f"{bench}/return_code"] = np.zeros(n_hosts)

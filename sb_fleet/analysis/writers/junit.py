@@ -6,6 +6,7 @@ verdict; a non-passing host the policy does not count is ``<skipped>``.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
 
@@ -13,9 +14,12 @@ if TYPE_CHECKING:
     from sb_fleet.analysis.api import ReportResult
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
 def _clean(text: str) -> str:
     # XML 1.0 forbids most control characters, which a host name or value could carry.
-    return "".join(ch if ch in "\t\n\r" or ord(ch) >= 0x20 else "?" for ch in text)
+    return _CONTROL.sub("?", text)
 
 
 def render(result: ReportResult) -> str:
