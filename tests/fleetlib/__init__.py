@@ -1,0 +1,215 @@
+"""A real SSH fleet on loopback for tests and benchmarks (see shared ENVIRONMENT.md).
+
+Every address 127.0.0.x is a distinct "host". ``SshFleet`` starts either one
+sshd per host (so a test can kill, stop or firewall one host alone) or a
+single sshd on 0.0.0.0 answering every address (hundreds of hosts on two
+cores). Hosts log in as a dedicated unprivileged user with ``/bin/sh``.
+The fleet writes its own known_hosts and an Ansible inventory; it stops only
+the processes it started, by pid.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+USER = "sbtest"
+SSHD = "/usr/sbin/sshd"
+
+
+def ensure_user(user: str = USER) -> pwd.struct_passwd:
+    """The unprivileged login user, created (and unlocked) if missing."""
+    try:
+        return pwd.getpwnam(user)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/sh", user], check=True, capture_output=True)
+        # useradd leaves the account locked; sshd without PAM refuses locked accounts.
+        subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
+        return pwd.getpwnam(user)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ssh(addr: str, port: int, timeout: float = 20.0) -> None:
+    """Poll until an sshd answers with its banner (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((addr, port), timeout=1) as s:
+                if s.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError as exc:
+            last = exc
+        time.sleep(0.05)
+    raise TimeoutError(f"sshd on {addr}:{port} not ready after {timeout}s ({last})")
+
+
+@dataclass
+class FleetHost:
+    name: str
+    addr: str
+    port: int
+    workspace: str
+    proc: subprocess.Popen | None = None
+    extra_vars: dict[str, str] = field(default_factory=dict)
+
+
+class SshFleet:
+    def __init__(self, n: int, *, base: int = 10, shared_sshd: bool = False, python: str | None = None,
+                 root: Path | None = None, subnet: str = "127.0.1"):
+        self.n = n
+        self.shared = shared_sshd
+        self.python = python or sys.executable
+        self.dir = Path(root or tempfile.mkdtemp(prefix="sbf-fleet-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o755)
+        self.subnet = subnet
+        self.base = base
+        self.user = ensure_user()
+        self.hosts: list[FleetHost] = []
+        self.procs: list[subprocess.Popen] = []
+        self.ws_root = Path(self.user.pw_dir) / f"ws-{self.dir.name}"
+
+    # -- keys and config -------------------------------------------------------------------------
+    def _keys(self) -> None:
+        for name in ("hostkey", "client"):
+            p = self.dir / name
+            if not p.exists():
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(p)], check=True)
+        shutil.copy(self.dir / "client.pub", self.dir / "authorized_keys")
+        os.chmod(self.dir / "authorized_keys", 0o644)
+        os.chmod(self.dir / "hostkey", 0o600)
+
+    def _sshd_config(self) -> Path:
+        cfg = self.dir / "sshd_config"
+        cfg.write_text(
+            f"HostKey {self.dir / 'hostkey'}\n"
+            f"AuthorizedKeysFile {self.dir / 'authorized_keys'}\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+            "PidFile none\nSubsystem sftp /usr/lib/openssh/sftp-server\nMaxStartups 1000:30:2000\n"
+            f"AllowUsers {USER}\nLogLevel ERROR\nMaxSessions 100\n"
+        )
+        return cfg
+
+    def addr(self, i: int) -> str:
+        return f"{self.subnet}.{self.base + i}" if self.base + i < 255 else \
+            f"127.{1 + (self.base + i) // 250}.{(self.base + i) // 250 % 250}.{(self.base + i) % 250 + 1}"
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> SshFleet:
+        if not Path(SSHD).exists():
+            raise RuntimeError("openssh-server is not installed (apt-get install -y openssh-server)")
+        Path("/run/sshd").mkdir(exist_ok=True)
+        self._keys()
+        cfg = self._sshd_config()
+        shared_port = free_port() if self.shared else None
+        if self.shared:
+            self.procs.append(self._sshd(cfg, f"0.0.0.0:{shared_port}", "shared"))
+        for i in range(self.n):
+            addr = self.addr(i)
+            port = shared_port or free_port()
+            h = FleetHost(f"host{i + 1:03d}", addr, port, str(self.ws_root / f"host{i + 1:03d}"))
+            if not self.shared:
+                h.proc = self._sshd(cfg, f"{addr}:{port}", h.name)
+                self.procs.append(h.proc)
+            self.hosts.append(h)
+        for h in self.hosts if not self.shared else self.hosts[:1]:
+            wait_ssh(h.addr, h.port)
+        self.write_known_hosts()
+        self._check_python()
+        return self
+
+    def _sshd(self, cfg: Path, listen: str, tag: str) -> subprocess.Popen:
+        return subprocess.Popen([SSHD, "-D", "-f", str(cfg), "-o", f"ListenAddress={listen}",
+                                 "-E", str(self.dir / f"sshd-{tag}.log")], stdin=subprocess.DEVNULL)
+
+    def _check_python(self) -> None:
+        r = subprocess.run(["runuser", "-u", USER, "--", self.python, "-c", "import torch"], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            raise RuntimeError(
+                f"the test user {USER} cannot run {self.python} with torch ({r.stderr.strip()[-200:]}); build the "
+                f"venv from a system Python in a world-readable path (make setup does)")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.ws_root, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- per-host faults ----------------------------------------------------------------------------
+    def kill(self, name: str) -> None:
+        h = self.host(name)
+        if h.proc is None:
+            raise RuntimeError("per-host faults need one sshd per host (shared_sshd=False)")
+        h.proc.terminate()
+        h.proc.wait(timeout=5)
+
+    def revive(self, name: str) -> None:
+        h = self.host(name)
+        h.proc = self._sshd(self.dir / "sshd_config", f"{h.addr}:{h.port}", h.name)
+        self.procs.append(h.proc)
+        wait_ssh(h.addr, h.port)
+
+    def host(self, name: str) -> FleetHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    # -- client side files -----------------------------------------------------------------------------
+    @property
+    def known_hosts(self) -> Path:
+        return self.dir / "known_hosts"
+
+    @property
+    def client_key(self) -> Path:
+        return self.dir / "client"
+
+    def write_known_hosts(self) -> None:
+        pub = (self.dir / "hostkey.pub").read_text().split()
+        lines = [f"[{h.addr}]:{h.port} {pub[0]} {pub[1]}" for h in self.hosts]
+        self.known_hosts.write_text("\n".join(lines) + "\n")
+
+    def inventory(self, extra_hosts: list[tuple[str, str, int]] | None = None, name: str = "inventory.ini",
+                  host_vars: dict[str, dict[str, str]] | None = None) -> Path:
+        """An INI inventory of the fleet; ``extra_hosts`` (name, addr, port) adds hosts that may not exist."""
+        lines = ["[gpu]"]
+        rows = [(h.name, h.addr, h.port, h.workspace) for h in self.hosts]
+        rows += [(n, a, p, str(self.ws_root / n)) for n, a, p in (extra_hosts or [])]
+        for n, a, p, ws in rows:
+            extra = " ".join(f"{k}={v}" for k, v in (host_vars or {}).get(n, {}).items())
+            lines.append(f"{n} ansible_host={a} ansible_port={p} sb_workspace={ws} {extra}".rstrip())
+        lines += ["", "[gpu:vars]", f"ansible_user={USER}", f"ansible_ssh_private_key_file={self.client_key}",
+                  "ansible_python_interpreter=/usr/bin/python3", f"sb_python={self.python}"]
+        path = self.dir / name
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def config(self, body: str, name: str = "config.yaml") -> Path:
+        """A config file whose fleet section points at this fleet's known_hosts."""
+        path = self.dir / name
+        path.write_text(body.replace("@KNOWN_HOSTS@", str(self.known_hosts)))
+        return path

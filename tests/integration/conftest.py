@@ -1,0 +1,71 @@
+"""Fixtures that start a real SSH fleet on loopback (tests/fleetlib)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fleetlib import SshFleet  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SB_FLEET = str(Path(sys.executable).parent / "sb-fleet")
+
+# Small CPU config for the fleet: one thread per benchmark process, since every "host" shares two cores.
+FLEET_CONFIG = """\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  python: /usr/bin/python3
+  venv: true
+  install_requirements: never
+  default_timeout: 120
+  forks: 32
+superbench:
+  var:
+    cpu_local: &cpu_local
+      enable: true
+      modes:
+        - name: local
+          proc_num: 1
+          parallel: no
+          env: {OMP_NUM_THREADS: 1}
+  benchmarks:
+    gemm-flops:
+      <<: *cpu_local
+      timeout: 120
+      parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, precision: [fp64, fp32]}
+"""
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the loopback SSH fleet needs root (useradd, sshd); CI runs as root")
+
+
+@pytest.fixture(scope="session")
+def fleet():
+    """Four real sshd hosts on 127.0.1.10-13, one sshd each, as an unprivileged user."""
+    _need_root()
+    # Not under pytest's tmp dir: that is private to root, and sshd reads authorized_keys as the user.
+    f = SshFleet(4, base=10)
+    f.start()
+    yield f
+    f.cleanup()
+
+
+@pytest.fixture
+def fleet_config(fleet: SshFleet):
+    return fleet.config(FLEET_CONFIG)
+
+
+def sb_fleet(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real console script, as a user would."""
+    return subprocess.run([SB_FLEET, *args, "--quiet"] if args and args[0] in
+                          ("deploy", "run", "collect", "validate") else [SB_FLEET, *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
+                          env={**os.environ, **(env or {})})
