@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Set up everything sb-fleet and its tests need on a fresh Debian machine:
+# the Debian packages listed in .ci/apt-packages.txt (when run as root) and
+# the Python venv .venv with sb-fleet, its test tools and the on-host suite
+# (torch, torchvision, transformers). Safe to run again: it skips what is done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_apt() { grep -v '^\s*#' .ci/apt-packages.txt | awk 'NF {print $1}'; }
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  for p in $(want_apt); do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+else
+  echo "setup: not root: skipping Debian packages (${PWD}/.ci/apt-packages.txt); the SSH fleet tests need them"
+fi
+
+# A system Python (not a per-user pyenv): the test fleet's unprivileged login user runs the suite with it.
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for c in /usr/bin/python3 python3; do command -v "$c" >/dev/null && { PY=$c; break; }; done
+fi
+stamp=.venv/.sb-fleet-setup
+digest=$(cat pyproject.toml benchmarks/pyproject.toml benchmarks/requirements.txt | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] && .venv/bin/python -c 'import sb_fleet, sb_bench, torch' 2>/dev/null; then
+  echo "setup: .venv is up to date"
+  exit 0
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+echo "setup: installing sb-fleet, test tools and the on-host suite into .venv (torch takes a few minutes)"
+.venv/bin/pip install -q -e ".[test]" -e ./benchmarks
+echo "$digest" > "$stamp"
+echo "setup: done"
