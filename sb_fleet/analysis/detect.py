@@ -47,7 +47,9 @@ class DetectionSettings:
     combined_threshold: float = 5.0  # robust sigmas, combined score
     min_deviation: float = 0.03  # fleet check: at least 3% worse than the fleet median
     sibling_min_deviation: float = 0.025  # sibling check: at least 2.5% worse than the siblings
-    combined_min_deviation: float = 0.02  # combined checks: mean deviation at least 2%
+    combined_min_deviation: float = (
+        0.02  # combined sibling check: mean deviation at least 2% (fleet: min_deviation)
+    )
     min_hosts: int = 8  # fewer hosts than this: no fleet statistics
 
 
@@ -238,8 +240,19 @@ def detect(
                     sibling_limit=sib_limit,
                 )
             )
-        _combined(comb_fleet, "fleet-combined", "the fleet", settings, add_issue)
-        _combined(comb_sib, "sibling-combined", "its siblings on this host", settings, add_issue)
+        # Against the fleet, a benign sub-population shifts every metric of its hosts together, which
+        # averaging does not shrink: the combined fleet check keeps the single fleet check's limits.
+        fleet_min = max(settings.combined_min_deviation, settings.min_deviation)
+        fleet_k = max(settings.combined_threshold, settings.threshold)
+        _combined(comb_fleet, "fleet-combined", "the fleet", fleet_k, fleet_min, add_issue)
+        _combined(
+            comb_sib,
+            "sibling-combined",
+            "its siblings on this host",
+            settings.combined_threshold,
+            settings.combined_min_deviation,
+            add_issue,
+        )
     return out
 
 
@@ -247,7 +260,8 @@ def _combined(
     parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]],
     check: str,
     against: str,
-    settings: DetectionSettings,
+    threshold: float,
+    min_deviation: float,
     add_issue: object,
 ) -> None:
     # Group the (group, unit) keys by group, so the combined score's spread is pooled over units.
@@ -272,7 +286,7 @@ def _combined(
             continue
         score = score - float(_quiet_nanmedian(score))
         mean = np.vstack(means)
-        hit = (score > settings.combined_threshold * sigma) & (mean > settings.combined_min_deviation)
+        hit = (score > threshold * sigma) & (mean > min_deviation)
         for ui, r in zip(*np.nonzero(hit), strict=True):
             unit, lst = units[ui]
             where = f"GPU/NIC {unit}" if unit else "the host"
