@@ -9,6 +9,7 @@ or inject into the playbook.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -74,8 +75,9 @@ def step_spec(run_id: str, step: Step) -> dict:
 
 def runner_args(run_id: str, step: Step, master_port: int) -> list[str]:
     # The spec travels inline in argv (no secrets in it): one task per host and step, no file copy.
+    # Base64, so neither Ansible's templating nor any shell can read anything into it.
     spec = json.dumps(step_spec(run_id, step), separators=(",", ":"), sort_keys=True)
-    return ["-m", "sb_bench.runner", "--spec-json", spec, "--results", f"runs/{run_id}/results",
+    return ["-m", "sb_bench.runner", "--spec-b64", base64.b64encode(spec.encode()).decode(), "--results", f"runs/{run_id}/results",
             "--master-port", str(master_port)]
 
 

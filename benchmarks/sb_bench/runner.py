@@ -22,6 +22,7 @@ It does not import torch: a host whose torch is broken still reports why.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shlex
@@ -340,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--spec", type=Path, help="the step spec (JSON file) rendered by sb-fleet")
     src.add_argument("--spec-json", help="the step spec inline (saves a file transfer per host and step)")
+    src.add_argument("--spec-b64", help="the step spec inline, base64 of its JSON (no characters any template "
+                                        "engine or shell could interpret)")
     ap.add_argument("--results", required=True, type=Path, help="directory for results and status.json")
     ap.add_argument("--host", default="", help="inventory name of this host (recorded in status.json)")
     ap.add_argument("--resume", action="store_true", help="skip entries that already finished ok")
@@ -352,7 +355,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local-addr")
     args = ap.parse_args(argv)
     try:
-        spec = load_spec(args.spec) if args.spec else parse_spec(args.spec_json, "--spec-json")
+        if args.spec:
+            spec = load_spec(args.spec)
+        elif args.spec_b64:
+            try:
+                text = base64.b64decode(args.spec_b64, validate=True).decode()
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise SpecError(f"--spec-b64 is not base64 of UTF-8 ({exc})") from exc
+            spec = parse_spec(text, "--spec-b64")
+        else:
+            spec = parse_spec(args.spec_json, "--spec-json")
         args.results = args.results.expanduser().absolute()
         args.results.mkdir(parents=True, exist_ok=True)
         write_result(args.results / f"spec-{spec.get('step', 'step')}.json", spec)

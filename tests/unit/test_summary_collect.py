@@ -1,0 +1,118 @@
+"""Normalization (raw rank files -> results-summary.jsonl) and the collector's pure parts."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from sb_fleet.collect import local_digests, missing, parse_listing, safe_rel, sh_path, store_member
+from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.outcomes import exit_code, merge, save_stage
+from sb_fleet.rundir import RunDir, atomic_write_text, safe_name
+from sb_fleet.summary import summarize_host, summary_line
+
+
+def rank(d: Path, r: int, result: dict, reduce_op: dict | None = None, rc: int = 0, status: str = "ok") -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"rank{r}.json").write_text(json.dumps({
+        "name": "x", "type": "micro", "run_count": 2, "return_code": rc, "status": status, "reason": "why" if rc else "",
+        "result": {**result, "return_code": [rc]}, "reduce_op": reduce_op or {},
+        "metrics": {k: {"unit": "GB/s", "higher_is_better": True} for k in result}}))
+
+
+def test_ranks_get_suffixes_or_reduce_and_runs_are_averaged(tmp_path):
+    res = tmp_path / "results"
+    rank(res / "mem-bw", 0, {"h2d_bw": [10.0, 12.0]})
+    rank(res / "mem-bw", 1, {"h2d_bw": [20.0, 20.0]})
+    rank(res / "nccl-bw", 0, {"allreduce_1024_busbw": [5.0]}, {"allreduce_1024_busbw": "min"})
+    rank(res / "nccl-bw", 1, {"allreduce_1024_busbw": [3.0]}, {"allreduce_1024_busbw": "min"})
+    rank(res / "gpt_models" / "pytorch-gpt2-small", 0, {"fp32_train_throughput": [7.0]})
+    hr = summarize_host("gpu01", tmp_path)
+    assert hr.record == {
+        "mem-bw/h2d_bw:0": 11.0, "mem-bw/h2d_bw:1": 20.0, "mem-bw/return_code": 0,
+        "nccl-bw/allreduce_1024_busbw": 3.0, "nccl-bw/return_code": 0,
+        "gpt_models/pytorch-gpt2-small/fp32_train_throughput": 7.0, "gpt_models/pytorch-gpt2-small/return_code": 0,
+    }
+    line = json.loads(summary_line(hr))
+    assert line["node"] == "gpu01"
+    assert hr.metrics_meta["mem-bw/h2d_bw"] == {"unit": "GB/s", "higher_is_better": True}
+
+
+def test_corrupt_file_costs_only_its_benchmark(tmp_path):
+    res = tmp_path / "results"
+    rank(res / "gemm-flops", 0, {"fp32_flops": [100.0]})
+    (res / "mem-bw").mkdir()
+    (res / "mem-bw" / "rank0.json").write_text('{"name": "mem-bw", "result": {"h2d')
+    rank(res / "kernel-launch", 0, {}, rc=124, status="timeout")
+    hr = summarize_host("h", tmp_path)
+    assert hr.record["gemm-flops/fp32_flops"] == 100.0
+    assert hr.record["mem-bw/return_code"] == 3
+    assert hr.record["kernel-launch/return_code"] == 124
+    assert hr.statuses["kernel-launch"]["status"] == "timeout"
+    assert any("mem-bw" in p and "corrupt" in p for p in hr.problems)
+
+
+def test_listing_parser_rejects_paths_that_escape():
+    digest = "a" * 64
+    text = "\n".join([f"{digest}  ./gemm-flops/rank0.json", f"{digest}  ../../etc/passwd", f"{digest}  /abs",
+                      f"{digest}  ./x/.rank0.json.tmp", "garbage", f"{digest}  ./-rf"])
+    assert parse_listing(text) == {"gemm-flops/rank0.json": digest}
+    assert safe_rel("a/../b") is None and safe_rel("a/b") == "a/b"
+
+
+def test_remote_paths_are_quoted_for_the_shell():
+    assert sh_path("~/ws; rm -rf /") == "\"$HOME\"/'ws; rm -rf /'"
+    assert sh_path("/x/$(id)") == "'/x/$(id)'"
+    assert sh_path("~") == '"$HOME"'
+
+
+def test_store_member_verifies_checksum_and_leaves_nothing_on_mismatch(tmp_path):
+    import hashlib
+
+    data = b"hello"
+    good = hashlib.sha256(data).hexdigest()
+    assert store_member(tmp_path, "a/b.json", io.BytesIO(data), good)
+    assert (tmp_path / "a" / "b.json").read_bytes() == data
+    assert not store_member(tmp_path, "a/c.json", io.BytesIO(b"truncat"), good)
+    assert not (tmp_path / "a" / "c.json").exists()
+    assert not list(tmp_path.rglob("*.part"))
+    assert missing({"a/b.json": good, "a/c.json": good}, local_digests(tmp_path)) == ["a/c.json"]
+
+
+def test_outcomes_merge_to_the_worst_stage_and_exit_codes(tmp_path):
+    rd = RunDir.create(tmp_path / "run")
+    save_stage(rd, "deploy", {"a": HostOutcome("a", "deploy", Outcome.OK),
+                              "b": HostOutcome("b", "deploy", Outcome.UNREACHABLE, "down")})
+    save_stage(rd, "benchmarks", {"a": HostOutcome("a", "benchmarks", Outcome.TIMEOUT, "slow")})
+    m = merge(rd, ["a", "b", "c"])
+    assert m["a"]["outcome"] == "timeout" and m["a"]["reason"] == "slow"
+    assert m["b"]["outcome"] == "unreachable"
+    assert m["c"]["outcome"] == "pending"  # never silently dropped
+    assert exit_code(m) == 3
+    assert exit_code({"a": m["a"]}) == 1
+    assert exit_code({"a": {"outcome": "ok"}}, gate_passed=False) == 1
+    assert exit_code({"a": {"outcome": "ok"}}, gate_passed=True) == 0
+
+
+def test_run_dir_is_private_versioned_and_atomic(tmp_path):
+    rd = RunDir.create(tmp_path / "r")
+    assert oct(rd.path.stat().st_mode & 0o777) == "0o700"
+    assert RunDir.open(rd.path).manifest()["schema_version"] == 1
+    m = json.loads((rd.path / "manifest.json").read_text())
+    m["schema_version"] = 99
+    (rd.path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(Exception, match="newer"):
+        RunDir.open(rd.path)
+    atomic_write_text(tmp_path / "f.txt", "x")
+    assert oct((tmp_path / "f.txt").stat().st_mode & 0o777) == "0o600"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_safe_name_keeps_host_dirs_inside_raw():
+    assert safe_name("gpu001") == "gpu001"
+    for evil in ("../x", "a/b", "..", "a;touch /tmp/x"):
+        n = safe_name(evil)
+        assert "/" not in n and n not in (".", "..") and n != evil
