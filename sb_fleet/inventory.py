@@ -19,7 +19,9 @@ from typing import Any
 
 from sb_fleet.errors import InventoryError
 
-SECRET_VAR = re.compile(r"(pass(word)?|passphrase|token|secret|credential|api_?key)$|^ansible_become_pass", re.I)
+SECRET_VAR = re.compile(
+    r"(pass(word)?|passphrase|token|secret|credential|api_?key)$|^ansible_become_pass", re.I
+)
 
 # Variables sb-fleet reads from an inventory (documented in the README).
 SB_VARS = ("sb_workspace", "sb_python")
@@ -84,7 +86,9 @@ class Inventory:
         return {
             "schema_version": 1,
             "sources": list(self.sources),
-            "hosts": [{"name": h.name, "groups": list(h.groups), "vars": h.public_vars()} for h in self.hosts],
+            "hosts": [
+                {"name": h.name, "groups": list(h.groups), "vars": h.public_vars()} for h in self.hosts
+            ],
         }
 
 
@@ -118,13 +122,30 @@ def load_inventory(path: str | Path | list[str | Path]) -> Inventory:
         hosts = []
         for h in inv.get_hosts("all"):
             hv = varman.get_vars(host=h, include_hostvars=False)
-            keep = {k: v for k, v in hv.items() if not k.startswith(("ansible_play", "group_names", "groups",
-                                                                      "inventory_", "omit", "playbook_dir"))}
-            keep = {k: _plain(v) for k, v in keep.items() if k not in ("ansible_version", "ansible_check_mode",
-                                                                      "ansible_diff_mode", "ansible_forks",
-                                                                      "ansible_config_file", "ansible_verbosity",
-                                                                      "ansible_run_tags", "ansible_skip_tags",
-                                                                      "ansible_inventory_sources", "ansible_facts")}
+            keep = {
+                k: v
+                for k, v in hv.items()
+                if not k.startswith(
+                    ("ansible_play", "group_names", "groups", "inventory_", "omit", "playbook_dir")
+                )
+            }
+            keep = {
+                k: _plain(v)
+                for k, v in keep.items()
+                if k
+                not in (
+                    "ansible_version",
+                    "ansible_check_mode",
+                    "ansible_diff_mode",
+                    "ansible_forks",
+                    "ansible_config_file",
+                    "ansible_verbosity",
+                    "ansible_run_tags",
+                    "ansible_skip_tags",
+                    "ansible_inventory_sources",
+                    "ansible_facts",
+                )
+            }
             groups = tuple(sorted(g.name for g in h.get_groups() if g.name not in ("all", "ungrouped")))
             hosts.append(Host(h.name, groups, keep))
     except AnsibleError as exc:
@@ -132,10 +153,16 @@ def load_inventory(path: str | Path | list[str | Path]) -> Inventory:
         detail = _parse_detail(captured.getvalue())
         if detail:
             msg = f"{detail} ({msg})"
-        raise InventoryError(",".join(sources), None, f"Ansible cannot read the inventory: {msg[:400]}",
-                             "fix the inventory (try: ansible-inventory -i FILE --list)") from None
+        raise InventoryError(
+            ",".join(sources),
+            None,
+            f"Ansible cannot read the inventory: {msg[:400]}",
+            "fix the inventory (try: ansible-inventory -i FILE --list)",
+        ) from None
     if not hosts:
-        raise InventoryError(",".join(sources), None, "the inventory has no hosts", "add hosts or fix the file")
+        raise InventoryError(
+            ",".join(sources), None, "the inventory has no hosts", "add hosts or fix the file"
+        )
     for h in hosts:
         _check_host(sources[0], h)
     return Inventory(tuple(sources), tuple(hosts))
@@ -169,12 +196,18 @@ def _check_host(source: str, h: Host) -> None:
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise InventoryError(source, f"host {h.name}", f"ansible_port {port!r} is not a TCP port",
-                                 "set a number from 1 to 65535")
+            raise InventoryError(
+                source,
+                f"host {h.name}",
+                f"ansible_port {port!r} is not a TCP port",
+                "set a number from 1 to 65535",
+            )
     for var in SB_VARS:
         val = h.vars.get(var)
         if val is not None and (not isinstance(val, str) or "\n" in val or "\0" in val or not val.strip()):
-            raise InventoryError(source, f"host {h.name}", f"{var} must be a one-line path", "fix the variable")
+            raise InventoryError(
+                source, f"host {h.name}", f"{var} must be a one-line path", "fix the variable"
+            )
 
 
 def _limit_names(inv: Inventory, pattern: str) -> set[str]:

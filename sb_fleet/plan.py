@@ -33,8 +33,15 @@ class RunEntry:
 
     def spec(self) -> dict[str, Any]:
         """This entry as the on-host runner reads it."""
-        return {"key": self.key, "entry": self.entry, "benchmark": self.benchmark, "params": self.params,
-                "modes": list(self.modes), "timeout": self.timeout, "port_offset": self.port_offset}
+        return {
+            "key": self.key,
+            "entry": self.entry,
+            "benchmark": self.benchmark,
+            "params": self.params,
+            "modes": list(self.modes),
+            "timeout": self.timeout,
+            "port_offset": self.port_offset,
+        }
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,18 @@ class NodeGroup:
     def node_args(self, inv: Inventory, master_port: int) -> dict[str, list[str]]:
         n = len(self.hosts)
         return {
-            h: ["--node-rank", str(i), "--nnodes", str(n), "--master-addr", self.master,
-                "--master-port", str(master_port), "--local-addr", inv.get(h).address]
+            h: [
+                "--node-rank",
+                str(i),
+                "--nnodes",
+                str(n),
+                "--master-addr",
+                self.master,
+                "--master-port",
+                str(master_port),
+                "--local-addr",
+                inv.get(h).address,
+            ]
             for i, h in enumerate(self.hosts)
         }
 
@@ -91,22 +108,31 @@ class Plan:
             "unsupported": self.unsupported,
             "host_setup": {h: asdict(s) for h, s in self.host_setup.items()},
             "steps": [
-                {"id": s.id, "timeout": s.timeout, "entries": [e.spec() for e in s.entries],
-                 "groups": [asdict(g) for g in s.groups], "left_out": list(s.left_out)}
+                {
+                    "id": s.id,
+                    "timeout": s.timeout,
+                    "entries": [e.spec() for e in s.entries],
+                    "groups": [asdict(g) for g in s.groups],
+                    "left_out": list(s.left_out),
+                }
                 for s in self.steps
             ],
         }
 
     def describe(self) -> str:
         """A human-readable plan for --dry-run."""
-        lines = [f"{len(self.hosts)} host(s): {', '.join(self.hosts[:8])}{' …' if len(self.hosts) > 8 else ''}"]
+        lines = [
+            f"{len(self.hosts)} host(s): {', '.join(self.hosts[:8])}{' …' if len(self.hosts) > 8 else ''}"
+        ]
         for s in self.steps:
             kind = f"multi-node, {len(s.groups)} group(s)" if s.multi_node else "every host"
             lines.append(f"{s.id} ({kind}, timeout {s.timeout} s):")
             for e in s.entries:
                 modes = ", ".join(
-                    f"{m['name']}×{m.get('proc_num', 1)}" + (f" on {m.get('node_num')} nodes" if e.multi_node else "")
-                    for m in e.modes)
+                    f"{m['name']}×{m.get('proc_num', 1)}"
+                    + (f" on {m.get('node_num')} nodes" if e.multi_node else "")
+                    for m in e.modes
+                )
                 lines.append(f"  {e.key:<40} {e.benchmark:<28} [{modes}] timeout {e.timeout} s")
             for g in s.groups:
                 lines.append(f"  group master {g.master}: {', '.join(g.hosts)}")
@@ -124,8 +150,9 @@ def host_setup(host: Host, config: Config) -> HostSetup:
     return HostSetup(ws, py, base)
 
 
-def expand_entry(name: str, entry: BenchmarkEntry, default_timeout: int, known: set[str] | None
-                 ) -> tuple[list[RunEntry], str | None]:
+def expand_entry(
+    name: str, entry: BenchmarkEntry, default_timeout: int, known: set[str] | None
+) -> tuple[list[RunEntry], str | None]:
     """The runnable entries of one config entry, or the reason it cannot run."""
     from sb_fleet.resources import import_suite
 
@@ -135,8 +162,11 @@ def expand_entry(name: str, entry: BenchmarkEntry, default_timeout: int, known: 
     unsupported = [m.name for m in entry.modes if m.name == "mpi"]
     if unsupported:
         return [], "mode 'mpi' is not supported by sb-fleet yet (use local or torch.distributed)"
-    targets = [(f"{name}/{resolve(name, m)}", resolve(name, m)) for m in entry.models] if entry.models else [
-        (name, resolve(name))]
+    targets = (
+        [(f"{name}/{resolve(name, m)}", resolve(name, m)) for m in entry.models]
+        if entry.models
+        else [(name, resolve(name))]
+    )
     missing = [b for _, b in targets if known is not None and b not in known]
     if missing:
         return [], f"benchmark {missing[0]!r} is not in this suite (see: sb-fleet bench list)"
@@ -144,7 +174,9 @@ def expand_entry(name: str, entry: BenchmarkEntry, default_timeout: int, known: 
     node_num = next((m.node_num for m in entry.modes if m.multi_node), 1)
     modes = tuple(m.model_dump(exclude_none=True, exclude={"mca", "pattern"}) for m in entry.modes)
     timeout = entry.timeout or default_timeout
-    return [RunEntry(k, name, b, dict(entry.parameters), modes, timeout, multi, node_num) for k, b in targets], None
+    return [
+        RunEntry(k, name, b, dict(entry.parameters), modes, timeout, multi, node_num) for k, b in targets
+    ], None
 
 
 def build_plan(config: Config, inventory: Inventory, known: set[str] | None = None) -> Plan:
@@ -171,7 +203,9 @@ def build_plan(config: Config, inventory: Inventory, known: set[str] | None = No
 
     def flush() -> None:
         if batch:
-            steps.append(Step(f"step{len(steps) + 1:02d}", tuple(batch), sum(e.timeout for e in batch) + STEP_MARGIN_S))
+            steps.append(
+                Step(f"step{len(steps) + 1:02d}", tuple(batch), sum(e.timeout for e in batch) + STEP_MARGIN_S)
+            )
             batch.clear()
 
     for e in runnable:
@@ -182,10 +216,17 @@ def build_plan(config: Config, inventory: Inventory, known: set[str] | None = No
         groups, left = node_groups(inventory, e.node_num)
         e = RunEntry(**{**asdict(e), "port_offset": port_offset})
         port_offset += 1
-        steps.append(Step(f"step{len(steps) + 1:02d}", (e,), e.timeout + STEP_MARGIN_S, tuple(groups), tuple(left)))
+        steps.append(
+            Step(f"step{len(steps) + 1:02d}", (e,), e.timeout + STEP_MARGIN_S, tuple(groups), tuple(left))
+        )
     flush()
-    return Plan(hosts, {h.name: host_setup(h, config) for h in inventory.hosts}, tuple(steps),
-                tuple(enabled), unsupported)
+    return Plan(
+        hosts,
+        {h.name: host_setup(h, config) for h in inventory.hosts},
+        tuple(steps),
+        tuple(enabled),
+        unsupported,
+    )
 
 
 def node_groups(inventory: Inventory, node_num: int | str) -> tuple[list[NodeGroup], list[str]]:
@@ -194,7 +235,7 @@ def node_groups(inventory: Inventory, node_num: int | str) -> tuple[list[NodeGro
     size = len(hosts) if node_num == "all" else int(node_num)
     groups = []
     for i in range(0, len(hosts) - size + 1, size):
-        chunk = hosts[i:i + size]
+        chunk = hosts[i : i + size]
         groups.append(NodeGroup(tuple(h.name for h in chunk), chunk[0].address))
     used = {h for g in groups for h in g.hosts}
     return groups, [h.name for h in hosts if h.name not in used]

@@ -21,8 +21,10 @@ def root() -> Path:
     for cand in (here, Path(sys.prefix) / "share" / "sb-fleet"):
         if all((cand / p).is_dir() for p in _PARTS):
             return cand
-    raise SbFleetError(f"cannot find sb-fleet's data files ({', '.join(_PARTS)}) beside {here} or under "
-                       f"{sys.prefix}/share/sb-fleet; reinstall sb-fleet")
+    raise SbFleetError(
+        f"cannot find sb-fleet's data files ({', '.join(_PARTS)}) beside {here} or under "
+        f"{sys.prefix}/share/sb-fleet; reinstall sb-fleet"
+    )
 
 
 def playbooks_dir() -> Path:

@@ -69,7 +69,9 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise InfraError(f"{path}: no space left on the device; free space or use --run-dir elsewhere") from exc
+            raise InfraError(
+                f"{path}: no space left on the device; free space or use --run-dir elsewhere"
+            ) from exc
         raise InfraError(f"{path}: cannot write ({exc.strerror})") from exc
 
 
@@ -131,7 +133,9 @@ class RunDir:
         path = Path(path)
         mf = path / MANIFEST
         if not mf.is_file():
-            raise RunDirError(f"{path}: not a run directory (no {MANIFEST}); give a directory made by sb-fleet")
+            raise RunDirError(
+                f"{path}: not a run directory (no {MANIFEST}); give a directory made by sb-fleet"
+            )
         try:
             data = json.loads(mf.read_text())
         except (OSError, ValueError) as exc:
@@ -151,7 +155,9 @@ class RunDir:
 
     def record_command(self, argv: list[str], start: str, end: str, exit_code: int) -> None:
         m = self.manifest()
-        m.setdefault("commands", []).append({"argv": argv, "start": start, "end": end, "exit_code": exit_code})
+        m.setdefault("commands", []).append(
+            {"argv": argv, "start": start, "end": end, "exit_code": exit_code}
+        )
         m["updated"] = end
         atomic_write_json(self.path / MANIFEST, m)
 

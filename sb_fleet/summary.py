@@ -40,7 +40,11 @@ class HostResults:
 
 
 def _mean(values: Iterable) -> float | None:
-    xs = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    xs = [
+        float(v)
+        for v in values
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ]
     return sum(xs) / len(xs) if xs else None
 
 
@@ -95,7 +99,9 @@ def summarize_entry(key: str, files: list[Path], out: HostResults) -> None:
             reduce_ops.setdefault(metric, (d.get("reduce_op") or {}).get(metric))
         for metric, meta in (d.get("metrics") or {}).items():
             if isinstance(meta, dict):
-                out.metrics_meta.setdefault(f"{key}/{metric}", {k: meta.get(k) for k in ("unit", "higher_is_better")})
+                out.metrics_meta.setdefault(
+                    f"{key}/{metric}", {k: meta.get(k) for k in ("unit", "higher_is_better")}
+                )
     for metric, by_rank in per_metric.items():
         op = reduce_ops.get(metric)
         if op in REDUCERS:

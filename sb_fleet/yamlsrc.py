@@ -67,8 +67,9 @@ def load_yaml(path: Path, what: str) -> tuple[Any, LineMap]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        raise InputError(path, where, f"not valid YAML: {exc.problem or exc.context}",
-                         "fix the syntax at that place") from None
+        raise InputError(
+            path, where, f"not valid YAML: {exc.problem or exc.context}", "fix the syntax at that place"
+        ) from None
     except yaml.YAMLError as exc:
         raise InputError(path, None, f"not valid YAML: {exc}") from None
     return data, LineMap(node)

@@ -96,8 +96,8 @@ def make_venv(base: str, venv: Path) -> str:
 
 
 def missing_imports(py: str) -> list[str]:
-    code = ("import importlib.util,json;print(json.dumps([m for m in %r if importlib.util.find_spec(m) is None]))"
-            % list(REQUIRED_IMPORTS))
+    code = ("import importlib.util,json;"
+            f"print(json.dumps([m for m in {list(REQUIRED_IMPORTS)!r} if importlib.util.find_spec(m) is None]))")
     out = run([py, "-c", code], timeout=120)
     return json.loads(out) if out else list(REQUIRED_IMPORTS)
 
@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requirements", default="suite/requirements.txt")
     ap.add_argument("--min-free-gb", type=float, default=1.0)
     ap.add_argument("--require-gpu", action="store_true")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="the plan runs only host benchmarks (noop): skip the torch checks (no torch import)")
     args = ap.parse_args(argv)
     facts: dict = {"hostname": platform.node(), "os": platform.platform(), "python": sys.version.split()[0],
                    "base_python": sys.executable, "workspace": os.getcwd(),
@@ -143,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.venv:
             py = make_venv(sys.executable, Path("venv"))
         facts["suite_python"] = py
+        if args.no_torch:
+            print(json.dumps(facts))
+            return 0
         missing = missing_imports(py)
         if args.install == "always" or (args.install == "auto" and missing):
             r = subprocess.run([py, "-m", "pip", "install", "-q", "-r", args.requirements],

@@ -38,8 +38,17 @@ def test_validate_collects_every_host_and_reports_the_unreachable_one(fleet, fle
         assert rec["gemm-flops/fp32_flops"] > 0 and rec["gemm-flops/fp64_flops"] > 0
         # raw per-rank result files in SuperBench's schema were fetched
         raw = json.loads((run_dir / "raw" / node / "results" / "gemm-flops" / "rank0.json").read_text())
-        assert {"name", "type", "run_count", "return_code", "start_time", "end_time", "raw_data", "result",
-                "reduce_op"} <= set(raw)
+        assert {
+            "name",
+            "type",
+            "run_count",
+            "return_code",
+            "start_time",
+            "end_time",
+            "raw_data",
+            "result",
+            "reduce_op",
+        } <= set(raw)
     outcomes = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     assert outcomes["host005"]["outcome"] == "unreachable"
     assert "127.0.1.99" in outcomes["host005"]["reason"]
@@ -50,8 +59,16 @@ def test_validate_collects_every_host_and_reports_the_unreachable_one(fleet, fle
     assert hosts["host005"]["outcome"] == "unreachable"
     assert all(hosts[h.name]["verdict"] == "pass" for h in fleet.hosts)
     # the run directory is the contract
-    for f in ("manifest.json", "config.yaml", "plan.json", "hosts.json", "playbooks/deploy.yml",
-              "playbooks/step01.yml", "report.md", "outcomes.md"):
+    for f in (
+        "manifest.json",
+        "config.yaml",
+        "plan.json",
+        "hosts.json",
+        "playbooks/deploy.yml",
+        "playbooks/step01.yml",
+        "report.md",
+        "outcomes.md",
+    ):
         assert (run_dir / f).exists(), f
     assert any((run_dir / "facts").glob("host001.json"))
     assert (run_dir / "ansible" / "deploy" / "artifacts").is_dir()
@@ -86,8 +103,12 @@ def _find_bench_pid(workspace: str, deadline: float) -> int | None:
 
 
 def test_a_hung_benchmark_is_killed_at_its_timeout_and_the_others_finish(fleet, tmp_path):
-    cfg = fleet.config(FLEET_CONFIG.replace("timeout: 120\n      parameters: {m: 128",
-                                            "timeout: 25\n      parameters: {duration: 1, m: 128"), "cfg-timeout.yaml")
+    cfg = fleet.config(
+        FLEET_CONFIG.replace(
+            "timeout: 120\n      parameters: {m: 128", "timeout: 25\n      parameters: {duration: 1, m: 128"
+        ),
+        "cfg-timeout.yaml",
+    )
     inv = fleet.inventory(name="inv4.ini")
     run_dir = tmp_path / "run"
     victim = fleet.hosts[1]
@@ -144,7 +165,9 @@ def test_default_fleet_runs_the_main_command(tmp_path):
 
 def test_bad_config_is_one_line_and_exit_2(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("superbench:\n  benchmarks:\n    gemm-flops:\n      modes:\n        - name: local\n          proc_nums: 2\n")
+    bad.write_text(
+        "superbench:\n  benchmarks:\n    gemm-flops:\n      modes:\n        - name: local\n          proc_nums: 2\n"
+    )
     r = sb_fleet("validate", "-c", str(bad), "--run-dir", str(tmp_path / "r"))
     assert r.returncode == 2
     err = r.stderr.strip()
@@ -170,8 +193,17 @@ def test_changed_host_key_is_refused(fleet, fleet_config, tmp_path):
     kh.write_text("\n".join([*lines, f"[{h.addr}]:{h.port} {other[0]} {other[1]}"]) + "\n")
     cfg = fleet.config(FLEET_CONFIG.replace("@KNOWN_HOSTS@", str(kh)), "cfg-wrongkey.yaml")
     run_dir = tmp_path / "run"
-    r = sb_fleet("deploy", "-i", str(fleet.inventory(name="inv-key.ini")), "-c", str(cfg), "--run-dir", str(run_dir),
-                 "--limit", f"{h.name},{fleet.hosts[1].name}")
+    r = sb_fleet(
+        "deploy",
+        "-i",
+        str(fleet.inventory(name="inv-key.ini")),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(run_dir),
+        "--limit",
+        f"{h.name},{fleet.hosts[1].name}",
+    )
     assert r.returncode == 3
     outcomes = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     assert outcomes[h.name]["outcome"] == "hostkey-mismatch"

@@ -9,7 +9,13 @@ import pytest
 from sb_fleet.config import load_config
 from sb_fleet.errors import ConfigError, InputError
 
-REF = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "superbench-ndv4-quickscan" / "config.yaml"
+REF = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "reference"
+    / "superbench-ndv4-quickscan"
+    / "config.yaml"
+)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,7 +44,9 @@ def test_shipped_configs_load(name):
 
 
 def test_unknown_key_names_line_and_field(tmp_path):
-    p = write(tmp_path, "superbench:\n  benchmarks:\n    gemm-flops:\n      timeout: 5\n      paramters: {}\n")
+    p = write(
+        tmp_path, "superbench:\n  benchmarks:\n    gemm-flops:\n      timeout: 5\n      paramters: {}\n"
+    )
     with pytest.raises(ConfigError) as e:
         load_config(p)
     msg = str(e.value)
@@ -47,8 +55,10 @@ def test_unknown_key_names_line_and_field(tmp_path):
 
 
 def test_wrong_type_in_merged_anchor_points_at_the_anchor_line(tmp_path):
-    text = ("superbench:\n  var:\n    m: &m\n      modes:\n        - name: local\n          proc_num: many\n"
-            "  benchmarks:\n    kernel-launch:\n      <<: *m\n")
+    text = (
+        "superbench:\n  var:\n    m: &m\n      modes:\n        - name: local\n          proc_num: many\n"
+        "  benchmarks:\n    kernel-launch:\n      <<: *m\n"
+    )
     with pytest.raises(ConfigError) as e:
         load_config(write(tmp_path, text))
     assert "line 6" in str(e.value) and "proc_num" in str(e.value)
@@ -71,5 +81,7 @@ def test_yaml_syntax_error_and_missing_file(tmp_path):
 
 
 def test_enable_list_overrides_entry_flags(tmp_path):
-    p = write(tmp_path, "superbench:\n  enable: [b]\n  benchmarks:\n    a: {enable: true}\n    b: {enable: false}\n")
+    p = write(
+        tmp_path, "superbench:\n  enable: [b]\n  benchmarks:\n    a: {enable: true}\n    b: {enable: false}\n"
+    )
     assert list(load_config(p).superbench.enabled()) == ["b"]

@@ -82,7 +82,9 @@ def _golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if UPDATE or not path.exists():
         path.write_text(text)
-    assert text == path.read_text(), f"{name} differs from its golden file (SB_FLEET_UPDATE_GOLDEN=1 to accept)"
+    assert text == path.read_text(), (
+        f"{name} differs from its golden file (SB_FLEET_UPDATE_GOLDEN=1 to accept)"
+    )
 
 
 def test_rendered_playbooks_match_golden_files(inputs, tmp_path):
@@ -105,8 +107,10 @@ def test_rendered_playbooks_match_golden_files(inputs, tmp_path):
 
 def test_hostile_config_values_cannot_break_the_playbook(tmp_path):
     c = tmp_path / "c.yaml"
-    c.write_text('fleet: {workspace: "/x\\"\\n- hosts: evil\\n#", python: "py\' {{ lookup(1) }}"}\n'
-                 "superbench:\n  benchmarks:\n    gemm-flops: {}\n")
+    c.write_text(
+        'fleet: {workspace: "/x\\"\\n- hosts: evil\\n#", python: "py\' {{ lookup(1) }}"}\n'
+        "superbench:\n  benchmarks:\n    gemm-flops: {}\n"
+    )
     i = tmp_path / "i.ini"
     i.write_text("h1\n")
     config, inv = load_config(c), load_inventory(i)

@@ -15,12 +15,25 @@ from sb_fleet.rundir import RunDir, atomic_write_text, safe_name
 from sb_fleet.summary import summarize_host, summary_line
 
 
-def rank(d: Path, r: int, result: dict, reduce_op: dict | None = None, rc: int = 0, status: str = "ok") -> None:
+def rank(
+    d: Path, r: int, result: dict, reduce_op: dict | None = None, rc: int = 0, status: str = "ok"
+) -> None:
     d.mkdir(parents=True, exist_ok=True)
-    (d / f"rank{r}.json").write_text(json.dumps({
-        "name": "x", "type": "micro", "run_count": 2, "return_code": rc, "status": status, "reason": "why" if rc else "",
-        "result": {**result, "return_code": [rc]}, "reduce_op": reduce_op or {},
-        "metrics": {k: {"unit": "GB/s", "higher_is_better": True} for k in result}}))
+    (d / f"rank{r}.json").write_text(
+        json.dumps(
+            {
+                "name": "x",
+                "type": "micro",
+                "run_count": 2,
+                "return_code": rc,
+                "status": status,
+                "reason": "why" if rc else "",
+                "result": {**result, "return_code": [rc]},
+                "reduce_op": reduce_op or {},
+                "metrics": {k: {"unit": "GB/s", "higher_is_better": True} for k in result},
+            }
+        )
+    )
 
 
 def test_ranks_get_suffixes_or_reduce_and_runs_are_averaged(tmp_path):
@@ -32,9 +45,13 @@ def test_ranks_get_suffixes_or_reduce_and_runs_are_averaged(tmp_path):
     rank(res / "gpt_models" / "pytorch-gpt2-small", 0, {"fp32_train_throughput": [7.0]})
     hr = summarize_host("gpu01", tmp_path)
     assert hr.record == {
-        "mem-bw/h2d_bw:0": 11.0, "mem-bw/h2d_bw:1": 20.0, "mem-bw/return_code": 0,
-        "nccl-bw/allreduce_1024_busbw": 3.0, "nccl-bw/return_code": 0,
-        "gpt_models/pytorch-gpt2-small/fp32_train_throughput": 7.0, "gpt_models/pytorch-gpt2-small/return_code": 0,
+        "mem-bw/h2d_bw:0": 11.0,
+        "mem-bw/h2d_bw:1": 20.0,
+        "mem-bw/return_code": 0,
+        "nccl-bw/allreduce_1024_busbw": 3.0,
+        "nccl-bw/return_code": 0,
+        "gpt_models/pytorch-gpt2-small/fp32_train_throughput": 7.0,
+        "gpt_models/pytorch-gpt2-small/return_code": 0,
     }
     line = json.loads(summary_line(hr))
     assert line["node"] == "gpu01"
@@ -57,8 +74,16 @@ def test_corrupt_file_costs_only_its_benchmark(tmp_path):
 
 def test_listing_parser_rejects_paths_that_escape():
     digest = "a" * 64
-    text = "\n".join([f"{digest}  ./gemm-flops/rank0.json", f"{digest}  ../../etc/passwd", f"{digest}  /abs",
-                      f"{digest}  ./x/.rank0.json.tmp", "garbage", f"{digest}  ./-rf"])
+    text = "\n".join(
+        [
+            f"{digest}  ./gemm-flops/rank0.json",
+            f"{digest}  ../../etc/passwd",
+            f"{digest}  /abs",
+            f"{digest}  ./x/.rank0.json.tmp",
+            "garbage",
+            f"{digest}  ./-rf",
+        ]
+    )
     assert parse_listing(text) == {"gemm-flops/rank0.json": digest}
     assert safe_rel("a/../b") is None and safe_rel("a/b") == "a/b"
 
@@ -84,8 +109,14 @@ def test_store_member_verifies_checksum_and_leaves_nothing_on_mismatch(tmp_path)
 
 def test_outcomes_merge_to_the_worst_stage_and_exit_codes(tmp_path):
     rd = RunDir.create(tmp_path / "run")
-    save_stage(rd, "deploy", {"a": HostOutcome("a", "deploy", Outcome.OK),
-                              "b": HostOutcome("b", "deploy", Outcome.UNREACHABLE, "down")})
+    save_stage(
+        rd,
+        "deploy",
+        {
+            "a": HostOutcome("a", "deploy", Outcome.OK),
+            "b": HostOutcome("b", "deploy", Outcome.UNREACHABLE, "down"),
+        },
+    )
     save_stage(rd, "benchmarks", {"a": HostOutcome("a", "benchmarks", Outcome.TIMEOUT, "slow")})
     m = merge(rd, ["a", "b", "c"])
     assert m["a"]["outcome"] == "timeout" and m["a"]["reason"] == "slow"
