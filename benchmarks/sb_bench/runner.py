@@ -137,7 +137,7 @@ class Runner:
         for old in out.glob("rank*.json"):
             old.unlink()
         er = EntryRun(key, entry, out)
-        deadline = time.monotonic() + float(entry.get("timeout") or 0 or 1e9)
+        deadline = time.monotonic() + float(entry.get("timeout") or 1e9)
         offset = 0
         for mode in entry["modes"]:
             if self.interrupted:
