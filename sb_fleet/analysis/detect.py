@@ -36,8 +36,8 @@ from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.names import Directions, parse_metric
 from sb_fleet.analysis.stats import MAD_TO_SIGMA
 
-TAIL_Q = 0.05
-TAIL_Z = 1.6449  # the standard normal's 95% quantile
+TAIL_Q = 0.02
+TAIL_Z = 2.0537  # the standard normal's 98% quantile
 MIN_SIBLINGS = 3
 
 
@@ -243,7 +243,7 @@ def detect(
         # Against the fleet, a benign sub-population shifts every metric of its hosts together, which
         # averaging does not shrink: the combined fleet check keeps the single fleet check's limits.
         fleet_min = max(settings.combined_min_deviation, settings.min_deviation)
-        fleet_k = max(settings.combined_threshold, settings.threshold)
+        fleet_k = settings.combined_threshold
         _combined(comb_fleet, "fleet-combined", "the fleet", fleet_k, fleet_min, add_issue)
         _combined(
             comb_sib,
