@@ -26,6 +26,7 @@ from sb_fleet.analysis.gates import (
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.results import Fleet, HostInfo, LineProblem, load_fleet
 from sb_fleet.analysis.rules import RuleSummary, apply_rules, load_rules
+from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import ColumnStats, column_stats
 from sb_fleet.analysis.verdict import VERDICTS, HostReport, judge
 
@@ -99,6 +100,9 @@ def report(
 
     issues: dict[int, list[Issue]] = {}
     _merge(issues, check_completeness(fleet.columns, fleet.values, fleet.expected_benchmarks))
+    sw_issues, sw_warnings = check_software(fleet)  # hosts that ran another container image
+    _merge(issues, sw_issues)
+    warnings.extend(sw_warnings)
     detection = Detection(issues={})
     if gates.fleet.enabled:
         detection = detect(fleet.columns, fleet.values, fleet.directions, gates.fleet.settings())

@@ -50,17 +50,16 @@ def load_baseline(path: Path) -> dict[str, float]:
 def _usable(fleet: Fleet) -> np.ndarray:
     """The values with every failed benchmark run blanked out."""
     vals = fleet.values.copy()
-    rc_of: dict[str, int] = {}
+    rc_of: dict[str, list[int]] = {}
     for i, c in enumerate(fleet.columns):
         name = parse_metric(c)
         if name.is_return_code:
-            rc_of[name.group] = i
+            rc_of.setdefault(name.group, []).append(i)
+    failed = {g: (fleet.values[:, cols] != 0).any(axis=1) for g, cols in rc_of.items()}  # NaN != 0: not run
     for i, c in enumerate(fleet.columns):
         name = parse_metric(c)
-        rci = rc_of.get(name.group)
-        if rci is not None and not name.is_return_code:
-            bad = ~(fleet.values[:, rci] == 0)
-            vals[bad, i] = np.nan
+        if name.group in failed and not name.is_return_code:
+            vals[failed[name.group], i] = np.nan
     return vals
 
 

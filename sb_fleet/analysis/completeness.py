@@ -35,37 +35,37 @@ def check_completeness(
     if n_hosts == 0:
         return issues
     groups: dict[str, list[int]] = {}
-    rc_col: dict[str, int] = {}
+    rc_cols: dict[str, list[int]] = {}  # one per rank when the suite writes ranked return codes
     for i, col_name in enumerate(columns):
         name = parse_metric(col_name)
         groups.setdefault(name.group, []).append(i)
         if name.is_return_code:
-            rc_col[name.group] = i
+            rc_cols.setdefault(name.group, []).append(i)
 
     present = ~np.isnan(values)
     ran: dict[str, np.ndarray] = {g: present[:, cols].any(axis=1) for g, cols in groups.items()}
     ok: dict[str, np.ndarray] = {}
     for g in groups:
-        if g in rc_col:
-            rc = values[:, rc_col[g]]
-            ok[g] = rc == 0
-            failed = np.nonzero(~np.isnan(rc) & (rc != 0))[0]
-            for r in failed:
-                v = float(rc[r])
-                issues.setdefault(int(r), []).append(
-                    Issue(
-                        metric=columns[rc_col[g]],
-                        value=v,
-                        reference=0.0,
-                        deviation=None,
-                        check="return_code",
-                        category="FailedTest",
-                        severity=INCOMPLETE,
-                        detail=f"benchmark {g} {_rc_text(v)}",
-                    )
-                )
-        else:
+        if g not in rc_cols:
             ok[g] = ran[g]
+            continue
+        rcs = values[:, rc_cols[g]]
+        bad = ~np.isnan(rcs) & (rcs != 0)
+        ok[g] = ~bad.any(axis=1) & (~np.isnan(rcs)).any(axis=1)
+        for r, j in zip(*np.nonzero(bad), strict=True):
+            v = float(rcs[r, j])
+            issues.setdefault(int(r), []).append(
+                Issue(
+                    metric=columns[rc_cols[g][j]],
+                    value=v,
+                    reference=0.0,
+                    deviation=None,
+                    check="return_code",
+                    category="FailedTest",
+                    severity=INCOMPLETE,
+                    detail=f"benchmark {g} {_rc_text(v)}",
+                )
+            )
 
     # Expected benchmarks: a plan name matches a group equal to it or below it ("gpt_models" -> "gpt_models/...").
     if expected_benchmarks is not None:
@@ -91,7 +91,7 @@ def check_completeness(
         if n_good == 0:
             continue
         for c in cols:
-            if c == rc_col.get(g):
+            if c in rc_cols.get(g, ()):
                 continue
             col_present = present[:, c]
             frac = float(np.count_nonzero(col_present & good)) / n_good

@@ -117,8 +117,6 @@ def load_rules(path: Path) -> RuleSet:
                 path, where + ".criteria", f"rule {name!r}: {exc}", "see docs/analysis.md"
             ) from None
         if r.function == "multi_rules":
-            if crit.param_kind != "mapping" and "lambda" in r.criteria and crit.keys == ():
-                pass  # a constant criteria; allowed
             unknown = [k for k in crit.keys if k not in stored]
             if unknown:
                 raise RulesError(

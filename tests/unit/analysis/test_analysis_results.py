@@ -177,3 +177,25 @@ def test_metric_name_parts() -> None:
         "gpt_models/pytorch-gpt2-large",
         "fp32_train_throughput",
     )
+
+
+def test_ranked_return_codes_any_failure_counts(tmp_path: Path) -> None:
+    rows = [
+        {
+            "node": f"h{i}",
+            "kernel-launch/event_time:0": 0.0057,
+            "kernel-launch/event_time:1": 0.0057,
+            "kernel-launch/return_code:0": 0,
+            "kernel-launch/return_code:1": 0,
+        }
+        for i in range(4)
+    ]
+    rows[2]["kernel-launch/return_code:0"] = 124  # rank 0 timed out, rank 1 fine
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = report(p)
+    v = {h.name: h.verdict for h in r.hosts}
+    assert v == {"h0": "pass", "h1": "pass", "h2": "incomplete", "h3": "pass"}
+    i = r.hosts[2].issues[0]
+    assert (i.metric, i.check, i.value) == ("kernel-launch/return_code:0", "return_code", 124)
+    assert "timed out" in i.detail
