@@ -208,3 +208,36 @@ def test_changed_host_key_is_refused(fleet, fleet_config, tmp_path):
     outcomes = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     assert outcomes[h.name]["outcome"] == "hostkey-mismatch"
     assert outcomes[fleet.hosts[1].name]["outcome"] == "ok"
+
+
+MULTI_NODE = """\
+version: v0.4
+fleet: {known_hosts: "@KNOWN_HOSTS@", venv: true, install_requirements: never, master_port: 29611}
+superbench:
+  benchmarks:
+    nccl-bw:
+      timeout: 180
+      modes:
+        - {name: torch.distributed, proc_num: 1, node_num: 2, env: {OMP_NUM_THREADS: 1}}
+      parameters: {operation: [allreduce], minbytes: 64K, maxbytes: 64K, num_warmup: 1, num_steps: 4}
+"""
+
+
+def test_collective_across_two_hosts_with_torchrun(fleet, tmp_path):
+    """node_num 2: torchrun on two hosts rendezvous at the first one (gloo on CPU)."""
+    cfg = fleet.config(MULTI_NODE, "cfg-multi.yaml")
+    inv = fleet.inventory(name="inv-multi.ini")
+    run_dir = tmp_path / "run"
+    r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--limit", "host001,host002")
+    assert r.returncode == 0, r.stdout + r.stderr
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["steps"][0]["groups"][0]["hosts"] == ["host001", "host002"]
+    summary = _summary(run_dir)
+    for node in ("host001", "host002"):
+        rec = summary[node]
+        assert rec["nccl-bw/return_code"] == 0
+        # 2 ranks in the world: all-reduce busbw = algbw * 2(n-1)/n = algbw
+        assert rec["nccl-bw/allreduce_65536_busbw"] == pytest.approx(rec["nccl-bw/allreduce_65536_algbw"])
+        ranks = json.loads((run_dir / "raw" / node / "results" / "nccl-bw" /
+                            ("rank0.json" if node == "host001" else "rank1.json")).read_text())
+        assert ranks["world_size"] == 2
