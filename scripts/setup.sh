@@ -34,8 +34,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ] && .venv/bin/python -c '
   exit 0
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 echo "setup: installing sb-fleet, test tools and the on-host suite into .venv (torch takes a few minutes)"
-.venv/bin/pip install -q -e ".[test]" -e ./benchmarks
+# pip's notes about local package mirrors are noise; with pipefail a pip failure still fails the script.
+.venv/bin/pip install -q -e ".[test]" -e ./benchmarks 2>&1 | { grep -vE "^WARNING: Location|BuildBackendWarning|^ *!!|^ *\*+$|^ *$" || true; }
 echo "$digest" > "$stamp"
 echo "setup: done"
