@@ -6,6 +6,7 @@ that wants the analysis without the command line.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,9 @@ class ReportResult:
     inputs: dict[str, str | None]
     gates: Gates
     flagged_cells: set[tuple[int, int]] = field(default_factory=set)
+    partitions: dict[str, np.ndarray] = field(
+        default_factory=dict
+    )  # GPU model -> rows (see partition_by_model)
     seconds: float = 0.0
 
     @property
@@ -103,15 +107,24 @@ def report(
     sw_issues, sw_warnings = check_software(fleet)  # hosts that ran another container image
     _merge(issues, sw_issues)
     warnings.extend(sw_warnings)
+    gpu_by_name = {h.name: h.gpu_model for h in expected}
+    gpu_models = [gpu_by_name.get(h) for h in fleet.hosts]
+    partitions = partition_by_model(gpu_models)
     detection = Detection(issues={})
     if gates.fleet.enabled:
-        detection = detect(fleet.columns, fleet.values, fleet.directions, gates.fleet.settings())
+        for label, rows in partitions.items():
+            part = detect(fleet.columns, fleet.values[rows], fleet.directions, gates.fleet.settings())
+            for r, lst in part.issues.items():
+                detection.issues.setdefault(int(rows[r]), []).extend(lst)
+            detection.flagged_cells |= {(int(rows[r]), c) for r, c in part.flagged_cells}
+            detection.families += [dataclasses.replace(f, partition=label) for f in part.families]
+            if len(rows) < gates.fleet.min_hosts:
+                who = f"with GPU model {label}" if label else "reported"
+                warnings.append(
+                    f"only {len(rows)} host(s) {who}: fleet-relative detection needs at least "
+                    f"{gates.fleet.min_hosts}; give rules and a baseline, or limits in the gates"
+                )
         _merge(issues, detection.issues)
-        if fleet.values.shape[0] < gates.fleet.min_hosts:
-            warnings.append(
-                f"only {fleet.values.shape[0]} host(s) reported: fleet-relative detection needs at least "
-                f"{gates.fleet.min_hosts}; give rules and a baseline, or limits in the gates"
-            )
     rule_summaries: list[RuleSummary] = []
     if ruleset is not None:
         ro = apply_rules(ruleset, fleet.columns, fleet.values, base)
@@ -128,8 +141,6 @@ def report(
                 max_reg, gates.baseline.metrics, fleet.columns, fleet.values, base, fleet.directions
             ),
         )
-    gpu_by_name = {h.name: h.gpu_model for h in expected}
-    gpu_models = [gpu_by_name.get(h) for h in fleet.hosts]
     if gates.limits:
         _merge(issues, apply_limits(gates, fleet.columns, fleet.values, gpu_models))
 
@@ -175,8 +186,24 @@ def report(
         },
         gates=gates,
         flagged_cells=detection.flagged_cells | _cells(issues, fleet),
+        partitions=partitions,
         seconds=time.perf_counter() - t0,
     )
+
+
+def partition_by_model(gpu_models: list[str | None]) -> dict[str, np.ndarray]:
+    """Rows of the fleet by GPU model: different models are never compared with each other.
+
+    With one model (or none known) the whole fleet is one partition, labelled "". Hosts whose
+    model is unknown in a mixed fleet form their own partition, labelled "unknown".
+    """
+    known = {m for m in gpu_models if m}
+    if len(known) <= 1:
+        return {"": np.arange(len(gpu_models))}
+    out: dict[str, list[int]] = {}
+    for i, m in enumerate(gpu_models):
+        out.setdefault(m or "unknown", []).append(i)
+    return {k: np.asarray(v, dtype=np.int64) for k, v in sorted(out.items())}
 
 
 def _cells(issues: dict[int, list[Issue]], fleet: Fleet) -> set[tuple[int, int]]:

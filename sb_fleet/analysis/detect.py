@@ -65,6 +65,7 @@ class FamilyStats:
     sibling_sigma: float | None  # robust relative sigma of the sibling check
     fleet_limit: float  # the relative deviation beyond which the fleet check flags
     sibling_limit: float | None
+    partition: str = ""  # the GPU model whose hosts these statistics describe ("" = the whole fleet)
 
 
 @dataclass

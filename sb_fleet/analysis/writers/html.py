@@ -33,7 +33,10 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
     plots: list[dict[str, Any]] = []
     for fam in result.families:
         cols = list(fam.columns)
-        block = fleet.values[:, cols]
+        rows = result.partitions.get(fam.partition)
+        if rows is None:
+            rows = np.arange(len(fleet.hosts))
+        block = fleet.values[np.ix_(rows, cols)]
         flat = block[~np.isnan(block)]
         if flat.size == 0:
             continue
@@ -45,10 +48,13 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
         pad = (hi - lo) * 0.05
         lo, hi = float(lo - pad), float(hi + pad)
         counts, _ = np.histogram(np.clip(flat, lo, hi), bins=BINS, range=(lo, hi))
+        in_part = set(rows.tolist()) if fam.partition else None
         markers: list[dict[str, Any]] = []
-        for u, c in enumerate(cols):
+        for c in cols:
             for row in by_col.get(c, ()):
-                v = float(block[row, u])
+                if in_part is not None and row not in in_part:
+                    continue
+                v = float(fleet.values[row, c])
                 if np.isfinite(v):
                     markers.append({"h": fleet.hosts[row], "v": v, "m": fleet.columns[c]})
         markers.sort(key=lambda m: m["v"])
@@ -58,7 +64,7 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
         limit_hi = fam.center * (1 + fam.fleet_limit) if fam.direction <= 0 else None
         plots.append(
             {
-                "family": fam.family,
+                "family": fam.family + (f" [{fam.partition}]" if fam.partition else ""),
                 "direction": fam.direction,
                 "center": fam.center,
                 "limit": limit,

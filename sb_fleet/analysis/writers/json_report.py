@@ -54,6 +54,7 @@ def build(result: ReportResult) -> dict[str, Any]:
         "families": [
             {
                 "family": f.family,
+                "gpu_model": f.partition or None,
                 "direction": {1: "higher", -1: "lower", 0: "unknown"}[f.direction],
                 "columns": [fleet.columns[c] for c in f.columns],
                 "center": _num(f.center),

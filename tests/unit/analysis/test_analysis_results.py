@@ -199,3 +199,26 @@ def test_ranked_return_codes_any_failure_counts(tmp_path: Path) -> None:
     i = r.hosts[2].issues[0]
     assert (i.metric, i.check, i.value) == ("kernel-launch/return_code:0", "return_code", 124)
     assert "timed out" in i.detail
+
+
+def test_gpu_models_are_never_compared_with_each_other(tmp_path: Path) -> None:
+    rows, hosts = [], []
+    for i in range(40):
+        model = "NVIDIA A100" if i % 2 else "NVIDIA H100"
+        base = 280000.0 if model == "NVIDIA A100" else 750000.0
+        hosts.append((f"h{i:02d}", model))
+        rows.append(
+            {
+                "node": f"h{i:02d}",
+                **{f"gemm-flops/fp16_tc_flops:{g}": base * (1 + 0.001 * ((i + g) % 3)) for g in range(8)},
+            }
+        )
+    rows[5]["gemm-flops/fp16_tc_flops:0"] = 200000.0  # an A100 GPU far below its kind
+    run = make_run(tmp_path, rows, [h for h, _ in hosts])
+    (run / "facts").mkdir()
+    for h, model in hosts:
+        (run / "facts" / f"{h}.json").write_text(json.dumps({"gpu_model": model}))
+    r = report(run)
+    bad = {h.name for h in r.hosts if h.verdict != "pass"}
+    assert bad == {"h05"}  # pooled together, every A100 would look 60% slow
+    assert {f.partition for f in r.families} == {"NVIDIA A100", "NVIDIA H100"}
