@@ -36,7 +36,7 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
         rows = result.partitions.get(fam.partition)
         if rows is None:
             rows = np.arange(len(fleet.hosts))
-        block = fleet.values[np.ix_(rows, cols)]
+        block = fleet.values[np.ix_(rows, np.asarray(cols, dtype=np.int64))]
         flat = block[~np.isnan(block)]
         if flat.size == 0:
             continue
