@@ -68,6 +68,51 @@ def suite_archive_bytes(src: Path | None = None) -> tuple[bytes, str]:
     return buf.getvalue(), digest
 
 
+# Run on each host by the deploy task as ``sh -c BOOTSTRAP sb-fleet-deploy WS SUITE_DIR CMD...`` with
+# the suite archive (base64) on stdin: workspace (0700), unpack once per suite version (temp dir, then
+# rename), point ``suite`` at it, then exec the host preparation command.
+DEPLOY_BOOTSTRAP = """set -eu
+ws=$1 suite=$2
+shift 2
+case $ws in "~") ws=$HOME ;; "~/"*) ws=$HOME/${ws#"~/"} ;; esac
+umask 077
+mkdir -p -- "$ws"
+chmod 700 -- "$ws"
+cd -- "$ws"
+if [ -f "$suite/sb_bench/__init__.py" ]; then
+  cat >/dev/null
+else
+  tmp=$(mktemp -d ./.suite.XXXXXX)
+  if ! base64 -d | tar -xzf - -C "$tmp"; then
+    rm -rf -- "$tmp"
+    echo "cannot unpack the benchmark suite into $ws" >&2
+    exit 1
+  fi
+  rm -rf -- "$suite"
+  mv -- "$tmp/$suite" "$suite"
+  rmdir -- "$tmp"
+fi
+ln -sfn -- "$suite" suite
+exec "$@"
+"""
+assert not any(m in DEPLOY_BOOTSTRAP for m in ("{{", "{%", "{#")), "Ansible would template the bootstrap"
+
+
+def needs_torch(plan: Plan) -> bool:
+    """Whether a host needs PyTorch for this plan: False only when every benchmark runs on the host
+    alone (``device`` fixed to ``host``, e.g. ``noop``), so deploy then skips the torch checks."""
+    try:
+        from sb_bench import registry
+
+        for e in plan.entries():
+            dev = registry.get(e.benchmark).all_params().get("device")
+            if dev is None or tuple(dev.choices or ()) != ("host",):
+                return True
+        return False
+    except Exception:
+        return True
+
+
 def step_spec(run_id: str, step: Step) -> dict:
     return {"schema_version": SPEC_VERSION, "run_id": run_id, "step": step.id,
             "entries": [e.spec() for e in step.entries]}
@@ -89,10 +134,14 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
     archive = out / f"suite-{digest}.tar.gz"
     if not archive.exists():
         atomic_write_bytes(archive, data, 0o644)
+    b64 = out / f"suite-{digest}.tar.gz.b64"  # the deploy task sends it on stdin
+    if not b64.exists():
+        atomic_write_bytes(b64, base64.b64encode(data), 0o644)
     fleet = config.fleet.model_dump()
     deploy = out / "deploy.yml"
     atomic_write_text(deploy, env.get_template("deploy.yml.j2").render(
-        run_id=run_id, fleet=fleet, suite_archive=str(archive.resolve()), suite_digest=digest))
+        run_id=run_id, fleet=fleet, suite_archive=str(archive.resolve()), suite_digest=digest,
+        suite_b64=str(b64.resolve()), bootstrap=DEPLOY_BOOTSTRAP, needs_torch=needs_torch(plan)))
     runs = {}
     for step in plan.steps:
         spec = out / f"{step.id}.json"
@@ -110,8 +159,13 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
             node_args_file=str(node_file.resolve()) if node_file else None,
             runner_args=runner_args(run_id, step, config.fleet.master_port), gloo_ifname="lo"))
         runs[step.id] = pb
+    extra = []
+    if config.fleet.runtime != "none":  # the steps run in the image; container-deploy.yml puts it on the hosts
+        from sb_fleet.container_stage import render_container
+
+        extra.append(render_container(plan, config, run_id, out, runs))
     # Fail here, not on 500 hosts, if a template produced invalid YAML.
-    for p in [deploy, *runs.values()]:
+    for p in [deploy, *runs.values(), *extra]:
         yaml.safe_load(p.read_text())
     return Rendered(deploy, runs, archive, digest)
 

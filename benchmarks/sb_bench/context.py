@@ -29,6 +29,13 @@ class Elapsed:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class HostDevice:
+    """The device of a benchmark that runs on the host alone and never imports torch."""
+
+    type: str = "host"
+
+
 @dataclass
 class RankContext:
     """One process's view: its rank, the world, and its device."""
@@ -50,13 +57,15 @@ class RankContext:
     @classmethod
     def from_env(cls, device: str = "auto") -> RankContext:
         """Build from torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE…) or sb-fleet's local mode (PROC_RANK)."""
-        import torch
-
         rank = _env_int("RANK", "PROC_RANK", default=0)
         local_rank = _env_int("LOCAL_RANK", "PROC_RANK", default=0)
         world = _env_int("WORLD_SIZE", default=1)
         local_world = _env_int("LOCAL_WORLD_SIZE", "PROC_NUM", default=1)
         node_rank = _env_int("GROUP_RANK", "NODE_RANK", default=0)
+        if device == "host":  # host-only benchmarks (noop): no torch import, host clock
+            return cls(rank, local_rank, world, local_world, node_rank, HostDevice())
+        import torch
+
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda":

@@ -69,8 +69,17 @@ class FleetHost:
 
 
 class SshFleet:
-    def __init__(self, n: int, *, base: int = 10, shared_sshd: bool = False, python: str | None = None,
-                 root: Path | None = None, subnet: str = "127.0.1"):
+    def __init__(
+        self,
+        n: int,
+        *,
+        base: int = 10,
+        shared_sshd: bool = False,
+        python: str | None = None,
+        root: Path | None = None,
+        subnet: str = "127.0.1",
+        check_torch: bool = True,
+    ):
         self.n = n
         self.shared = shared_sshd
         self.python = python or sys.executable
@@ -83,6 +92,9 @@ class SshFleet:
         self.hosts: list[FleetHost] = []
         self.procs: list[subprocess.Popen] = []
         self.ws_root = Path(self.user.pw_dir) / f"ws-{self.dir.name}"
+        self.check_torch = check_torch
+        self.rules: list[list[str]] = []  # iptables rules this fleet added (removed by heal/cleanup)
+        self.mounts: list[Path] = []  # tmpfs mounts this fleet made (unmounted by cleanup)
 
     # -- keys and config -------------------------------------------------------------------------
     def _keys(self) -> None:
@@ -106,8 +118,13 @@ class SshFleet:
         return cfg
 
     def addr(self, i: int) -> str:
-        return f"{self.subnet}.{self.base + i}" if self.base + i < 255 else \
-            f"127.{1 + (self.base + i) // 250}.{(self.base + i) // 250 % 250}.{(self.base + i) % 250 + 1}"
+        """The address of host ``i``: ``<subnet>.<base + i>``, spilling into the next /24s past .254."""
+        k = self.base + i
+        if k < 255:
+            return f"{self.subnet}.{k}"
+        a, b, c = self.subnet.split(".")
+        j = k - 255
+        return f"{a}.{b}.{int(c) + 1 + j // 254}.{j % 254 + 1}"
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> SshFleet:
@@ -134,16 +151,30 @@ class SshFleet:
         return self
 
     def _sshd(self, cfg: Path, listen: str, tag: str) -> subprocess.Popen:
-        return subprocess.Popen([SSHD, "-D", "-f", str(cfg), "-o", f"ListenAddress={listen}",
-                                 "-E", str(self.dir / f"sshd-{tag}.log")], stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [
+                SSHD,
+                "-D",
+                "-f",
+                str(cfg),
+                "-o",
+                f"ListenAddress={listen}",
+                "-E",
+                str(self.dir / f"sshd-{tag}.log"),
+            ],
+            stdin=subprocess.DEVNULL,
+        )
 
     def _check_python(self) -> None:
-        r = subprocess.run(["runuser", "-u", USER, "--", self.python, "-c", "import torch"], capture_output=True,
-                           text=True)
+        code = "import torch" if self.check_torch else "import json"
+        r = subprocess.run(
+            ["runuser", "-u", USER, "--", self.python, "-c", code], capture_output=True, text=True
+        )
         if r.returncode != 0:
             raise RuntimeError(
                 f"the test user {USER} cannot run {self.python} with torch ({r.stderr.strip()[-200:]}); build the "
-                f"venv from a system Python in a world-readable path (make setup does)")
+                f"venv from a system Python in a world-readable path (make setup does)"
+            )
 
     def stop(self) -> None:
         for p in self.procs:
@@ -158,6 +189,12 @@ class SshFleet:
         self.procs.clear()
 
     def cleanup(self) -> None:
+        for rule in list(self.rules):
+            self._iptables("-D", rule)
+        self.rules.clear()
+        for m in reversed(self.mounts):
+            subprocess.run(["umount", "-l", str(m)], capture_output=True)
+        self.mounts.clear()
         self.stop()
         shutil.rmtree(self.ws_root, ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -176,6 +213,48 @@ class SshFleet:
         self.procs.append(h.proc)
         wait_ssh(h.addr, h.port)
 
+    def partition(self, name: str) -> None:
+        """Drop every packet to this host's address (a network partition; needs iptables and root)."""
+        rule = ["INPUT", "-d", f"{self.host(name).addr}/32", "-j", "DROP"]
+        self._iptables("-A", rule, check=True)
+        self.rules.append(rule)
+
+    def heal(self, name: str | None = None) -> None:
+        """Remove the partition of one host (or of all)."""
+        for rule in list(self.rules):
+            if name is None or rule[2] == f"{self.host(name).addr}/32":
+                self._iptables("-D", rule)
+                self.rules.remove(rule)
+
+    @staticmethod
+    def _iptables(op: str, rule: list[str], check: bool = False) -> None:
+        r = subprocess.run(["iptables", "-w", "5", op, *rule], capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"iptables {op} {' '.join(rule)}: {r.stderr.strip()}")
+
+    def small_disk(self, size_kb: int) -> Path:
+        """A fresh tmpfs of ``size_kb`` KiB (a disk that fills up), unmounted by cleanup."""
+        mnt = Path(tempfile.mkdtemp(prefix="sbf-tmpfs-"))
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k,mode=0755", "tmpfs", str(mnt)],
+            check=True,
+            capture_output=True,
+        )
+        self.mounts.append(mnt)
+        return mnt
+
+    def stop_sshd(self, name: str) -> None:
+        """SIGSTOP one host's sshd (it accepts TCP but never answers: a hung host)."""
+        p = self.host(name).proc
+        if p is None:
+            raise RuntimeError("per-host faults need one sshd per host (shared_sshd=False)")
+        os.kill(p.pid, signal.SIGSTOP)
+
+    def cont_sshd(self, name: str) -> None:
+        p = self.host(name).proc
+        if p is not None and p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+
     def host(self, name: str) -> FleetHost:
         return next(h for h in self.hosts if h.name == name)
 
@@ -193,8 +272,12 @@ class SshFleet:
         lines = [f"[{h.addr}]:{h.port} {pub[0]} {pub[1]}" for h in self.hosts]
         self.known_hosts.write_text("\n".join(lines) + "\n")
 
-    def inventory(self, extra_hosts: list[tuple[str, str, int]] | None = None, name: str = "inventory.ini",
-                  host_vars: dict[str, dict[str, str]] | None = None) -> Path:
+    def inventory(
+        self,
+        extra_hosts: list[tuple[str, str, int]] | None = None,
+        name: str = "inventory.ini",
+        host_vars: dict[str, dict[str, str]] | None = None,
+    ) -> Path:
         """An INI inventory of the fleet; ``extra_hosts`` (name, addr, port) adds hosts that may not exist."""
         lines = ["[gpu]"]
         rows = [(h.name, h.addr, h.port, h.workspace) for h in self.hosts]
@@ -202,8 +285,14 @@ class SshFleet:
         for n, a, p, ws in rows:
             extra = " ".join(f"{k}={v}" for k, v in (host_vars or {}).get(n, {}).items())
             lines.append(f"{n} ansible_host={a} ansible_port={p} sb_workspace={ws} {extra}".rstrip())
-        lines += ["", "[gpu:vars]", f"ansible_user={USER}", f"ansible_ssh_private_key_file={self.client_key}",
-                  "ansible_python_interpreter=/usr/bin/python3", f"sb_python={self.python}"]
+        lines += [
+            "",
+            "[gpu:vars]",
+            f"ansible_user={USER}",
+            f"ansible_ssh_private_key_file={self.client_key}",
+            "ansible_python_interpreter=/usr/bin/python3",
+            f"sb_python={self.python}",
+        ]
         path = self.dir / name
         path.write_text("\n".join(lines) + "\n")
         return path

@@ -1,0 +1,232 @@
+"""Scale benchmark: ``sb-fleet validate`` with a no-op benchmark on 16/64/256 simulated hosts.
+
+One sshd on 0.0.0.0 answers every loopback address (tests/fleetlib, shared
+mode), so hundreds of "hosts" fit on this machine. For each size it times, in
+the same run and against the same hosts:
+
+* one plain parallel SSH round (``ssh host true`` from OpenSSH client
+  processes, all at once, every login checked): the floor any tool pays;
+* ``sb-fleet validate`` end to end (deploy, run, collect, report), with the
+  per-stage wall times from its progress lines and, inside each Ansible
+  stage, the wall time of every task (from ansible-runner's job events);
+
+and prints the ratio validate / SSH round. The benchmark is ``noop`` (no torch
+import on the hosts; venv off) so that the time measured is sb-fleet's own.
+
+    .venv/bin/python bench/scale.py                 # 16, 64, 256
+    .venv/bin/python bench/scale.py --hosts 64 --json out.json
+
+Needs root (it creates the test user and starts sshd), like the integration tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from fleetlib import USER, SshFleet  # noqa: E402
+
+SB_FLEET = str(Path(sys.executable).parent / "sb-fleet")
+
+CONFIG = """\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  python: /usr/bin/python3
+  venv: false
+  install_requirements: never
+  min_free_disk_gb: 0
+  forks: {forks}
+  default_timeout: 120
+superbench:
+  benchmarks:
+    noop:
+      enable: true
+      timeout: 60
+      modes: [{{name: local, proc_num: 1, parallel: no}}]
+      parameters: {{num_warmup: 0, num_steps: 1}}
+gates:
+  fleet: {{enabled: false}}   # noop's step time is scheduler noise, not a host property
+"""
+
+
+def ssh_round(fleet: SshFleet) -> float:
+    """One parallel ``ssh host true`` to every host; raises if any login fails."""
+    base = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"UserKnownHostsFile={fleet.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        "ControlPath=none",
+        "-i",
+        str(fleet.client_key),
+        "-l",
+        USER,
+    ]
+    t0 = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [*base, "-p", str(h.port), h.addr, "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for h in fleet.hosts
+    ]
+    bad = []
+    for h, p in zip(fleet.hosts, procs, strict=True):
+        _, err = p.communicate()
+        if p.returncode != 0:
+            bad.append(f"{h.name}: {err.decode(errors='replace').strip()[-200:]}")
+    el = time.monotonic() - t0
+    if bad:
+        raise RuntimeError(f"{len(bad)} SSH login(s) failed: {bad[:3]}")
+    return el
+
+
+STAGE_RE = re.compile(r"^(deploy|run|collect)\s+done\s+(\d+)\s+failed\s+(\d+)\s+pending\s+(\d+)\s+([\d.]+)s")
+
+
+def task_times(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Per Ansible stage: wall time of each task, from ansible-runner's job events."""
+    out: dict[str, dict[str, float]] = {}
+    for stage_dir in sorted((run_dir / "ansible").glob("*")):
+        evdir = next(iter(sorted((stage_dir / "artifacts").glob("*/job_events"))), None)
+        if evdir is None:
+            continue
+        events = []
+        for f in evdir.glob("*.json"):
+            try:
+                e = json.loads(f.read_text())
+            except ValueError:
+                continue
+            events.append(e)
+        events.sort(key=lambda e: e.get("counter", 0))
+
+        def ts(e: dict) -> float:
+            from datetime import datetime
+
+            return datetime.fromisoformat(e["created"]).timestamp()
+
+        tasks: dict[str, list[float]] = {}
+        start = ts(events[0]) if events else 0.0
+        end = ts(events[-1]) if events else 0.0
+        for e in events:
+            d = e.get("event_data") or {}
+            if e.get("event") in (
+                "runner_on_ok",
+                "runner_on_failed",
+                "runner_on_unreachable",
+                "runner_on_start",
+            ):
+                tasks.setdefault(str(d.get("task")), []).append(ts(e))
+        row = {"ansible-playbook total": round(end - start, 2)}
+        for t, stamps in tasks.items():
+            row[t] = round(max(stamps) - min(stamps), 2)
+        out[stage_dir.name] = row
+    return out
+
+
+def one_size(n: int, forks: int, keep: bool) -> dict:
+    fleet = SshFleet(
+        n,
+        base=1,
+        shared_sshd=True,
+        subnet="127.0.6",
+        check_torch=False,
+        root=Path(tempfile.mkdtemp(prefix="sbf-scale-")),
+    )
+    fleet.start()
+    try:
+        # Warm-up: the first login of a fresh sshd/user pays one-off costs; time a second round.
+        ssh_round(fleet)
+        ssh_s = ssh_round(fleet)
+        inv = fleet.inventory()
+        cfg = fleet.config(CONFIG.format(forks=forks))
+        run_dir = fleet.dir / "run"
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir)],
+            capture_output=True,
+            text=True,
+            cwd=str(ROOT),
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        val_s = time.monotonic() - t0
+        stages = {}
+        for line in r.stderr.splitlines():
+            m = STAGE_RE.match(line.strip())
+            if m:
+                stages[m.group(1)] = {
+                    "ok": int(m.group(2)),
+                    "failed": int(m.group(3)),
+                    "s": float(m.group(5)),
+                }
+        outcomes = (
+            json.loads((run_dir / "outcomes.json").read_text())["hosts"]
+            if (run_dir / "outcomes.json").exists()
+            else {}
+        )
+        ok = sum(1 for v in outcomes.values() if v["outcome"] == "ok")
+        res = {
+            "hosts": n,
+            "forks": forks,
+            "ssh_round_s": round(ssh_s, 2),
+            "validate_s": round(val_s, 2),
+            "ratio": round(val_s / ssh_s, 2),
+            "exit_code": r.returncode,
+            "hosts_ok": ok,
+            "stages": stages,
+            "tasks": task_times(run_dir),
+        }
+        if r.returncode != 0:
+            res["stderr_tail"] = r.stderr[-1500:]
+        return res
+    finally:
+        if not keep:
+            fleet.cleanup()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, nargs="*", default=[16, 64, 256])
+    ap.add_argument("--forks", type=int, default=256)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--keep", action="store_true", help="keep the fleet directory (run dir, logs)")
+    args = ap.parse_args()
+    rows = []
+    for n in args.hosts:
+        row = one_size(n, args.forks, args.keep)
+        rows.append(row)
+        st = "  ".join(f"{k} {v['s']:.1f}s" for k, v in row["stages"].items())
+        print(
+            f"{n:4d} hosts: ssh round {row['ssh_round_s']:6.2f}s  validate {row['validate_s']:6.2f}s  "
+            f"ratio {row['ratio']:5.2f}  exit {row['exit_code']}  ok {row['hosts_ok']}/{n}  [{st}]",
+            flush=True,
+        )
+        for stage, tasks in row["tasks"].items():
+            print(f"       {stage}: " + ", ".join(f"{t} {s:.1f}s" for t, s in tasks.items()), flush=True)
+        if row["exit_code"] != 0:
+            print(row.get("stderr_tail", ""), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0 if all(r["exit_code"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
