@@ -163,6 +163,19 @@ def validate(**kw: Any) -> int:
     return code
 
 
+@main.command()
+@_common
+@click.option("--images", is_flag=True, help="also remove the benchmark image (fleet.container.image).")
+@click.option("--workspaces", is_flag=True, help="also delete each host's workspace (suite, venv, results).")
+@click.option("--dry-run", is_flag=True, help="print the cleanup playbook; touch no host.")
+@_guard
+def cleanup(**kw: Any) -> int:
+    """Remove sb-fleet's containers from every host; on request the image and the workspaces."""
+    from sb_fleet.container_stage import cleanup as do_cleanup
+
+    return do_cleanup(_options(kw), kw["images"], kw["workspaces"])
+
+
 @main.group()
 def bench() -> None:
     """The on-host benchmark suite."""

@@ -25,9 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sb_fleet.analysis.gates import Gates
+from sb_fleet.container import ContainerSettings
 from sb_fleet.errors import ConfigError
 from sb_fleet.yamlsrc import load_yaml, pydantic_error
 
@@ -109,6 +110,13 @@ class FleetSettings(_Strict):
     host_key_checking: Literal["strict", "accept-new"] = "strict"
     ssh_connect_timeout: int = Field(10, ge=1)
     collect_timeout: int = Field(300, ge=1)
+    container: ContainerSettings | None = None  # with runtime docker/podman/enroot: see sb_fleet/container.py
+
+    @model_validator(mode="after")
+    def _container(self) -> FleetSettings:
+        if self.runtime != "none" and self.container is None:
+            raise ValueError(f"runtime {self.runtime} needs a 'container' section (at least container.image)")
+        return self
 
 
 class Config(_Strict):

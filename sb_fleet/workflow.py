@@ -165,6 +165,10 @@ def deploy(s: Session) -> dict[str, HostOutcome]:
         facts = _facts(out.get(HOSTPREP_TASK, {}))
         if facts:
             s.rd.write_json(f"facts/{_fname(h)}.json", {"host": h, **facts})
+    if s.config.fleet.runtime != "none":  # then put the image on the hosts that are ready
+        from sb_fleet.container_stage import deploy_images
+
+        deploy_images(s, res.outcomes)
     save_stage(s.rd, "deploy", res.outcomes)
     return res.outcomes
 
@@ -218,6 +222,10 @@ def run(s: Session) -> dict[str, HostOutcome]:
             res = run_playbook(f"run-{step.id}", s.rendered.runs[step.id], s.inventory, targets,
                                s.rd.sub("ansible", f"run-{step.id}"), s.ssh, s.forks, _python_for_ansible(),
                                s.progress.update)
+            if s.config.fleet.runtime != "none":
+                from sb_fleet.container_stage import record_run
+
+                record_run(s, res.results)
             for h, o in res.outcomes.items():
                 if o.outcome != Outcome.OK:
                     outcomes[h] = HostOutcome(h, "run", o.outcome, f"{step.id}: {o.reason}")

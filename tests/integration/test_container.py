@@ -1,0 +1,272 @@
+"""Containers for real: podman (runc, vfs) on a loopback fleet of 3 hosts (127.0.3.30-32).
+
+Each simulated host has its own podman storage (``--root``/``--runroot`` through the inventory var
+``sb_container_host_args``), so loading the image on one host does not load it on the others. The
+test user logs in unprivileged; container commands use Ansible ``become`` (sudo, NOPASSWD rule set up
+here). The CPU image is built once (container/build-cpu-image.sh) and cached on disk by the script's
+digest, so later sessions reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, sb_fleet
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fleetlib import USER, SshFleet, ensure_user  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+IMAGE = "localhost/sb-bench:cpu"
+PODMAN_GLOBAL = ["--storage-driver=vfs", "--runtime=/usr/sbin/runc"]
+CONTAINERS_CONF = Path("/etc/containers/containers.conf")
+SUDOERS = Path("/etc/sudoers.d/sb-fleet-test")
+CACHE = Path(os.environ.get("SB_FLEET_IMAGE_CACHE", "/var/cache/sb-fleet/images"))
+BUILD = ROOT / "container" / "build-cpu-image.sh"
+
+CONFIG = """\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  runtime: podman
+  python: /usr/bin/python3
+  venv: false
+  install_requirements: never
+  default_timeout: 180
+  forks: 8
+  container:
+    image: @IMAGE@
+    distribution: @DIST@
+    @SOURCE@
+    gpus: none
+    pull_throttle: 2
+    global_args: [--storage-driver=vfs, --runtime=/usr/sbin/runc]
+superbench:
+  benchmarks:
+    gemm-flops:
+      enable: true
+      timeout: 120
+      modes: [{name: local, proc_num: 1, parallel: no, env: {OMP_NUM_THREADS: 1}}]
+      parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, precision: [fp64, fp32]}
+"""
+
+
+def _need(cmd: str) -> None:
+    if not shutil.which(cmd):
+        pytest.skip(f"{cmd} is not installed (.ci/apt-packages.txt; scripts/setup.sh installs it)")
+
+
+@pytest.fixture(scope="session")
+def podman_host():
+    """Root, podman + runc, the containers.conf this machine kind needs, sudo for the test user."""
+    if os.geteuid() != 0:
+        pytest.skip("container tests need root (podman, useradd, sudoers); CI runs as root")
+    for c in ("podman", "/usr/sbin/runc", "sudo", "debootstrap"):
+        _need(c)
+    if not CONTAINERS_CONF.exists():
+        # crun fails on this machine kind's cgroups, and the default ulimits cannot be applied.
+        CONTAINERS_CONF.parent.mkdir(parents=True, exist_ok=True)
+        CONTAINERS_CONF.write_text(
+            '[containers]\ndefault_ulimits = []\n\n[engine]\ncgroup_manager = "cgroupfs"\n'
+        )
+    ensure_user()
+    rule = f"{USER} ALL=(root) NOPASSWD: ALL\n"
+    if not SUDOERS.exists() or SUDOERS.read_text() != rule:
+        tmp = SUDOERS.with_suffix(".tmp")
+        tmp.write_text(rule)
+        os.chmod(tmp, 0o440)
+        subprocess.run(["visudo", "-cf", str(tmp)], check=True, capture_output=True)
+        os.replace(tmp, SUDOERS)
+    r = subprocess.run(
+        ["runuser", "-u", USER, "--", "sudo", "-n", "podman", "--version"], capture_output=True, text=True
+    )
+    assert r.returncode == 0, f"sudo for {USER} does not work: {r.stderr}"
+
+
+@pytest.fixture(scope="session")
+def cpu_image(podman_host) -> Path:
+    """The CPU image as a docker-archive tarball, built once per script version (minutes the first time)."""
+    key = hashlib.sha256(BUILD.read_bytes()).hexdigest()[:12]
+    out = CACHE / f"sb-bench-cpu-{key}.tar"
+    if not out.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp.tar")
+        r = subprocess.run([str(BUILD), str(tmp), IMAGE], capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        os.replace(tmp, out)
+    return out
+
+
+def _podman(storage: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["podman", *PODMAN_GLOBAL, "--root", str(storage / "root"), "--runroot", str(storage / "run"), *args],
+        capture_output=True,
+        text=True,
+        check=check,
+    )
+
+
+@pytest.fixture(scope="module")
+def ctr_fleet(podman_host):
+    f = SshFleet(3, base=30, subnet="127.0.3")
+    f.start()
+    f.storage = Path(f"/var/tmp/sbf-ctr-{f.dir.name}")  # type: ignore[attr-defined]
+    host_vars = {}
+    for h in f.hosts:
+        s = f.storage / h.name  # type: ignore[attr-defined]
+        args = ["--root", str(s / "root"), "--runroot", str(s / "run")]
+        host_vars[h.name] = {"sb_container_host_args": "'" + json.dumps(args, separators=(",", ":")) + "'"}
+    f.ctr_inventory = f.inventory(name="ctr.ini", host_vars=host_vars)  # type: ignore[attr-defined]
+    yield f
+    f.cleanup()
+    shutil.rmtree(f.storage, ignore_errors=True)  # type: ignore[attr-defined]
+
+
+def _config(fleet: SshFleet, name: str, dist: str, source: str, image: str = IMAGE) -> Path:
+    return fleet.config(
+        CONFIG.replace("@DIST@", dist).replace("@SOURCE@", source).replace("@IMAGE@", image), name=name
+    )
+
+
+def _json(p: Path) -> dict:
+    return json.loads(p.read_text())
+
+
+def test_tarball_deploy_run_in_container_digest_check_and_cleanup(ctr_fleet, cpu_image, tmp_path):
+    from sb_fleet.container import archive_digest
+
+    fleet = ctr_fleet
+    inv = fleet.ctr_inventory
+    cfg = _config(fleet, "tarball.yaml", "tarball", f"tarball: {cpu_image}")
+    expected = archive_digest(cpu_image)
+    assert expected and expected.startswith("sha256:")
+    names = [h.name for h in fleet.hosts]
+
+    # 1. first deploy: the tarball is copied, checked and loaded on every host
+    rd1 = tmp_path / "deploy1"
+    t0 = time.monotonic()
+    r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(rd1), timeout=1200)
+    first_s = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = _json(rd1 / "containers.json")
+    for h in names:
+        assert table["hosts"][h]["deploy_digest"] == expected
+        assert table["hosts"][h]["image_loaded"] is True
+        facts = _json(rd1 / "facts" / f"{h}.json")
+        assert facts["image_digest"] == expected
+        assert facts["image_torch_version"]  # the suite imported torch inside the image on this host
+        assert _podman(fleet.storage / h, "image", "exists", IMAGE, check=False).returncode == 0
+        # the tarball copy is gone once loaded
+        assert not list(Path(fleet.host(h).workspace).glob("images/*.tar"))
+
+    # 2. deploy again: every host already holds this digest, nothing is copied or loaded
+    rd2 = tmp_path / "run"
+    t0 = time.monotonic()
+    r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(rd2), timeout=600)
+    second_s = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = _json(rd2 / "containers.json")
+    assert all(table["hosts"][h]["image_loaded"] is False for h in names), table
+    print(
+        f"\ntarball deploy to {len(names)} hosts: first {first_s:.1f} s, again (same digest) {second_s:.1f} s, "
+        f"image {cpu_image.stat().st_size / 1e6:.0f} MB"
+    )
+
+    # 3. drift: host003's image changes after deploy (someone rebuilt it in place)
+    s3 = fleet.storage / "host003"
+    _podman(s3, "run", "--name", "drift", "--network=host", IMAGE, "true")
+    _podman(s3, "commit", "-q", "drift", IMAGE)
+    _podman(s3, "rm", "drift")
+
+    # 4. run inside the containers, collect, report
+    r = sb_fleet("run", "--run-dir", str(rd2), "-i", str(inv), "-c", str(cfg), timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = sb_fleet("collect", "--run-dir", str(rd2), "-i", str(inv), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [json.loads(x) for x in (rd2 / "results-summary.jsonl").read_text().splitlines()]
+    summary = {d["node"]: d for d in lines}
+    assert sorted(summary) == names
+    for h in names:
+        assert summary[h]["gemm-flops/return_code"] == 0
+        assert summary[h]["gemm-flops/fp32_flops"] > 0
+        rank0 = Path(fleet.host(h).workspace) / "runs" / rd2.name / "results" / "gemm-flops" / "rank0.json"
+        assert rank0.stat().st_uid == fleet.user.pw_uid  # written as the login user, not root
+    table = _json(rd2 / "containers.json")
+    run_digests = {h: table["hosts"][h]["run_digest"] for h in names}
+    assert run_digests["host001"] == run_digests["host002"] == expected
+    assert run_digests["host003"] != expected and run_digests["host003"].startswith("sha256:")
+    assert _json(rd2 / "facts" / "host003.json")["image_digest"] == run_digests["host003"]
+
+    r = sb_fleet("report", str(rd2))
+    report = _json(rd2 / "report.json")
+    hosts = {h["name"]: h for h in report["hosts"]}
+    sw = [i for i in hosts["host003"]["issues"] if i["metric"] == "image_digest"]
+    assert sw and sw[0]["check"] == "software", hosts["host003"]
+    assert hosts["host003"]["verdict"] == "fail"
+    for h in ("host001", "host002"):
+        assert not [i for i in hosts[h]["issues"] if i["metric"] == "image_digest"]
+    assert "image_digest" in (rd2 / "report.md").read_text()
+
+    # 5. cleanup: containers and, on request, the image
+    _podman(
+        fleet.storage / "host001", "create", "--name", "leftover", "--label", "sb-fleet.run=x", IMAGE, "true"
+    )
+    r = sb_fleet(
+        "cleanup",
+        "-i",
+        str(inv),
+        "-c",
+        str(cfg),
+        "--images",
+        "--run-dir",
+        str(tmp_path / "clean"),
+        "--quiet",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    for h in names:
+        assert _podman(fleet.storage / h, "image", "exists", IMAGE, check=False).returncode != 0
+        assert _podman(fleet.storage / h, "ps", "-a", "-q").stdout.strip() == ""
+
+
+def test_registry_password_is_never_written(ctr_fleet, podman_host, tmp_path):
+    """Pull with a login: the password (from an env var) reaches podman on stdin only; it appears in
+    no file of the run directory, even though the login fails (nothing listens at the registry)."""
+    fleet = ctr_fleet
+    pw = "pw-" + secrets.token_hex(12)
+    src = "auth: {registry: '127.0.3.250:5999', username: tester, password_env: SBF_TEST_REGISTRY_PW}"
+    cfgp = _config(fleet, "registry.yaml", "registry", src, image="127.0.3.250:5999/sb-bench:cpu")
+    rd = tmp_path / "reg"
+    before = set(Path("/dev/shm").glob("sb-fleet-*"))
+    r = sb_fleet(
+        "deploy",
+        "-i",
+        str(fleet.ctr_inventory),
+        "-c",
+        str(cfgp),
+        "--run-dir",
+        str(rd),
+        "--limit",
+        "host001",
+        env={"SBF_TEST_REGISTRY_PW": pw},
+        timeout=300,
+    )
+    assert r.returncode in (1, 3), r.stdout + r.stderr
+    outcome = _json(rd / "outcomes.json")["hosts"]["host001"]
+    assert "registry login" in outcome["reason"], outcome
+    assert pw not in r.stdout + r.stderr
+    for p in rd.rglob("*"):
+        if p.is_file():
+            assert pw.encode() not in p.read_bytes(), f"the password leaked into {p}"
+    assert set(Path("/dev/shm").glob("sb-fleet-*")) == before  # the temporary secret file is gone

@@ -1,0 +1,224 @@
+"""Container command sets (docker, podman, enroot) against golden files; config validation; digests.
+
+The podman commands also run for real in tests/integration/test_container.py; docker and enroot are
+checked here only as rendered commands (no Docker engine or enroot on this machine kind).
+Regenerate the golden files with SB_FLEET_UPDATE_GOLDEN=1 after an intended change.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from sb_fleet import container as ct
+from sb_fleet.config import FleetSettings
+from sb_fleet.container import ContainerSettings, RunTarget, V, cat
+
+GOLDEN = Path(__file__).parent / "golden" / "container"
+UPDATE = os.environ.get("SB_FLEET_UPDATE_GOLDEN") == "1"
+RUNTIMES = ("docker", "podman", "enroot")
+
+SETTINGS = {
+    "tarball": ContainerSettings(
+        image="registry.example.com/gpu/sb-bench:24.05",
+        distribution="tarball",
+        tarball="/srv/images/sb-bench-24.05.tar",
+        shm_size="32g",
+        extra_run_args=["--ulimit", "memlock=-1"],
+        pull_throttle=16,
+    ),
+    "registry": ContainerSettings(
+        image="registry.example.com/gpu/sb-bench:24.05",
+        auth={"registry": "registry.example.com", "username": "svc-bench", "password_env": "SB_REGISTRY_PW"},
+        ipc_host=False,
+        global_args=["--log-level=warn"],
+    ),
+}
+
+
+def _commands(runtime: str, c: ContainerSettings) -> dict:
+    t = RunTarget(cat("sb-r1-step01-", V("inventory_hostname")), "r1")
+    run = ct.run_cmd(
+        runtime,
+        c,
+        t,
+        ["python3", V("sb_runner_args", splat=True)],  # type: ignore[arg-type]
+        {"GLOO_SOCKET_IFNAME": "ib0"},
+    )
+    out: dict = {
+        "become": ct.uses_become(runtime, c),  # type: ignore[arg-type]
+        "login": ct.login_cmd(runtime, c),  # type: ignore[arg-type]
+        "logout": ct.logout_cmd(runtime, c),  # type: ignore[arg-type]
+        "pull": ct.pull_cmd(runtime, c),  # type: ignore[arg-type]
+        "load": ct.load_cmd(runtime, c),  # type: ignore[arg-type]
+        "create": ct.create_cmd(runtime, c),  # type: ignore[arg-type]
+        "inspect": ct.inspect_cmd(runtime, c),  # type: ignore[arg-type]
+        "run": run,
+        **{f"cleanup {k}": v for k, v in ct.cleanup_cmds(runtime, c, images=True).items()},  # type: ignore[arg-type]
+    }
+    shown = {k: ct.to_display(v) if isinstance(v, list) else v for k, v in out.items()}
+    shown["run (ansible)"] = ct.to_ansible(run)
+    shown["digest (ansible)"] = ct.digest_expr(runtime, "sb_img")  # type: ignore[arg-type]
+    return shown
+
+
+@pytest.mark.parametrize("dist", sorted(SETTINGS))
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_commands_match_golden(runtime, dist):
+    got = json.dumps(_commands(runtime, SETTINGS[dist]), indent=2) + "\n"
+    path = GOLDEN / f"{runtime}-{dist}.json"
+    if UPDATE or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(got)
+    assert got == path.read_text(), f"{path} differs; SB_FLEET_UPDATE_GOLDEN=1 after an intended change"
+
+
+def test_gpu_and_network_flags_per_runtime():
+    c = SETTINGS["tarball"]
+    t = RunTarget("n", "r1")
+    docker = ct.to_display(ct.run_cmd("docker", c, t, ["x"], {}))
+    podman = ct.to_display(ct.run_cmd("podman", c, t, ["x"], {}))
+    enroot = ct.to_display(ct.run_cmd("enroot", c, t, ["x"], {}))
+    assert "--gpus" in docker and docker[docker.index("--gpus") + 1] == "all"
+    assert "--device" in podman and podman[podman.index("--device") + 1] == "nvidia.com/gpu=all"
+    assert "NVIDIA_VISIBLE_DEVICES=all" in enroot
+    for argv in (docker, podman):
+        assert "--network=host" in argv and "--ipc=host" in argv and argv[-2:] == [c.image, "x"]
+    cpu = c.model_copy(update={"gpus": "none", "ipc_host": False})
+    argv = ct.to_display(ct.run_cmd("docker", cpu, t, ["x"], {}))
+    assert "--gpus" not in argv and argv[argv.index("--shm-size") + 1] == "32g"
+
+
+def test_the_password_is_never_in_a_command():
+    c = SETTINGS["registry"]
+    for rt in RUNTIMES:
+        text = json.dumps(_commands(rt, c))
+        assert "password-stdin" in text or rt == "enroot"
+        assert "SB_REGISTRY_PW" not in text  # not even the variable's name: the playbook reads a file
+
+
+def test_config_validation():
+    ok = {"image": "nvcr.io/nvidia/pytorch:24.05-py3"}
+    ContainerSettings(**ok)
+    bad = [
+        {**ok, "image": "bad image"},
+        {**ok, "image": "x/{{ lookup('pipe','id') }}"},
+        {**ok, "extra_run_args": ["{{ evil }}"]},
+        {**ok, "distribution": "tarball"},  # no tarball path
+        {**ok, "tarball": "/x.tar"},  # tarball path with registry distribution
+        {**ok, "shm_size": "lots"},
+        {**ok, "auth": {"registry": "r", "username": "u", "password": "hunter2"}},  # inline: refused
+        {**ok, "auth": {"registry": "r", "username": "u"}},
+        {**ok, "auth": {"registry": "r", "username": "u", "password_env": "A", "password_file": "/f"}},
+        {**ok, "auth": {"registry": "r", "username": "u", "password_env": "not a name"}},
+        {**ok, "typo": 1},
+    ]
+    for b in bad:
+        with pytest.raises(ValidationError):
+            ContainerSettings(**b)
+    with pytest.raises(ValidationError, match="container"):
+        FleetSettings(runtime="podman")
+    assert FleetSettings(runtime="enroot", container=ok).container.image == ok["image"]
+
+
+PODMAN_INSPECT = json.dumps(
+    [{"Id": "a" * 64, "Digest": "sha256:" + "b" * 64, "RepoTags": ["localhost/x:cpu"]}]
+)
+DOCKER_INSPECT = json.dumps([{"Id": "sha256:" + "c" * 64, "RepoDigests": []}])
+
+
+@pytest.mark.parametrize(
+    ("runtime", "out", "want"),
+    [
+        ("podman", PODMAN_INSPECT, "sha256:" + "a" * 64),
+        ("docker", DOCKER_INSPECT, "sha256:" + "c" * 64),
+        ("podman", "[]", None),
+        ("docker", "", None),
+        ("podman", "Error: not json", None),
+        ("enroot", "d" * 64 + "  /ws/images/x.sqsh\n", "sha256:" + "d" * 64),
+        ("enroot", "", None),
+        ("enroot", "sha256sum: /ws/images/x.sqsh: No such file", None),
+    ],
+)
+def test_parse_digest(runtime, out, want):
+    assert ct.parse_digest(runtime, out) == want
+
+
+def _archive(path: Path, config_name: str) -> None:
+    with tarfile.open(path, "w") as tar:
+        data = json.dumps([{"Config": config_name, "RepoTags": ["x:1"], "Layers": []}]).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+
+def test_archive_digest_docker_and_oci_layouts(tmp_path):
+    h = "e" * 64
+    _archive(tmp_path / "a.tar", f"{h}.json")  # podman save / docker < 25
+    _archive(tmp_path / "b.tar", f"blobs/sha256/{h}")  # docker >= 25 (OCI layout)
+    assert ct.archive_digest(tmp_path / "a.tar") == ct.archive_digest(tmp_path / "b.tar") == f"sha256:{h}"
+    (tmp_path / "c.tar").write_bytes(b"not a tar")
+    assert ct.archive_digest(tmp_path / "c.tar") is None
+    c = ContainerSettings(image="x/y:1", distribution="tarball", tarball=str(tmp_path / "a.tar"))
+    cache = tmp_path / "image.json"
+    info = ct.image_file_info("podman", c, cache)
+    assert info.digest == f"sha256:{h}" and len(info.sha256) == 64 and len(info.sha1) == 40
+    assert ct.image_file_info("podman", c, cache) == info  # from the cache
+    assert ct.image_file_info("enroot", c.model_copy(), None).digest == f"sha256:{info.sha256}"
+
+
+def test_registry_secret_from_env_is_hidden_and_removed(monkeypatch):
+    c = SETTINGS["registry"]
+    monkeypatch.setenv("SB_REGISTRY_PW", "s3cret-value")
+    with ct.registry_secret(c):
+        path = Path(os.environ[ct.SECRET_FILE_ENV])
+        assert path.read_text() == "s3cret-value"
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        assert "SB_REGISTRY_PW" not in os.environ  # ansible-runner records the environment it is given
+    assert os.environ["SB_REGISTRY_PW"] == "s3cret-value"
+    assert ct.SECRET_FILE_ENV not in os.environ
+    assert not path.exists() and not path.parent.exists()
+
+
+def test_registry_secret_missing_is_a_config_error(monkeypatch):
+    from sb_fleet.errors import ConfigError
+
+    monkeypatch.delenv("SB_REGISTRY_PW", raising=False)
+    with pytest.raises(ConfigError, match="SB_REGISTRY_PW"), ct.registry_secret(SETTINGS["registry"]):
+        pass
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("dist", sorted(SETTINGS))
+def test_rendered_container_playbooks_are_valid_yaml(runtime, dist, tmp_path):
+    from sb_fleet.config import Config
+    from sb_fleet.container_stage import render_cleanup, render_container
+    from sb_fleet.plan import Plan, RunEntry, Step
+
+    c = SETTINGS[dist]
+    if dist == "tarball":
+        tar = tmp_path / "img.tar"
+        _archive(tar, f"{'f' * 64}.json")
+        c = c.model_copy(update={"tarball": str(tar)})
+    cfg = Config(fleet={"runtime": runtime, "container": c.model_dump()}, superbench={"benchmarks": {}})
+    step = Step(
+        "step01", (RunEntry("gemm-flops", "gemm-flops", "gemm-flops", {}, ({"name": "local"},), 60),), 120
+    )
+    plan = Plan(("h1",), {}, (step,), ("gemm-flops",))
+    runs = {"step01": tmp_path / "step01.yml"}
+    deploy = render_container(plan, cfg, "r1", tmp_path, runs)
+    for p in (deploy, runs["step01"], render_cleanup(cfg, tmp_path, images=True, workspaces=True)):
+        doc = yaml.safe_load(p.read_text())
+        assert doc[0]["hosts"] == "all"
+    text = deploy.read_text()
+    if dist == "registry":
+        assert "no_log: true" in text and "throttle:" in text
+    else:
+        assert "push the image tarball" in text and "checksum_algorithm: sha256" in text
