@@ -138,10 +138,12 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
     if not b64.exists():
         atomic_write_bytes(b64, base64.b64encode(data), 0o644)
     fleet = config.fleet.model_dump()
+    if config.fleet.runtime != "none":  # the image brings torch: the host needs neither a venv nor torch
+        fleet["venv"] = False
     deploy = out / "deploy.yml"
     atomic_write_text(deploy, env.get_template("deploy.yml.j2").render(
         run_id=run_id, fleet=fleet, suite_archive=str(archive.resolve()), suite_digest=digest,
-        suite_b64=str(b64.resolve()), bootstrap=DEPLOY_BOOTSTRAP, needs_torch=needs_torch(plan)))
+        suite_b64=str(b64.resolve()), bootstrap=DEPLOY_BOOTSTRAP, needs_torch=needs_torch(plan) and config.fleet.runtime == "none"))
     runs = {}
     for step in plan.steps:
         spec = out / f"{step.id}.json"
