@@ -29,9 +29,11 @@ from sb_fleet.analysis.synth import FAULTS, generate  # noqa: E402
 
 
 def score(
-    n: int, seed: int, benign: float | None, fault_fraction: float, gates: Gates
+    n: int, seed: int, benign: float | None, fault_fraction: float, gates: Gates, per_gpu: bool
 ) -> tuple[Counter, Counter, int, int, list]:
-    fleet = generate(n, seed=seed, benign_fraction=benign, fault_fraction=fault_fraction)
+    fleet = generate(
+        n, seed=seed, benign_fraction=benign, fault_fraction=fault_fraction, benign_per_gpu=per_gpu
+    )
     with tempfile.TemporaryDirectory(prefix="sb-fleet-quality-") as d:
         run = Path(d)
         (run / "manifest.json").write_text('{"schema_version": 1}')
@@ -56,6 +58,9 @@ def main() -> None:
     )
     ap.add_argument("--faults", type=float, default=0.04, help="share of hosts with a planted fault")
     ap.add_argument("--fleet", default="{}", help='JSON for the gates\' fleet section, e.g. {"threshold": 5}')
+    ap.add_argument(
+        "--benign-per-gpu", action="store_true", help="the slower batch is a share of the GPUs, not of hosts"
+    )
     args = ap.parse_args()
     gates = Gates.model_validate({"fleet": json.loads(args.fleet)})
     planted: Counter = Counter()
@@ -63,7 +68,7 @@ def main() -> None:
     fp = healthy = 0
     examples = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        p, f, nfp, nh, fps = score(args.hosts, seed, args.benign, args.faults, gates)
+        p, f, nfp, nh, fps = score(args.hosts, seed, args.benign, args.faults, gates, args.benign_per_gpu)
         planted += p
         found += f
         fp += nfp

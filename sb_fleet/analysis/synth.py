@@ -72,6 +72,7 @@ def generate(
     fault_fraction: float = 0.04,
     benign_fraction: float | None = None,
     benign_shift: float = 0.015,
+    benign_per_gpu: bool = False,
     noise: tuple[float, float] = (0.003, 0.03),
 ) -> SynthFleet:
     rng = np.random.default_rng(seed)
@@ -99,12 +100,15 @@ def generate(
         faults[hosts[i]] = FAULTS[j % len(FAULTS)]
 
     shift = np.where(benign_mask, 1.0 - benign_shift, 1.0)  # performance multiplier (higher is better)
+    # With benign_per_gpu, the slower batch is a share of the GPUs/NICs themselves, mixed within hosts.
+    unit_shift = np.where(rng.random((n_hosts, max(GPUS, NICS))) < benign_fraction, 1.0 - benign_shift, 1.0)
 
     def per_gpu(name: str, base: float, n: int, higher: bool) -> np.ndarray:
         s = family(name)
         host_part = rng.normal(0.0, s * 0.5, size=(n_hosts, 1))
         unit_part = rng.normal(0.0, s * 0.866, size=(n_hosts, n))
-        perf = shift[:, None] * (1.0 + host_part + unit_part)
+        scale = unit_shift[:, :n] if benign_per_gpu else shift[:, None]
+        perf = scale * (1.0 + host_part + unit_part)
         return base * perf if higher else base / perf
 
     def per_host(name: str, base: float, higher: bool) -> np.ndarray:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sb_fleet.analysis.api import report
 from sb_fleet.analysis.names import Directions, MetricInfo, direction_from_name, parse_metric
@@ -222,3 +224,23 @@ def test_gpu_models_are_never_compared_with_each_other(tmp_path: Path) -> None:
     bad = {h.name for h in r.hosts if h.verdict != "pass"}
     assert bad == {"h05"}  # pooled together, every A100 would look 60% slow
     assert {f.partition for f in r.families} == {"NVIDIA A100", "NVIDIA H100"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.text(max_size=60), st.binary(max_size=60).map(lambda b: b.decode("latin-1"))), max_size=8
+    )
+)
+def test_any_garbage_lines_are_reported_never_fatal(
+    tmp_path_factory: pytest.TempPathFactory, junk: list[str]
+) -> None:
+    p = tmp_path_factory.mktemp("junk") / "r.jsonl"
+    good = json.dumps({"node": "ok-host", "m/x:0": 1.0})
+    p.write_text(
+        "\n".join([good, *(j.replace("\n", " ").replace("\r", " ") for j in junk)]) + "\n", encoding="utf-8"
+    )
+    fleet = load_fleet(p)
+    assert "ok-host" in fleet.hosts
+    assert len(fleet.hosts) <= 1 + len(junk)
+    assert all(2 <= pr.line <= 1 + len(junk) for pr in fleet.problems)
