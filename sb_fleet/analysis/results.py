@@ -20,6 +20,7 @@ import numpy as np
 
 from sb_fleet.analysis.names import Directions, MetricInfo, load_metrics_json, parse_metric
 from sb_fleet.errors import ResultsError
+from sb_fleet.rundir import safe_name
 
 SUMMARY = "results-summary.jsonl"
 
@@ -265,7 +266,7 @@ def _fact_files(run: Path) -> set[str]:
 
 
 def _gpu_model(run: Path, host: str, facts: set[str] | None = None) -> str | None:
-    fname = f"{host}.json"
+    fname = f"{safe_name(host)}.json"  # the spine's file name for a host
     if facts is not None and fname not in facts:
         return None
     p = run / "facts" / fname
