@@ -30,6 +30,7 @@ from sb_fleet.analysis.rules import RuleSummary, apply_rules, load_rules
 from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import ColumnStats, column_stats
 from sb_fleet.analysis.verdict import VERDICTS, HostReport, judge
+from sb_fleet.errors import ResultsError
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -167,6 +168,14 @@ def report(
         row = host_index[name]
         hosts.append(judge(name, True, _dedupe(issues.get(row, [])), None, "", None))
 
+    if not hosts:
+        first = f"; first problem: {fleet.problems[0]}" if fleet.problems else ""
+        raise ResultsError(
+            fleet.source,
+            None,
+            f"no host results and no inventory: nothing to judge{first}",
+            "a gate must not pass on an empty run; give -i INVENTORY or a results file with host lines",
+        )
     gate = decide(gates.policy, [h.verdict for h in hosts])
     return ReportResult(
         source=str(source),

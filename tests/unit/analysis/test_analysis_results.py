@@ -244,3 +244,10 @@ def test_any_garbage_lines_are_reported_never_fatal(
     assert "ok-host" in fleet.hosts
     assert len(fleet.hosts) <= 1 + len(junk)
     assert all(2 <= pr.line <= 1 + len(junk) for pr in fleet.problems)
+
+
+def test_an_empty_run_never_passes_the_gate(tmp_path: Path) -> None:
+    p = tmp_path / "r.jsonl"
+    p.write_text("garbage\n")
+    with pytest.raises(ResultsError, match="nothing to judge.*line 1|nothing to judge.*:1:"):
+        report(p)
