@@ -1,4 +1,6 @@
 """Model benchmarks: end-to-end training and inference of real model architectures."""
 
+from sb_bench.model.catalog import module_table
+
 # benchmark name -> module (imported lazily by sb_bench.registry)
-MODULES: dict[str, str] = {}
+MODULES: dict[str, str] = module_table()

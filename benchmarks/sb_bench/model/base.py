@@ -1,0 +1,709 @@
+"""The shared training and inference harness of every ``pytorch-<model>`` benchmark.
+
+A model family (CNN, GPT-2, BERT, LSTM) supplies only its model and its
+synthetic samples; this module owns the rest, the same way for all of them:
+
+* **Precision.** fp32 runs as is; fp16 and bf16 run as a practitioner runs
+  mixed precision: fp32 master weights, ``torch.autocast`` around the forward
+  pass, and a ``GradScaler`` for fp16. fp8 (``fp8_hybrid``, ``fp8_e4m3``) swaps
+  Linear/LayerNorm layers for Transformer Engine's and runs under its
+  ``fp8_autocast``; it needs Transformer Engine and a GPU of compute
+  capability 8.9 or newer, and is left out with the reason elsewhere.
+  Configs may spell precisions as SuperBench does (``float32``, ``float16``,
+  ``bfloat16``); metric names use ``fp32``/``fp16``/``bf16`` as SuperBench does.
+* **Timing.** Each step is timed alone: CUDA events on a GPU (recorded without
+  stalling the host; read once the loop has finished), ``perf_counter`` on the
+  CPU. A training step is host-to-device copy, forward, loss, backward and
+  optimizer step; an inference step is copy and forward without gradients.
+  Warm-up steps are not timed.
+* **Distributed.** Under torchrun, training wraps the model in
+  DistributedDataParallel (NCCL on GPUs, gloo on CPU). The step time every rank
+  reports is the slowest rank's mean step time (a straggler is what slows a
+  real job) and throughput is per GPU: ``batch_size / step time``. Inference
+  runs on each rank alone.
+* **Does it train?** Before timing, a few optimizer steps run on one fixed
+  synthetic batch (the same on every rank, dropout seeded the same way each
+  time); the loss must be finite and lower afterwards. Every timed step's loss
+  must be finite too, and under DDP the replicas must still hold the same
+  weights. A fast step that produces NaN is a failed result, not a number.
+* **Metrics**, per precision ``p`` and action ``a`` (train/inference):
+  ``p_a_step_time`` (ms), ``p_a_throughput`` (samples/s per GPU), for
+  inference the percentiles ``p_inference_step_time_<q>`` and
+  ``p_inference_throughput_<q>`` for q in 50, 90, 95, 99, 99.9 (nearest-rank,
+  as SuperBench computes them), ``p_a_tflops`` for transformer models, and on
+  GPUs ``p_a_mem_allocated`` / ``p_a_max_mem_allocated`` (GiB, at the end of
+  the action and its peak).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from sb_bench.benchmark import Benchmark, CheckFailed, SkipBenchmark
+from sb_bench.context import RankContext
+from sb_bench.metric import Metric, Param
+from sb_bench.model.catalog import PERCENTILES, PRECISION_ALIASES
+
+ACTIONS = ("train", "inference")
+FP8 = ("fp8_hybrid", "fp8_e4m3")
+CHECK_SEED = 20240611
+# A data set keeps at most this many distinct samples (indexed modulo) so a
+# large sample_count of big images does not fill the host's memory.
+SAMPLE_POOL = 128
+
+
+def model_params(*, optimizer: str, lr: float, batch_size: int = 32) -> dict[str, Param]:
+    """The parameters every model benchmark has (SuperBench's names and defaults)."""
+    return {
+        "num_warmup": Param("int", 64, "untimed steps before timing (the training check's steps count)"),
+        "num_steps": Param("int", 2048, "timed steps per action (ignored when duration > 0)"),
+        "batch_size": Param("int", batch_size, "samples per step on each rank"),
+        "sample_count": Param("int", 1024, "samples in the synthetic data set (rounded up to whole batches)"),
+        "precision": Param(
+            "list[str]",
+            ["float32", "float16"],
+            "precisions to run (float32/fp32, float16/fp16, bfloat16/bf16, fp8_hybrid, fp8_e4m3)",
+            tuple(PRECISION_ALIASES),
+        ),
+        "model_action": Param("list[str]", ["train"], "what to measure: train and/or inference", ACTIONS),
+        "pin_memory": Param("bool", False, "pin host batches so the copy to the GPU is asynchronous"),
+        "num_workers": Param("int", 8, "DataLoader worker processes preparing batches"),
+        "optimizer": Param("str", optimizer, "optimizer of the training action", ("sgd", "adam", "adamw")),
+        "lr": Param("float", lr, "learning rate"),
+        "check_steps": Param("int", 3, "optimizer steps of the training check on a fixed batch (>= 1)"),
+        "force_fp32": Param("bool", False, "GPU: compute fp32 in full fp32, not TF32"),
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (numpy's ``method='nearest'``, which SuperBench uses)."""
+    s = sorted(values)
+    return s[int(round(q / 100.0 * (len(s) - 1)))]
+
+
+def is_oom(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return type(exc).__name__ == "OutOfMemoryError" or any(
+        s in text
+        for s in ("out of memory", "not enough memory", "can't allocate memory", "cannot allocate memory")
+    )
+
+
+@contextlib.contextmanager
+def oom_as_memory_error() -> Iterator[None]:
+    """Report the CPU allocator's failure the way the harness reports a GPU OOM."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if is_oom(exc) and type(exc).__name__ != "OutOfMemoryError":
+            raise MemoryError(f"out of memory: {str(exc).strip().splitlines()[-1][:300]}") from exc
+        raise
+
+
+def fp8_unavailable(device: Any) -> str | None:
+    """Why fp8 cannot run here, or None."""
+    if device.type != "cuda":
+        return "fp8 needs a CUDA GPU with FP8 tensor cores (compute capability >= 8.9); this rank runs on CPU"
+    import torch
+
+    cap = torch.cuda.get_device_capability(device)
+    if cap < (8, 9):
+        return (
+            f"fp8 needs compute capability >= 8.9; {torch.cuda.get_device_name(device)} is {cap[0]}.{cap[1]}"
+        )
+    try:
+        import transformer_engine.pytorch as te  # noqa: F401
+    except Exception as exc:  # not installed, or built for another CUDA
+        return (
+            f"fp8 needs NVIDIA Transformer Engine, which does not import here ({type(exc).__name__}: {exc})"
+        )
+    return None
+
+
+class SyntheticSamples:
+    """A map-style data set of ``length`` samples cycling over a pool of random ones."""
+
+    def __init__(self, pool: tuple, length: int):
+        self.pool = pool
+        self.n = int(pool[0].shape[0])
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> tuple:
+        j = i % self.n
+        return tuple(t[j] for t in self.pool)
+
+
+class Precision:
+    """Autocast, gradient scaling and fp8 for one precision on one device."""
+
+    def __init__(self, name: str, device: Any):
+        import torch
+
+        self.name = name
+        self.device_type = device.type
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name)
+        if name in FP8:
+            self.dtype = torch.bfloat16
+        self.scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+        self.fp8_recipe = None
+        if name in FP8:
+            from transformer_engine.common import recipe
+
+            fmt = recipe.Format.HYBRID if name == "fp8_hybrid" else recipe.Format.E4M3
+            self.fp8_recipe = recipe.DelayedScaling(
+                fp8_format=fmt, amax_history_len=16, amax_compute_algo="max"
+            )
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        import torch
+
+        stack = contextlib.ExitStack()
+        if self.dtype is not None:
+            stack.enter_context(torch.autocast(self.device_type, dtype=self.dtype))
+        if self.fp8_recipe is not None:
+            import transformer_engine.pytorch as te
+
+            stack.enter_context(te.fp8_autocast(enabled=True, fp8_recipe=self.fp8_recipe))
+        return stack
+
+    def scale(self) -> float:
+        return float(self.scaler.get_scale()) if self.scaler is not None else 1.0
+
+
+def to_transformer_engine(module: Any) -> Any:
+    """Replace Linear and LayerNorm layers with Transformer Engine's (weights copied), in place.
+
+    Layers whose shapes FP8 GEMMs cannot take (dimensions not multiples of 16)
+    stay as they are.
+    """
+    import torch
+    import transformer_engine.pytorch as te
+
+    for name, child in list(module.named_children()):
+        if isinstance(child, torch.nn.Linear):
+            if child.in_features % 16 or child.out_features % 16:
+                continue
+            new = te.Linear(
+                child.in_features,
+                child.out_features,
+                bias=child.bias is not None,
+                params_dtype=child.weight.dtype,
+                device=child.weight.device,
+            )
+            with torch.no_grad():
+                new.weight.copy_(child.weight)
+                if child.bias is not None:
+                    new.bias.copy_(child.bias)
+            setattr(module, name, new)
+        elif isinstance(child, torch.nn.LayerNorm):
+            new = te.LayerNorm(
+                child.normalized_shape[0],
+                eps=child.eps,
+                params_dtype=child.weight.dtype,
+                device=child.weight.device,
+            )
+            with torch.no_grad():
+                new.weight.copy_(child.weight)
+                new.bias.copy_(child.bias)
+            setattr(module, name, new)
+        else:
+            to_transformer_engine(child)
+    return module
+
+
+class ModelBenchmark(Benchmark):
+    """Base of the ``pytorch-<model>`` benchmarks: a family supplies the model and its samples."""
+
+    kind = "model"
+    params: ClassVar[dict[str, Param]] = model_params(optimizer="sgd", lr=0.01)
+    supported_precisions: ClassVar[tuple[str, ...]] = ("fp32", "fp16", "bf16")
+    reports_tflops: ClassVar[bool] = False
+
+    # -- what a family provides -------------------------------------------------------------------
+    def build_model(self) -> Any:
+        """The model in fp32, built on the current default device; ``model(*inputs)`` returns logits."""
+        raise NotImplementedError
+
+    def make_samples(self, n: int, gen: Any) -> tuple:
+        """``n`` random samples: a tuple of tensors whose last one holds the class labels."""
+        raise NotImplementedError
+
+    def loss(self, output: Any, labels: Any) -> Any:
+        import torch
+
+        return torch.nn.functional.cross_entropy(output.float(), labels)
+
+    def forward_flops(self, model: Any) -> float:
+        """FLOPs of one sample's forward pass (transformer families)."""
+        raise NotImplementedError
+
+    @classmethod
+    def validate(cls, args: dict[str, Any]) -> None:
+        """Family-specific parameter checks: raise ValueError."""
+
+    # -- declarations ------------------------------------------------------------------------------
+    @classmethod
+    def parse_params(cls, given: dict[str, Any]) -> dict[str, Any]:
+        args = super().parse_params(given)
+        precisions: list[str] = []
+        for p in args["precision"]:
+            metric = PRECISION_ALIASES[p]
+            if metric not in cls.supported_precisions:
+                raise ValueError(
+                    f"parameter precision: {p} is not supported by {cls.name} "
+                    f"(supported: {', '.join(cls.supported_precisions)})"
+                )
+            if metric not in precisions:
+                precisions.append(metric)
+        args["precision"] = precisions
+        args["model_action"] = list(dict.fromkeys(args["model_action"]))
+        if not precisions or not args["model_action"]:
+            raise ValueError("parameters precision and model_action must not be empty")
+        for k in ("batch_size", "sample_count", "check_steps"):
+            if args[k] < 1:
+                raise ValueError(f"parameter {k}: must be >= 1")
+        if args["num_workers"] < 0:
+            raise ValueError("parameter num_workers: must be >= 0")
+        if not args["lr"] > 0:
+            raise ValueError("parameter lr: must be > 0")
+        cls.validate(args)
+        return args
+
+    def _on_gpu(self) -> bool:
+        dev = self.args["device"]
+        if dev != "auto":
+            return dev == "cuda"
+        torch = sys.modules.get("torch")  # at run time torch is loaded; `list` must not load it
+        return True if torch is None else bool(torch.cuda.is_available())
+
+    def metrics(self) -> list[Metric]:
+        out: list[Metric] = []
+        gpu = self._on_gpu()
+        for p in self.args["precision"]:
+            for a in self.args["model_action"]:
+                out.append(
+                    Metric(f"{p}_{a}_step_time", "ms", False, "max", f"mean {a} step time (slowest rank)")
+                )
+                out.append(
+                    Metric(f"{p}_{a}_throughput", "samples/s", True, "min", f"{a} samples per second per GPU")
+                )
+                if a == "inference":
+                    for q in PERCENTILES:
+                        out.append(
+                            Metric(
+                                f"{p}_inference_step_time_{q}",
+                                "ms",
+                                False,
+                                "max",
+                                f"p{q} of the inference step time",
+                            )
+                        )
+                        out.append(
+                            Metric(
+                                f"{p}_inference_throughput_{q}",
+                                "samples/s",
+                                True,
+                                "min",
+                                f"p{q} of the per-step inference throughput",
+                            )
+                        )
+                if self.reports_tflops:
+                    out.append(Metric(f"{p}_{a}_tflops", "TFLOPS", True, "min", f"achieved {a} TFLOPS"))
+                if gpu:
+                    out.append(
+                        Metric(
+                            f"{p}_{a}_mem_allocated",
+                            "GiB",
+                            False,
+                            "max",
+                            f"GPU memory allocated at the end of {a}",
+                        )
+                    )
+                    out.append(
+                        Metric(
+                            f"{p}_{a}_max_mem_allocated",
+                            "GiB",
+                            False,
+                            "max",
+                            f"peak GPU memory allocated during {a}",
+                        )
+                    )
+        return out
+
+    def precision_unavailable(self, p: str, ctx: RankContext) -> str | None:
+        """Why precision ``p`` cannot run on this rank's device, or None."""
+        return fp8_unavailable(ctx.device) if p in FP8 else None
+
+    # -- setup -------------------------------------------------------------------------------------
+    def setup(self, ctx: RankContext) -> None:
+        import torch
+
+        self.unavailable: dict[str, str] = {}
+        for p in self.args["precision"]:
+            why = self.precision_unavailable(p, ctx)
+            if why:
+                self.unavailable[p] = why
+        if len(self.unavailable) == len(self.args["precision"]):
+            raise SkipBenchmark("; ".join(f"{p}: {why}" for p, why in self.unavailable.items()))
+        for p, why in self.unavailable.items():
+            # The other precisions still run; the result's reason says why these metrics are absent.
+            names = [m.name for m in self.metrics() if m.name.startswith(f"{p}_")]
+            skip = getattr(self, "skip_metric", None)  # Benchmark.skip_metric where the spine has it
+            if skip is not None:
+                skip(names, why)
+        if ctx.is_cuda:
+            torch.backends.cudnn.benchmark = True
+            torch.backends.cuda.matmul.allow_tf32 = not self.args["force_fp32"]
+            torch.backends.cudnn.allow_tf32 = not self.args["force_fp32"]
+        with oom_as_memory_error():
+            torch.manual_seed(1234)  # the same initial weights on every rank
+            with torch.device(ctx.device):
+                self.model = self.build_model()
+            self.models: dict[str, Any] = {}
+            self.ddp: dict[int, Any] = {}
+            self._make_data(ctx)
+
+    def _make_data(self, ctx: RankContext) -> None:
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        bs, world = self.args["batch_size"], ctx.world_size
+        count = math.ceil(self.args["sample_count"] / (bs * world)) * bs * world
+        gen = torch.Generator().manual_seed(5678 + ctx.rank)
+        pool = self.make_samples(min(count, max(bs, SAMPLE_POOL)), gen)
+        data = SyntheticSamples(pool, count)
+        sampler = DistributedSampler(data, world, ctx.rank, shuffle=False) if ctx.distributed else None
+        workers = self.args["num_workers"]
+        self.pin = bool(self.args["pin_memory"] and ctx.is_cuda)
+        self.loader = DataLoader(
+            data,
+            batch_size=bs,
+            sampler=sampler,
+            shuffle=False,
+            drop_last=True,
+            num_workers=workers,
+            pin_memory=self.pin,
+            persistent_workers=workers > 0,
+        )
+        # The training check's batch: the same on every rank, so DDP's averaged gradient descends on it.
+        fixed = self.make_samples(bs, torch.Generator().manual_seed(CHECK_SEED))
+        self.fixed_batch = tuple(t.to(ctx.device) for t in fixed)
+        self._iter: Iterator | None = None
+
+    def _next_batch(self) -> tuple:
+        while True:
+            if self._iter is None:
+                self._iter = iter(self.loader)
+            try:
+                return next(self._iter)
+            except StopIteration:
+                self._iter = None
+
+    def teardown(self, ctx: RankContext) -> None:
+        for attr in ("model", "models", "ddp", "loader", "fixed_batch", "_iter"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        gc.collect()
+        if ctx.is_cuda:
+            import torch
+
+            torch.cuda.empty_cache()
+
+    # -- running -----------------------------------------------------------------------------------
+    def run_once(self, ctx: RankContext, harness: Any) -> dict[str, float]:
+        values: dict[str, float] = {}
+        with oom_as_memory_error():
+            for p in self.args["precision"]:
+                if p in self.unavailable:
+                    continue
+                model = self._model_for(p)
+                prec = Precision(p, ctx.device)
+                for action in self.args["model_action"]:
+                    if action == "train":
+                        values.update(self._train(ctx, model, prec))
+                    else:
+                        values.update(self._inference(ctx, model, prec))
+        return values
+
+    def _model_for(self, p: str) -> Any:
+        if p not in FP8:
+            return self.model
+        if "fp8" not in self.models:
+            self.models["fp8"] = to_transformer_engine(copy.deepcopy(self.model))
+        return self.models["fp8"]
+
+    def _wrapped(self, ctx: RankContext, model: Any) -> Any:
+        if not ctx.distributed:
+            return model
+        if id(model) not in self.ddp:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [ctx.device.index] if ctx.is_cuda else None
+            self.ddp[id(model)] = DDP(model, device_ids=ids)
+        return self.ddp[id(model)]
+
+    def _optimizer(self, model: Any) -> Any:
+        import torch
+
+        kind, lr = self.args["optimizer"], self.args["lr"]
+        if kind == "sgd":
+            return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        if kind == "adam":
+            return torch.optim.Adam(model.parameters(), lr=lr)
+        return torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def _to_device(self, batch: tuple, ctx: RankContext) -> tuple:
+        return tuple(t.to(ctx.device, non_blocking=self.pin) for t in batch)
+
+    def _train_step_fn(
+        self, ctx: RankContext, module: Any, opt: Any, prec: Precision
+    ) -> Callable[[tuple], Any]:
+        scaler = prec.scaler
+
+        def step(batch: tuple) -> Any:
+            *inputs, labels = self._to_device(batch, ctx)
+            with prec.autocast():
+                loss = self.loss(module(*inputs), labels)
+            opt.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+            return loss.detach()
+
+        return step
+
+    def _check_trains(self, ctx: RankContext, model: Any, step: Callable, prec: Precision) -> int:
+        """The loss of the fixed batch must fall below its first value within the check's optimizer steps.
+
+        Each step's loss is the batch's loss before that step's update; one more forward pass after the
+        last update gives the final value. Returns the steps taken.
+        """
+        import torch
+
+        want = self.args["check_steps"]
+        seen: list[float] = []
+        done = attempts = 0
+        # fp16's gradient scaler skips the steps whose gradients overflow while it calibrates.
+        while done < want and attempts < want + 24:
+            torch.manual_seed(CHECK_SEED)  # the same dropout masks every time
+            before = prec.scale()
+            value = float(step(self.fixed_batch))
+            attempts += 1
+            if not math.isfinite(value):
+                raise CheckFailed(
+                    f"{prec.name} training: loss is {value} at step {attempts} on a fixed batch"
+                )
+            seen.append(value)
+            if prec.scale() >= before:
+                done += 1
+        torch.manual_seed(CHECK_SEED)
+        with torch.no_grad(), prec.autocast():
+            *inputs, labels = self.fixed_batch
+            after = float(self.loss(model(*inputs), labels))
+        first = seen[0]
+        if not math.isfinite(after):
+            raise CheckFailed(
+                f"{prec.name} training diverged: loss on a fixed batch went from {first:.6g} "
+                f"to {after} after {done} optimizer steps"
+            )
+        best = min([*seen[1:], after])
+        if done == 0 or not best < first:
+            raise CheckFailed(
+                f"{prec.name} training does not train: loss on a fixed batch went from {first:.6g} "
+                f"to {after:.6g} after {done} optimizer steps (lowest {best:.6g}; lr "
+                f"{self.args['lr']:g} with {self.args['optimizer']})"
+            )
+        return attempts
+
+    def _train(self, ctx: RankContext, model: Any, prec: Precision) -> dict[str, float]:
+        import torch
+
+        module = self._wrapped(ctx, model)
+        module.train()
+        opt = self._optimizer(model)
+        step = self._train_step_fn(ctx, module, opt, prec)
+        self._reset_memory(ctx)
+        warm = self._check_trains(ctx, model, step, prec)
+        for _ in range(max(0, self.args["num_warmup"] - warm)):
+            step(self._next_batch())
+        times, losses = self._timed_loop(ctx, step, collective=ctx.distributed)
+        bad = [i for i, v in enumerate(torch.stack(losses).float().cpu().tolist()) if not math.isfinite(v)]
+        if bad:
+            raise CheckFailed(
+                f"{prec.name} training: loss is not finite at timed step {bad[0] + 1} "
+                f"({len(bad)} of {len(losses)} steps)"
+            )
+        step_ms = sum(times) / len(times)
+        if ctx.distributed:
+            step_ms = self._all_reduce_max(ctx, step_ms)
+            self._check_replicas(ctx, model, prec.name)
+        out = self._rates(prec.name, "train", step_ms, model, 3.0)
+        out.update(self._memory(ctx, prec.name, "train"))
+        del opt
+        return out
+
+    def _inference(self, ctx: RankContext, model: Any, prec: Precision) -> dict[str, float]:
+        import torch
+
+        model.eval()
+        last: list[Any] = []
+
+        def step(batch: tuple) -> Any:
+            *inputs, _ = self._to_device(batch, ctx)
+            with prec.autocast():
+                out = model(*inputs)
+            return out
+
+        self._reset_memory(ctx)
+        try:
+            with torch.no_grad():
+                for _ in range(self.args["num_warmup"]):
+                    step(self._next_batch())
+                times, last = self._timed_loop(ctx, step, collective=False, keep_last=True)
+        finally:
+            model.train()
+        if not bool(torch.isfinite(last[-1].float()).all()):
+            raise CheckFailed(f"{prec.name} inference: the model's output is not finite")
+        bs = self.args["batch_size"]
+        out = self._rates(prec.name, "inference", sum(times) / len(times), model, 1.0)
+        tput = [bs * 1000.0 / t for t in times]
+        for q in PERCENTILES:
+            out[f"{prec.name}_inference_step_time_{q}"] = percentile(times, float(q))
+            out[f"{prec.name}_inference_throughput_{q}"] = percentile(tput, float(q))
+        out.update(self._memory(ctx, prec.name, "inference"))
+        return out
+
+    def _rates(
+        self, p: str, action: str, step_ms: float, model: Any, flops_factor: float
+    ) -> dict[str, float]:
+        if not step_ms > 0:
+            raise CheckFailed(f"{p} {action}: measured a non-positive step time ({step_ms!r} ms)")
+        tput = self.args["batch_size"] * 1000.0 / step_ms
+        out = {f"{p}_{action}_step_time": step_ms, f"{p}_{action}_throughput": tput}
+        if self.reports_tflops:
+            out[f"{p}_{action}_tflops"] = flops_factor * self.forward_flops(model) * tput / 1e12
+        return out
+
+    def _timed_loop(
+        self, ctx: RankContext, step: Callable, *, collective: bool, keep_last: bool = False
+    ) -> tuple[list[float], list[Any]]:
+        """Per-step times (ms) and the steps' results (or only the last one)."""
+        import torch
+
+        duration = float(self.args["duration"])
+        steps = self.args["num_steps"]
+        deadline = time.monotonic() + duration
+        results: list[Any] = []
+        marks: list[Any] = []
+        cuda = ctx.is_cuda
+        ctx.sync()
+        i = 0
+        while True:
+            batch = self._next_batch()
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                r = step(batch)
+                end.record()
+                marks.append((start, end))
+            else:
+                t0 = time.perf_counter()
+                r = step(batch)
+                marks.append(time.perf_counter() - t0)
+            if keep_last:
+                results[:] = [r]
+            else:
+                results.append(r)
+            i += 1
+            if duration > 0:
+                stop = time.monotonic() >= deadline
+                if collective:  # every DDP rank must take the same number of steps
+                    stop = self._all_reduce_max(ctx, float(stop)) > 0
+                if stop:
+                    break
+            elif i >= steps:
+                break
+        if cuda:
+            torch.cuda.synchronize(ctx.device)
+            times = [s.elapsed_time(e) for s, e in marks]
+        else:
+            times = [t * 1000.0 for t in marks]
+        return times, results
+
+    def _comm_device(self, ctx: RankContext) -> Any:
+        import torch
+
+        return ctx.device if ctx.backend == "nccl" else torch.device("cpu")
+
+    def _all_reduce_max(self, ctx: RankContext, value: float) -> float:
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([value], dtype=torch.float64, device=self._comm_device(ctx))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def _check_replicas(self, ctx: RankContext, model: Any, p: str) -> None:
+        """DDP keeps every replica's weights equal; compare a checksum across ranks."""
+        import torch
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            total = sum(float(q.double().sum()) for q in model.parameters())
+        t = torch.tensor([total, -total], dtype=torch.float64, device=self._comm_device(ctx))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        hi, lo = float(t[0]), -float(t[1])
+        if abs(hi - lo) > 1e-9 * max(1.0, abs(hi)):
+            raise CheckFailed(f"{p} training: DDP replicas diverged (weight checksums {lo!r} .. {hi!r})")
+
+    def _reset_memory(self, ctx: RankContext) -> None:
+        if ctx.is_cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+
+    def _memory(self, ctx: RankContext, p: str, action: str) -> dict[str, float]:
+        if not ctx.is_cuda:
+            return {}
+        import torch
+
+        gib = float(1 << 30)
+        return {
+            f"{p}_{action}_mem_allocated": torch.cuda.memory_allocated(ctx.device) / gib,
+            f"{p}_{action}_max_mem_allocated": torch.cuda.max_memory_allocated(ctx.device) / gib,
+        }
+
+
+def matmul_weights(module: Any) -> int:
+    """Elements of the weight matrices that multiply activations (Linear, parallel Linear, Conv1D)."""
+    import torch
+
+    n = 0
+    for m in module.modules():
+        if isinstance(m, torch.nn.Linear) or type(m).__name__.endswith(("Conv1D", "Linear")):
+            w = getattr(m, "weight", None)
+            if w is not None and w.dim() == 2:
+                n += w.numel()
+    return n
+
+
+def transformer_forward_flops(
+    *, seq_len: int, layers: int, hidden: int, per_token_weights: int, per_sample_weights: int
+) -> float:
+    """Forward FLOPs of one sequence: 2 per multiply-add of every weight matrix applied to each token,
+    plus attention's two ``seq x seq`` products per layer (QK^T and AV, counted in full)."""
+    return 2.0 * seq_len * per_token_weights + 2.0 * per_sample_weights + 4.0 * layers * seq_len**2 * hidden

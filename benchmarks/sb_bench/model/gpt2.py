@@ -1,0 +1,105 @@
+"""pytorch-gpt2-{small,medium,large,xl}: GPT-2 of the published sizes, built from its configuration.
+
+transformers' ``GPT2Model`` (50,257-token vocabulary, 1,024 positions, GELU,
+dropout 0.1) with a linear classifier on the last token's hidden state, as
+SuperBench benchmarks it; random token ids and labels; AdamW by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sb_bench.metric import Param
+from sb_bench.model.base import ModelBenchmark, matmul_weights, model_params, transformer_forward_flops
+from sb_bench.model.catalog import GPT2_SIZES
+from sb_bench.registry import register
+
+VOCAB = 50257
+POSITIONS = 1024
+
+
+class GPT2Benchmark(ModelBenchmark):
+    size: ClassVar[tuple[int, int, int]] = (0, 0, 0)
+    reports_tflops = True
+
+    @classmethod
+    def validate(cls, args: dict[str, Any]) -> None:
+        if not 1 <= args["seq_len"] <= POSITIONS:
+            raise ValueError(f"parameter seq_len: must be 1..{POSITIONS} (GPT-2's positions)")
+        if args["num_classes"] < 2:
+            raise ValueError("parameter num_classes: must be >= 2")
+
+    def build_model(self) -> Any:
+        import torch
+        from transformers import GPT2Config, GPT2Model
+
+        hidden, layers, heads = self.size
+        cfg = GPT2Config(
+            vocab_size=VOCAB,
+            n_positions=POSITIONS,
+            n_embd=hidden,
+            n_layer=layers,
+            n_head=heads,
+            use_cache=False,
+        )
+
+        class GPT2Classifier(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.backbone = GPT2Model(cfg)
+                self.head = torch.nn.Linear(hidden, self_num_classes)
+
+            def forward(self, ids: torch.Tensor) -> torch.Tensor:
+                hidden_states = self.backbone(input_ids=ids).last_hidden_state
+                return self.head(hidden_states[:, -1])
+
+        self_num_classes = self.args["num_classes"]
+        return GPT2Classifier()
+
+    def make_samples(self, n: int, gen: Any) -> tuple:
+        import torch
+
+        ids = torch.randint(0, VOCAB, (n, self.args["seq_len"]), generator=gen)
+        labels = torch.randint(0, self.args["num_classes"], (n,), generator=gen)
+        return ids, labels
+
+    def forward_flops(self, model: Any) -> float:
+        inner = getattr(model, "module", model)
+        hidden, layers, _ = self.size
+        return transformer_forward_flops(
+            seq_len=self.args["seq_len"],
+            layers=layers,
+            hidden=hidden,
+            per_token_weights=matmul_weights(inner.backbone.h),
+            per_sample_weights=matmul_weights(inner.head),
+        )
+
+
+def _gpt2_class(name: str) -> type[GPT2Benchmark]:
+    params = {
+        **model_params(optimizer="adamw", lr=1e-4, batch_size=32),
+        "seq_len": Param("int", 512, "tokens per sample"),
+        "num_classes": Param("int", 100, "classes of the classifier on the last token"),
+    }
+    hidden, layers, heads = GPT2_SIZES[name]
+    attrs = {
+        "name": f"pytorch-{name}",
+        "size": GPT2_SIZES[name],
+        "description": f"{name} (hidden {hidden}, {layers} layers, {heads} heads): training/inference on "
+        "synthetic tokens",
+        "params": params,
+        "__module__": __name__,
+    }
+    return register(type(f"PytorchGPT2_{name.split('-')[1]}", (GPT2Benchmark,), attrs))
+
+
+CLASSES = {f"pytorch-{n}": _gpt2_class(n) for n in GPT2_SIZES}
+
+
+if __name__ == "__main__":
+    import sys
+
+    from sb_bench.__main__ import standalone_main
+
+    name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "pytorch-gpt2-small"
+    sys.exit(standalone_main(name, [a for a in sys.argv[1:] if a != name]))
