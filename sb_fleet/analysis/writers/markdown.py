@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from sb_fleet.analysis.api import ReportResult
+    from sb_fleet.analysis.detect import FamilyStats
     from sb_fleet.analysis.issues import Issue
 
 MAX_HOST_ROWS = 100
 MAX_PROBLEMS = 30
+MAX_FAMILY_ROWS = 15
 _ORDER = {"fail": 0, "incomplete": 1, "missing": 2, "pass": 3}
 
 
@@ -28,6 +32,26 @@ def issue_line(i: Issue) -> str:
     dev = f" ({i.deviation * 100:+.1f}%)" if i.deviation is not None else ""
     metric = f"`{i.metric}` " if i.metric else ""
     return f"{metric}{i.detail or _fmt(i.value)}{dev if not i.detail else ''} [{i.check}]"
+
+
+def _flagged_families(result: ReportResult) -> list[tuple[str, FamilyStats, int]]:
+    """Families with at least one flagged host, most flagged first."""
+    by_col: dict[int, set[int]] = {}
+    for row, col in result.flagged_cells:
+        by_col.setdefault(col, set()).add(row)
+    out = []
+    for f in result.families:
+        rows: set[int] = set()
+        for c in f.columns:
+            rows |= by_col.get(c, set())
+        if f.partition:
+            part = set(result.partitions.get(f.partition, np.arange(0)).tolist())
+            rows &= part
+        if rows:
+            name = f.family + (f" [{f.partition}]" if f.partition else "")
+            out.append((name, f, len(rows)))
+    out.sort(key=lambda t: (-t[2], t[0]))
+    return out
 
 
 def render(result: ReportResult) -> str:
@@ -82,6 +106,20 @@ def render(result: ReportResult) -> str:
     else:
         lines += ["## All hosts passed", ""]
 
+    fams = _flagged_families(result)
+    if fams:
+        lines += [
+            "## Metric families with flagged hosts",
+            "",
+            "| Family | Fleet median | Robust sigma | Fleet limit | Sibling limit | Hosts flagged |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, f, n in fams[:MAX_FAMILY_ROWS]:
+            sib = f"{f.sibling_limit * 100:.1f}%" if f.sibling_limit is not None else "-"
+            lines.append(
+                f"| `{_cell(name)}` | {_fmt(f.center)} | {f.sigma * 100:.2f}% | {f.fleet_limit * 100:.1f}% | {sib} | {n} |"
+            )
+        lines.append("")
     if result.rule_summaries:
         lines += [
             "## Rules",
