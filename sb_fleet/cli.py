@@ -83,24 +83,29 @@ def _print_rundir(s: Any) -> None:
     click.echo(f"run directory: {s.rd.path}")
 
 
+def _stage(kw: dict[str, Any], stage: str, create: bool = True) -> int:
+    """One stage (deploy, run or collect) on a new or existing run directory."""
+    from sb_fleet import workflow as wf
+
+    s = wf.open_session(_options(kw), create=create)
+    if kw.get("dry_run"):
+        click.echo(wf.dry_run(s))
+        return 0
+    start = wf.utcnow()
+    getattr(wf, stage)(s)
+    code = wf.exit_code(wf.outcome_table(s.rd, list(s.plan.hosts)))
+    wf.finish(s, start, code)
+    _print_rundir(s)
+    return code
+
+
 @main.command()
 @_common
 @click.option("--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host.")
 @_guard
 def deploy(**kw: Any) -> int:
     """Push the suite to every host, build its environment, record system facts."""
-    from sb_fleet import workflow as wf
-
-    s = wf.open_session(_options(kw))
-    if kw["dry_run"]:
-        click.echo(wf.dry_run(s))
-        return 0
-    start = wf.utcnow()
-    wf.deploy(s)
-    code = wf.exit_code(wf.outcome_table(s.rd, list(s.plan.hosts)))
-    wf.finish(s, start, code)
-    _print_rundir(s)
-    return code
+    return _stage(kw, "deploy")
 
 
 @main.command()
@@ -110,18 +115,7 @@ def deploy(**kw: Any) -> int:
 @_guard
 def run(**kw: Any) -> int:
     """Launch the configured benchmarks on every host in parallel."""
-    from sb_fleet import workflow as wf
-
-    s = wf.open_session(_options(kw))
-    if kw["dry_run"]:
-        click.echo(wf.dry_run(s))
-        return 0
-    start = wf.utcnow()
-    wf.run(s)
-    code = wf.exit_code(wf.outcome_table(s.rd, list(s.plan.hosts)))
-    wf.finish(s, start, code)
-    _print_rundir(s)
-    return code
+    return _stage(kw, "run")
 
 
 @main.command()
@@ -129,18 +123,9 @@ def run(**kw: Any) -> int:
 @_guard
 def collect(**kw: Any) -> int:
     """Fetch every host's results over SSH (only what is missing) and write results-summary.jsonl."""
-    from sb_fleet import workflow as wf
-
     if not kw.get("run_dir"):
         raise SbFleetError("collect needs --run-dir (the directory of the run to collect)")
-    s = wf.open_session(_options(kw), create=False)
-    start = wf.utcnow()
-    wf.collect(s)
-    merged = wf.outcome_table(s.rd, list(s.plan.hosts))
-    code = wf.exit_code(merged)
-    wf.finish(s, start, code)
-    _print_rundir(s)
-    return code
+    return _stage(kw, "collect", create=False)
 
 
 @main.command()
