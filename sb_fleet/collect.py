@@ -258,23 +258,92 @@ def _batches(items: list[str], n: int) -> Iterable[list[str]]:
         yield items[i:i + n]
 
 
+class CollectAborted(InfraError):
+    """The control node cannot store results (disk full, unwritable): collecting stopped. ``outcomes`` has
+    one per host: ok for those fully collected before, pending for the rest."""
+
+    def __init__(self, message: str, outcomes: dict[str, HostOutcome]):
+        super().__init__(message)
+        self.outcomes = outcomes
+
+
 def collect_all(targets: list[CollectTarget], ssh: SshSettings, parallel: int, timeout: float,
                 progress: Callable[[str, str, str], None] | None = None) -> dict[str, HostOutcome]:
-    """Collect every target in parallel (bounded); one outcome per host."""
+    """Collect every target in parallel (bounded); one outcome per host.
+
+    A host's own trouble (unreachable, refused key, connection lost) is its outcome; trouble of the
+    control node itself (its disk is full) stops the whole collect with :class:`CollectAborted`.
+    """
     out: dict[str, HostOutcome] = {}
+    abort: list[InfraError] = []
 
     def one(t: CollectTarget) -> HostOutcome:
+        name = t.host.name
+        if abort:
+            return HostOutcome(name, "collect", Outcome.PENDING, f"not collected: {abort[0]}")
         if progress:
-            progress(t.host.name, "running", "collect")
-        o = collect_host(t, ssh, timeout)
+            progress(name, "running", "collect")
+        try:
+            o = collect_host(t, ssh, timeout)
+        except InfraError as exc:
+            abort.append(exc)
+            o = HostOutcome(name, "collect", Outcome.PENDING, f"collect stopped: {exc}", details=_kept(t.local_dir))
         if progress:
-            progress(t.host.name, o.outcome.value, o.reason)
+            progress(name, o.outcome.value, o.reason)
         return o
 
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1))) as pool:
         for o in pool.map(one, targets):
             out[o.host] = o
+    if abort:
+        raise CollectAborted(str(abort[0]), out)
     return out
+
+
+# Run on a host after an interrupted run: stop the runner of this run (found by its pid file and checked
+# by its command line); the runner kills the benchmarks it started and records the interruption; a
+# runner that does not stop within 10 s is killed with the process groups it recorded.
+STOP_RUNNER = """cd {d} 2>/dev/null || {{ echo absent; exit 0; }}
+pid=$(cat runner.pid 2>/dev/null) || {{ echo absent; exit 0; }}
+case $pid in ''|*[!0-9]*) echo absent; exit 0 ;; esac
+alive() {{ [ -r /proc/$pid/cmdline ] && grep -q sb_bench.runner /proc/$pid/cmdline 2>/dev/null \
+  && ! grep -q '^State:.*[ZX]' /proc/$pid/status 2>/dev/null; }}
+alive || {{ echo finished; exit 0; }}
+kill -TERM "$pid" 2>/dev/null; kill -CONT "$pid" 2>/dev/null
+i=0
+while alive && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+if alive; then
+  kill -KILL "$pid" 2>/dev/null
+  for g in $(cat runner.pgids 2>/dev/null); do kill -KILL -- "-$g" 2>/dev/null; done
+  echo killed
+else
+  echo stopped
+fi
+"""
+
+
+def stop_runners(targets: list[CollectTarget], ssh: SshSettings, parallel: int,
+                 timeout: float = 30) -> dict[str, str]:
+    """Stop this run's runner on every target host, in parallel; host -> stopped|killed|finished|absent|error."""
+    import subprocess
+
+    def one(t: CollectTarget) -> tuple[str, str]:
+        cmd = STOP_RUNNER.format(d=sh_path(t.remote_dir))
+        try:
+            if t.host.is_local:
+                r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout)
+                return t.host.name, (r.stdout.strip() or f"error: {r.stderr.strip()[:200]}")
+            client = connect(t.host, ssh)
+            try:
+                rc, out, err = _exec(client, cmd, timeout)
+                return t.host.name, (out.decode(errors="replace").strip() or f"error: {err.decode(errors='replace')[:200]}")
+            finally:
+                client.close()
+        except Exception as exc:  # noqa: BLE001 - one host's trouble is its own line
+            return t.host.name, f"error: {type(exc).__name__}: {str(exc)[:200]}"
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1))) as pool:
+        return dict(pool.map(one, targets))
 
 
 def remove_partials(root: Path) -> None:

@@ -106,6 +106,7 @@ def run_playbook(
     progress: ProgressFn | None = None,
     cancel: Callable[[], bool] | None = None,
     keep_results: tuple[str, ...] = (),
+    extravars: dict[str, Any] | None = None,
 ) -> StageResult:
     """Run ``playbook`` on ``hosts`` and return an outcome for every one of them."""
     import ansible_runner
@@ -156,6 +157,7 @@ def run_playbook(
             quiet=True,
             event_handler=handler,
             cancel_callback=cancel,
+            extravars=extravars or {},
             ident=stage,
             rotate_artifacts=0,
             settings={"suppress_ansible_output": True, "suppress_output_file": False},

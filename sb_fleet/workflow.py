@@ -8,16 +8,19 @@ and writes what it produced back, so each can be re-run on its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sb_fleet import __version__
-from sb_fleet.collect import CollectTarget, collect_all
+from sb_fleet.collect import CollectAborted, CollectTarget, collect_all
 from sb_fleet.config import Config, load_config
-from sb_fleet.errors import RunDirError, UsageError
+from sb_fleet.errors import InfraError, RunDirError, UsageError
 from sb_fleet.execute import run_playbook
 from sb_fleet.inventory import Inventory, load_inventory
 from sb_fleet.outcome import HostOutcome, Outcome
@@ -60,6 +63,7 @@ class Session:
     ssh: SshSettings
     rendered: Rendered
     progress: Progress
+    interrupted: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -204,37 +208,121 @@ def _eligible(s: Session, stage_before: str) -> tuple[list[str], dict[str, HostO
     return ok, skipped
 
 
+class Interrupts:
+    """SIGINT/SIGTERM during a stage: the first one asks the stage to stop cleanly (cancel Ansible, stop the
+    benchmarks on the hosts, record who finished); a second one aborts at once."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        print(f"sb-fleet: {self.signal}: stopping; cleaning up the benchmarks still running on the hosts "
+              f"(again to abort at once)", file=sys.stderr, flush=True)
+
+    def fired(self) -> bool:
+        return self.signal is not None
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def _steps_done(o: HostOutcome | None) -> set[str]:
+    return set((o.details or {}).get("steps_done", [])) if o is not None else set()
+
+
 def run(s: Session) -> dict[str, HostOutcome]:
+    """Every step on every ready host. With ``--resume``, in an existing run directory, only the steps a host
+    has not finished (and, inside a step, only the benchmarks that did not finish: the runner's --resume).
+    Interrupted (Ctrl-C): the benchmarks are stopped on every host, each host's outcome says whether it
+    finished, and ``run --resume`` does the rest."""
     hosts, skipped = _eligible(s, "deploy")
+    prev = (load_stage(s.rd, "run") or {}) if s.opts.resume else {}
+    done = {h: _steps_done(prev.get(h)) for h in hosts}
     outcomes: dict[str, HostOutcome] = {h: HostOutcome(h, "run", o.outcome, o.reason) for h, o in skipped.items()}
     live = list(hosts)
-    with s.progress.stage("run", hosts):
+    with s.progress.stage("run", hosts), Interrupts() as intr:
         for step in s.plan.steps:
-            targets = live
+            if intr.fired():
+                break
+            todo = [h for h in live if step.id not in done[h]]
+            targets = todo
             if step.multi_node:
-                in_groups = [g for g in step.groups if all(h in live for h in g.hosts)]
+                in_groups = [g for g in step.groups if all(h in live for h in g.hosts)
+                             and any(h in todo for h in g.hosts)]
                 targets = [h for g in in_groups for h in g.hosts]
-                for h in live:
+                for h in todo:
                     if h not in targets and h not in outcomes:
                         why = ("fits no full node group" if h in step.left_out
                                else "a host of its node group is not available")
                         outcomes.setdefault(h, HostOutcome(h, "run", Outcome.SKIPPED, f"{step.id}: {why}"))
+            for h in live:
+                if h not in targets and step.id in done[h]:
+                    s.progress.update(h, "ok", f"{step.id} done before")
+            extra = None
+            if s.opts.resume:
+                from sb_fleet.render import runner_args
+
+                extra = {"sb_runner_args": [*runner_args(s.run_id, step, s.config.fleet.master_port), "--resume"]}
             res = run_playbook(f"run-{step.id}", s.rendered.runs[step.id], s.inventory, targets,
                                s.rd.sub("ansible", f"run-{step.id}"), s.ssh, s.forks, _python_for_ansible(),
-                               s.progress.update)
+                               s.progress.update, cancel=intr.fired, extravars=extra)
             if s.config.fleet.runtime != "none":
                 from sb_fleet.container_stage import record_run
 
                 record_run(s, res.results)
             for h, o in res.outcomes.items():
-                if o.outcome != Outcome.OK:
+                if o.outcome == Outcome.OK:
+                    done[h].add(step.id)
+                elif o.outcome != Outcome.PENDING:
                     outcomes[h] = HostOutcome(h, "run", o.outcome, f"{step.id}: {o.reason}")
                     if h in live:
                         live.remove(h)
+            if intr.fired():
+                unfinished = [h for h in targets if res.outcomes[h].outcome == Outcome.PENDING]
+                s.rd.write_json("interrupted.json", {"signal": intr.signal, "at": utcnow(), "step": step.id,
+                                                     "cleanup": _stop_remote(s, unfinished)})
+    steps = [st.id for st in s.plan.steps]
     for h in hosts:
-        outcomes.setdefault(h, HostOutcome(h, "run", Outcome.OK))
+        missing = [st for st in steps if st not in done[h]]
+        if h in outcomes:
+            o = outcomes[h]
+            outcomes[h] = HostOutcome(h, "run", o.outcome, o.reason, details={"steps_done": sorted(done[h])})
+        elif not missing:
+            outcomes[h] = HostOutcome(h, "run", Outcome.OK, details={"steps_done": sorted(done[h])})
+        else:
+            why = (f"interrupted ({intr.signal}) before {', '.join(missing)} finished; "
+                   f"sb-fleet run --resume --run-dir {s.rd.path} runs what is missing") if intr.fired() \
+                else f"{', '.join(missing)} not run"
+            outcomes[h] = HostOutcome(h, "run", Outcome.PENDING, why, details={"steps_done": sorted(done[h])})
     save_stage(s.rd, "run", outcomes)
+    s.interrupted = intr.signal
+    if intr.fired():
+        n = sum(1 for o in outcomes.values() if o.outcome == Outcome.PENDING)
+        print(f"sb-fleet: interrupted: {n} host(s) did not finish (see {s.rd.path}/outcomes.md); "
+              f"sb-fleet run --resume --run-dir {s.rd.path} does only what is missing", file=sys.stderr)
     return outcomes
+
+
+def _stop_remote(s: Session, hosts: list[str]) -> dict[str, str]:
+    """Stop the runner (and with it every benchmark it started) on each host; host -> what happened."""
+    if not hosts:
+        return {}
+    from sb_fleet.collect import stop_runners
+
+    targets = [CollectTarget(s.inventory.get(h), f"{s.plan.host_setup[h].workspace.rstrip('/')}/runs/{s.run_id}/results",
+                             s.rd.raw_host(h) / "results") for h in hosts]
+    return stop_runners(targets, s.ssh, s.forks, timeout=30)
 
 
 def collect(s: Session) -> dict[str, HostOutcome]:
@@ -246,8 +334,16 @@ def collect(s: Session) -> dict[str, HostOutcome]:
         for h in s.plan.hosts if h not in targets_hosts}
     targets = [CollectTarget(s.inventory.get(h), f"{s.plan.host_setup[h].workspace.rstrip('/')}/runs/{s.run_id}/results",
                              s.rd.raw_host(h) / "results") for h in targets_hosts]
-    with s.progress.stage("collect", targets_hosts):
-        outcomes.update(collect_all(targets, s.ssh, s.forks, s.config.fleet.collect_timeout, s.progress.update))
+    try:
+        with s.progress.stage("collect", targets_hosts):
+            outcomes.update(collect_all(targets, s.ssh, s.forks, s.config.fleet.collect_timeout, s.progress.update))
+    except CollectAborted as exc:
+        # The control node's disk is full: record who was collected if the disk still takes it, then stop.
+        outcomes.update(exc.outcomes)
+        with contextlib.suppress(InfraError):
+            save_stage(s.rd, "collect", outcomes)
+            outcome_table(s.rd, list(s.plan.hosts))
+        raise
     save_stage(s.rd, "collect", outcomes)
     normalize(s.rd, s.plan)
     return outcomes
@@ -318,6 +414,10 @@ def validate(opts: Options) -> tuple[int, Session]:
     s = open_session(opts)
     deploy(s)
     run(s)
+    if s.interrupted:
+        code = exit_code(outcome_table(s.rd, list(s.plan.hosts)))
+        finish(s, start, code)
+        return code, s
     collect(s)
     merged = outcome_table(s.rd, list(s.plan.hosts))
     gate_code, _ = report(s.rd)

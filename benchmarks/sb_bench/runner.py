@@ -101,6 +101,7 @@ class Runner:
     def run(self) -> int:
         self.results.mkdir(parents=True, exist_ok=True)
         (self.results / "runner.pid").write_text(f"{os.getpid()}\n")
+        (self.results / "runner.pgids").write_text("")  # process groups started (cleanup after a hard kill)
         status = self.load_status()
         status.update({"host": self.args.host, "pid": os.getpid(), "started": now_iso(), "finished": None})
         entries = status.setdefault("entries", {})
@@ -220,6 +221,8 @@ class Runner:
                                      start_new_session=True)
         p = Proc(popen, ranks, log)
         self.live.append(p)
+        with open(self.results / "runner.pgids", "a") as f:
+            f.write(f"{popen.pid}\n")
         return p
 
     def wait(self, er: EntryRun, procs: list[Proc], deadline: float) -> None:

@@ -10,6 +10,7 @@ the processes it started, by pid.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -56,6 +57,32 @@ def wait_ssh(addr: str, port: int, timeout: float = 20.0) -> None:
             last = exc
         time.sleep(0.05)
     raise TimeoutError(f"sshd on {addr}:{port} not ready after {timeout}s ({last})")
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, …)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
 
 
 @dataclass
@@ -212,6 +239,35 @@ class SshFleet:
         h.proc = self._sshd(self.dir / "sshd_config", f"{h.addr}:{h.port}", h.name)
         self.procs.append(h.proc)
         wait_ssh(h.addr, h.port)
+
+    def cut(self, name: str) -> None:
+        """The host drops off the network mid-run: its sshd and every SSH session to it die at once,
+        while the processes it runs (the benchmarks) go on, as on a real host that lost its link."""
+        h = self.host(name)
+        if h.proc is None:
+            raise RuntimeError("per-host faults need one sshd per host (shared_sshd=False)")
+        tree = [h.proc.pid, *descendants(h.proc.pid)]
+        for pid in tree:
+            if _comm(pid) == "sshd" or pid == h.proc.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        h.proc.wait(timeout=5)
+
+    def processes(self, name: str, needle: bytes = b"sb_bench") -> list[int]:
+        """Pids of processes of this host (found by their working directory under its workspace)."""
+        ws = self.host(name).workspace
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if (cwd == ws or cwd.startswith(ws + "/")) and needle in cmd:
+                out.append(int(pid))
+        return out
 
     def partition(self, name: str) -> None:
         """Drop every packet to this host's address (a network partition; needs iptables and root)."""
