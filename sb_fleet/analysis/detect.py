@@ -38,6 +38,7 @@ from sb_fleet.analysis.stats import MAD_TO_SIGMA
 
 TAIL_Q = 0.02
 TAIL_Z = 2.0537  # the standard normal's 98% quantile
+GROSS_SIGMAS = 8.0
 MIN_SIBLINGS = 3
 
 
@@ -107,19 +108,32 @@ def _quiet_nanmedian(a: np.ndarray, axis: int | None = None) -> np.ndarray:
         return np.nanmedian(a, axis=axis)
 
 
-def _spread(signed: np.ndarray, direction: int) -> float:
-    """Robust sigma of signed relative deviations (centred at 0): max of MAD sigma and bad-tail sigma."""
+def _spread(signed: np.ndarray, direction: int, gross: float = 0.0) -> float:
+    """Robust sigma of signed deviations: the larger of the MAD sigma and a bad-tail sigma.
+
+    The tail sigma is read from the 2% quantile on the bad side, after setting aside gross
+    outliers (beyond ``GROSS_SIGMAS`` MAD sigmas and beyond ``gross``): a benign sub-population
+    stays in and widens the tail, while the faults themselves, even when many hosts have them,
+    do not.
+    """
     flat = signed[~np.isnan(signed)]
     if flat.size == 0:
         return float("nan")
-    mad = float(np.median(np.abs(flat - np.median(flat)))) * MAD_TO_SIGMA
-    lo, hi = np.quantile(flat, [TAIL_Q, 1 - TAIL_Q])
     med = float(np.median(flat))
+    dev = flat - med
+    mad = float(np.median(np.abs(dev))) * MAD_TO_SIGMA
+    cut = max(GROSS_SIGMAS * mad, gross)
+    if cut > 0:
+        bad = -dev if direction > 0 else (dev if direction < 0 else np.abs(dev))
+        kept = dev[bad <= cut]
+        if kept.size >= max(10, flat.size // 2):
+            dev = kept
+    lo, hi = np.quantile(dev, [TAIL_Q, 1 - TAIL_Q])
     tails = []
     if direction >= 0:
-        tails.append((med - float(lo)) / TAIL_Z)
+        tails.append(-float(lo) / TAIL_Z)
     if direction <= 0:
-        tails.append((float(hi) - med) / TAIL_Z)
+        tails.append(float(hi) / TAIL_Z)
     return max(mad, max(tails), 1e-9)
 
 
@@ -163,7 +177,7 @@ def detect(
             if not np.isfinite(center) or center == 0:
                 continue
             signed = (block - center) / abs(center)
-            sigma = _spread(signed, direction)
+            sigma = _spread(signed, direction, 2 * settings.min_deviation)
             bad = _badness(signed, direction)
             limit = max(settings.threshold * sigma, settings.min_deviation)
             hit = bad > limit
@@ -198,7 +212,7 @@ def detect(
                 host_med = _quiet_nanmedian(block, axis=1)
                 host_med = np.where((present >= MIN_SIBLINGS) & (host_med != 0), host_med, np.nan)
                 rel = (block - host_med[:, None]) / np.abs(host_med)[:, None]
-                sib_sigma = _spread(rel, direction)
+                sib_sigma = _spread(rel, direction, 2 * settings.sibling_min_deviation)
                 if np.isfinite(sib_sigma):
                     sbad = _badness(rel, direction)
                     sib_limit = max(settings.threshold * sib_sigma, settings.sibling_min_deviation)
