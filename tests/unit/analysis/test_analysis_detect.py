@@ -134,3 +134,13 @@ def test_missing_values_do_not_break_detection() -> None:
 def test_too_few_hosts_means_no_fleet_statistics() -> None:
     vals = np.array([[1.0], [2.0], [100.0]])
     assert flagged_rows(["mem-bw/h2d_bw:0"], vals) == {}
+
+
+def test_many_hosts_with_the_same_fault_do_not_hide_each_other() -> None:
+    rng = np.random.default_rng(13)
+    n = 1000
+    vals = 235.0 * (1 + rng.normal(0, 0.01, size=(n, 1)))
+    sick = rng.choice(n, size=60, replace=False)  # 6% of the fleet: slow all-reduce
+    vals[sick, 0] *= rng.uniform(0.6, 0.88, size=60)
+    issues = flagged_rows(["nccl-bw/allreduce_8589934592_busbw:0"], vals)
+    assert set(issues) == set(sick.tolist())
