@@ -67,6 +67,16 @@ class Benchmark:
     def __init__(self, args: dict[str, Any]):
         self.args = args
 
+    def skip_metric(self, names: str | Iterable[str], reason: str) -> None:
+        """Record that declared metrics are not measured here, and why (e.g. ``tf32_tc_flops`` on a CPU).
+
+        The other metrics are still reported; the reasons go into the result's ``reason``. When a run
+        measures nothing at all and every metric has a reason, the result is ``skipped``.
+        """
+        skipped = self.__dict__.setdefault("skipped", {})
+        for n in [names] if isinstance(names, str) else names:
+            skipped[n] = reason
+
     # -- declarations ------------------------------------------------------------------------
     @classmethod
     def all_params(cls) -> dict[str, Param]:

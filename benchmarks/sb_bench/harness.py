@@ -90,7 +90,25 @@ def run_benchmark(name: str, given: Mapping[str, Any] | None = None, ctx: RankCo
     except ValueError as exc:
         return failure(name, cls.kind, ReturnCode.INVALID_ARGUMENT, str(exc), rank=rank, world_size=world,
                        start_time=start, params=dict(given or {}))
-    return _run(cls, args, ctx, start)
+    # System health alongside (SB_MONITOR_INTERVAL seconds; off by default): the summary goes into
+    # the result, failed or not — an XID or a power cap explains a slow or failed run.
+    from sb_bench import monitor
+
+    mon = None
+    try:
+        mon = monitor.from_env()
+        if mon is not None:
+            mon.start()
+    except Exception:
+        mon = None
+    try:
+        env = _run(cls, args, ctx, start)
+    finally:
+        if mon is not None:
+            mon.stop()
+    if mon is not None:
+        env["monitor"] = mon.summary()
+    return env
 
 
 def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, start: str) -> dict:
@@ -132,7 +150,7 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         if isinstance(exc, KeyboardInterrupt):
             return fail(ReturnCode.KILLED, "interrupted")
         if _is_oom(exc):
-            return fail(ReturnCode.OUT_OF_MEMORY, f"out of memory: {str(exc).splitlines()[0][:300]}")
+            return fail(ReturnCode.OUT_OF_MEMORY, f"out of memory: {(str(exc).splitlines() or [type(exc).__name__])[0][:300]}")
         tb = traceback.extract_tb(exc.__traceback__)
         where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
         return fail(ReturnCode.RUNTIME_EXCEPTION_ERROR, f"{type(exc).__name__}: {exc}{where}")
@@ -147,12 +165,20 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
     missing = [m for m in declared if not raw.get(m)]
     # A declared metric a run did not produce is dropped, not invented.
     result = {k: v for k, v in raw.items() if v}
+    skipped: dict[str, str] = getattr(bench, "skipped", {})
+    reason = _missing_reason(missing, skipped)
+    # Notes a benchmark leaves about how it measured (e.g. an algorithm it fell back to).
+    notes = getattr(bench, "notes", None) or {}
+    if notes:
+        reason = "; ".join([reason, *(notes.values() if isinstance(notes, dict) else notes)]).lstrip("; ")
+    if not result and skipped:
+        return fail(ReturnCode.SUCCESS, reason, status="skipped")
     return envelope(
         cls.name,
         cls.kind,
         return_code=ReturnCode.SUCCESS,
         status="ok",
-        reason=f"not measured: {', '.join(missing)}" if missing else "",
+        reason=reason,
         run_count=args["run_count"],
         start_time=start,
         raw_data={k: [v] for k, v in result.items()},
@@ -163,3 +189,17 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         world_size=ctx.world_size,
         params=args,
     )
+
+
+def _missing_reason(missing: list[str], skipped: Mapping[str, str]) -> str:
+    """``not measured: a, b; skipped c, d: <why>`` — metrics that share a reason are listed together."""
+    by_reason: dict[str, list[str]] = {}
+    plain = []
+    for m in missing:
+        if m in skipped:
+            by_reason.setdefault(skipped[m], []).append(m)
+        else:
+            plain.append(m)
+    parts = [f"not measured: {', '.join(plain)}"] if plain else []
+    parts += [f"skipped {', '.join(ms)}: {why}" for why, ms in by_reason.items()]
+    return "; ".join(parts)

@@ -27,7 +27,16 @@ def _modules() -> dict[str, str]:
     return {**micro.MODULES, **model.MODULES}
 
 
+def _aliases() -> dict[str, str]:
+    """Config entry name -> registry name, where SuperBench's result group differs from its entry
+    name (``sharding-matmul`` runs ``pytorch-sharding-matmul``). Optional per family."""
+    from sb_bench import micro, model
+
+    return {**getattr(micro, "ALIASES", {}), **getattr(model, "ALIASES", {})}
+
+
 MODULES: dict[str, str] = _modules()
+ALIASES: dict[str, str] = _aliases()
 
 _REGISTRY: dict[str, type[Benchmark]] = {}
 
@@ -46,6 +55,7 @@ def names() -> list[str]:
 
 def get(name: str) -> type[Benchmark]:
     """The benchmark class registered as ``name`` (imports its module on first use)."""
+    name = ALIASES.get(name, name)
     if name not in _REGISTRY:
         module = MODULES.get(name)
         if module is None:
@@ -64,4 +74,5 @@ def resolve(entry: str, model: str | None = None) -> str:
     """
     if model is not None:
         return model if model.startswith("pytorch-") else f"pytorch-{model}"
-    return entry.split(":", 1)[0]
+    name = entry.split(":", 1)[0]
+    return ALIASES.get(name, name)

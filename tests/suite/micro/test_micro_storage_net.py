@@ -1,0 +1,196 @@
+"""disk-benchmark (fio) and ib-loopback (perftest): golden parser tests and runs on this host."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from sb_bench.micro import ib_loopback
+from sb_bench.micro.disk_benchmark import to_metrics, unsafe_reason
+from sb_bench.micro.parsers import ParseError, fio, perftest
+from suite_helpers import assert_metrics, run_bench
+
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+def _golden(path: Path, value) -> None:
+    exp = path.with_name(path.name.split(".")[0] + ".expected.json")
+    if UPDATE:
+        exp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+    want = json.loads(exp.read_text())
+    assert _approx(value) == _approx(want)
+
+
+def _approx(v):
+    if isinstance(v, float):
+        return pytest.approx(v, rel=1e-9)
+    if isinstance(v, dict):
+        return {k: _approx(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_approx(x) for x in v]
+    return v
+
+
+# -- perftest parser ----------------------------------------------------------------------------------
+PERFTEST = sorted((Path(__file__).parent / "golden" / "perftest").glob("*.txt"))
+
+
+@pytest.mark.parametrize("path", PERFTEST, ids=[p.stem for p in PERFTEST])
+def test_perftest_golden(path):
+    text = path.read_text()
+    try:
+        value = [r.to_json() for r in perftest.parse_bw(text)]
+    except ParseError as exc:
+        value = {"error": perftest.error_summary(text).split(" | ")[0]}
+        assert "no perftest bandwidth table" in str(exc) and value["error"] in str(exc)
+    _golden(path, value)
+
+
+def test_perftest_row_for_size():
+    rows = perftest.parse_bw((Path(__file__).parent / "golden/perftest/ib_read_bw_report_gbits_all_sizes.txt").read_text())
+    assert perftest.row_for(rows, 8388608).avg_gbps == pytest.approx(193.34 / 8)
+    with pytest.raises(ParseError, match="no result row for 4096"):
+        perftest.row_for(rows, 4096)
+
+
+# -- fio parser ------------------------------------------------------------------------------------------
+FIO = sorted(p for p in (Path(__file__).parent / "golden" / "fio").glob("*.json") if ".expected" not in p.name)
+
+
+@pytest.mark.parametrize("path", FIO, ids=[p.stem for p in FIO])
+def test_fio_golden(path):
+    jobs = fio.parse(path.read_text())
+    value = {
+        "jobs": [{"name": j.name, "error": j.error, "block_size": j.block_size,
+                  "directions": {d: vars(r) for d, r in j.directions.items()}} for j in jobs],
+        "metrics": to_metrics("disk", "rand_read_write" if "randrw" in path.name else "seq_read", jobs[0]),
+    }
+    _golden(path, value)
+
+
+def test_fio_parser_errors():
+    with pytest.raises(ParseError, match="no JSON"):
+        fio.parse("fio: failed to open file\n")
+    with pytest.raises(ParseError, match="malformed"):
+        fio.parse('{"jobs": [')
+
+
+# -- disk-benchmark ---------------------------------------------------------------------------------------
+def test_disk_benchmark_directory(tmp_path):
+    env = run_bench("disk-benchmark", directory=str(tmp_path), disk_name="scratch", tests=["seq_read", "rand_write"],
+                    runtime=1, file_size="8M", iodepth=4)
+    if env["status"] != "ok" and "O_DIRECT" not in env["reason"] and "Invalid argument" in env["reason"]:
+        env = run_bench("disk-benchmark", directory=str(tmp_path), disk_name="scratch",
+                        tests=["seq_read", "rand_write"], runtime=1, file_size="8M", iodepth=4, direct=False)
+    expected = {"scratch_seq_read_bs": "bytes", "scratch_rand_write_bs": "bytes"}
+    for t, d in (("seq_read", "read"), ("rand_write", "write")):
+        expected.update({f"scratch_{t}_{d}_iops": "IOPS", f"scratch_{t}_{d}_bw": "MB/s"})
+        expected.update({f"scratch_{t}_{d}_lat_ns_{q}": "ns" for q in fio.PERCENTILES})
+    assert_metrics(env, expected)
+    assert env["result"]["scratch_rand_write_bs"] == [4096.0]
+    assert list(tmp_path.iterdir()) == []  # its test file is gone
+
+
+def test_disk_benchmark_without_target_is_skipped():
+    env = run_bench("disk-benchmark")
+    assert env["status"] == "skipped" and "no target" in env["reason"]
+
+
+@pytest.fixture
+def loop_device(tmp_path):
+    """A loop device on a 16 MiB file, detached afterwards (only the one this fixture attached)."""
+    if not shutil.which("losetup") or os.geteuid() != 0:
+        pytest.skip("needs root and losetup")
+    img = tmp_path / "disk.img"
+    img.write_bytes(b"\0" * (16 << 20))
+    proc = subprocess.run(["losetup", "-f", "--show", str(img)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"no loop device here: {proc.stderr.strip()}")
+    dev = proc.stdout.strip()
+    yield dev, img
+    subprocess.run(["losetup", "-d", dev], check=False)
+
+
+@pytest.mark.slow
+def test_block_device_with_filesystem_is_never_written(loop_device):
+    dev, img = loop_device
+    if not shutil.which("mkfs.ext4"):
+        pytest.skip("no mkfs.ext4")
+    subprocess.run(["mkfs.ext4", "-q", "-F", dev], check=True, capture_output=True)
+    before = img.read_bytes()
+    assert "holds TYPE=ext4" in unsafe_reason(dev)
+    env = run_bench("disk-benchmark", block_devices=[dev], tests=["seq_read", "rand_write"], runtime=1,
+                    file_size="4M", iodepth=4, direct=False)
+    name = os.path.basename(dev)
+    assert env["status"] == "ok", env["reason"]
+    assert f"{name}_seq_read_read_iops" in env["result"]  # reading is fine, with fio's --readonly
+    assert not any(k.startswith(f"{name}_rand_write") for k in env["result"])
+    assert "write tests refused" in env["reason"] and "force: true" in env["reason"]
+    assert img.read_bytes() == before  # not one byte changed
+    # force: true says the data may go: the write test runs.
+    env = run_bench("disk-benchmark", block_devices=[dev], tests=["rand_write"], runtime=1, file_size="4M",
+                    iodepth=4, direct=False, force=True)
+    assert env["status"] == "ok" and env["result"][f"{name}_rand_write_write_iops"][0] > 0, env["reason"]
+
+
+@pytest.mark.slow
+def test_blank_block_device_is_written(loop_device):
+    dev, _ = loop_device
+    assert unsafe_reason(dev) is None
+    env = run_bench("disk-benchmark", block_devices=[dev], tests=["rand_write"], runtime=1, file_size="4M",
+                    iodepth=4, direct=False)
+    assert env["status"] == "ok", env["reason"]
+    assert env["result"][f"{os.path.basename(dev)}_rand_write_write_iops"][0] > 0
+
+
+# -- ib-loopback ----------------------------------------------------------------------------------------------
+def test_ib_loopback_skipped_with_reason_here():
+    env = run_bench("ib-loopback")
+    assert env["status"] == "skipped" and env["return_code"] == 0
+    assert "not installed" in env["reason"] or "no RDMA device" in env["reason"]
+
+
+def test_ib_loopback_wrapper_with_fake_perftest(tmp_path, monkeypatch):
+    """The real server/client invocation, against a stand-in ib_write_bw that prints golden output."""
+    golden = Path(__file__).parent / "golden/perftest/ib_write_bw_mlx5_hdr.txt"
+    fake = tmp_path / "bin" / "ib_write_bw"
+    fake.parent.mkdir()
+    log = tmp_path / "calls.log"
+    fake.write_text(f"""#!/bin/sh
+echo "$@" >> {log}
+case "$*" in
+  *localhost*) cat {golden} ;;
+  *) sleep 30 ;;
+esac
+""")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    sysfs = tmp_path / "infiniband"
+    for d in ("mlx5_0", "mlx5_1"):
+        (sysfs / d).mkdir(parents=True)
+    monkeypatch.setattr(ib_loopback, "SYSFS_IB", str(sysfs))
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PROC_RANK", "1")
+    monkeypatch.setenv("IB_DEVICES", "0,1")
+    env = run_bench("ib-loopback", msg_size=8388608, iters=2000)
+    assert_metrics(env, {"ib_write_8388608_ib1_bw": "GB/s", "ib_write_8388608_ib1_peak_bw": "GB/s"})
+    assert env["result"]["ib_write_8388608_ib1_bw"] == [pytest.approx(23.67252)]
+    calls = log.read_text().splitlines()
+    assert any("-d mlx5_1" in c and "localhost" not in c for c in calls)  # the server
+    assert any("-d mlx5_1" in c and c.endswith("localhost") for c in calls)  # the client
+    assert all("-s 8388608" in c and "-p 18516" in c for c in calls)
+
+
+def test_ib_loopback_device_index_out_of_range(tmp_path, monkeypatch):
+    fake = tmp_path / "ib_write_bw"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    (tmp_path / "ib" / "mlx5_0").mkdir(parents=True)
+    monkeypatch.setattr(ib_loopback, "SYSFS_IB", str(tmp_path / "ib"))
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    env = run_bench("ib-loopback", ib_index=3)
+    assert env["status"] == "skipped" and "device index 3" in env["reason"]
