@@ -507,10 +507,10 @@ def host_image_facts(runtime: str, task_results: dict[str, dict[str, Any]]) -> d
     out: dict[str, Any] = {}
     d = task_results.get(DIGEST_TASK)
     if d is not None and not d.get("skipped"):
-        out["image_digest"] = parse_digest(runtime, str(d.get("stdout") or ""))  # type: ignore[arg-type]
+        out["image_digest"] = parse_digest(runtime, str(d.get("stdout") or ""))
     ld = task_results.get(LOAD_TASK)
-    if ld is not None:
-        out["image_loaded"] = not ld.get("skipped", False)
+    if ld is not None:  # a skipped task leaves no return code
+        out["image_loaded"] = "rc" in ld and not ld.get("skipped", False)
     return out
 
 

@@ -111,7 +111,7 @@ def render_cleanup(config: Config, out: Path, images: bool, workspaces: bool) ->
     runtime = config.fleet.runtime
     ctr: dict[str, Any] = {"runtime": "none"}
     if runtime != "none":
-        ctr = cleanup_vars(runtime, settings(config), images)  # type: ignore[arg-type]
+        ctr = cleanup_vars(runtime, settings(config), images)
     pb = out / "cleanup.yml"
     atomic_write_text(
         pb,

@@ -222,3 +222,38 @@ def test_rendered_container_playbooks_are_valid_yaml(runtime, dist, tmp_path):
         assert "no_log: true" in text and "throttle:" in text
     else:
         assert "push the image tarball" in text and "checksum_algorithm: sha256" in text
+
+
+def test_software_check_flags_the_host_off_the_majority_digest(tmp_path):
+    import numpy as np
+
+    from sb_fleet.analysis.results import Fleet
+    from sb_fleet.analysis.software import check_software
+
+    a, b = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    (tmp_path / "facts").mkdir()
+    for h, d in {"n1": a, "n2": a, "n3": b}.items():
+        (tmp_path / "facts" / f"{h}.json").write_text(json.dumps({"host": h, "image_digest": d}))
+    fleet = Fleet(str(tmp_path), ["n1", "n2", "n3", "n4"], ["x"], np.ones((4, 1)), run_dir=tmp_path)
+    issues, warnings = check_software(fleet)
+    assert list(issues) == [2]  # n3's row; n4 recorded no digest (no container run): not judged
+    i = issues[2][0]
+    assert (i.metric, i.check, i.severity) == ("image_digest", "software", "fail")
+    assert "222222222222" in i.detail and "2 of 3" in i.detail
+    assert warnings and "n3" in warnings[0]
+    (tmp_path / "facts" / "n3.json").write_text(json.dumps({"host": "n3", "image_digest": a}))
+    assert check_software(fleet) == ({}, [])
+
+
+def test_host_image_facts_from_task_results():
+    inspect = {"rc": 0, "stdout": PODMAN_INSPECT}
+    assert ct.host_image_facts("podman", {"image digest": inspect, "load the image": {"rc": 0}}) == {
+        "image_digest": "sha256:" + "a" * 64,
+        "image_loaded": True,
+    }
+    # a skipped load (same digest already there) leaves an empty result
+    assert (
+        ct.host_image_facts("podman", {"image digest": inspect, "load the image": {}})["image_loaded"]
+        is False
+    )
+    assert ct.host_image_facts("none", {"image digest": inspect}) == {}
