@@ -1,0 +1,126 @@
+"""The model harness: precisions, percentiles, repetition, the training check, OOM, fp8, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from model_tiny import expected_metrics, tiny_params
+from test_model_every import check_envelope
+
+torch = pytest.importorskip("torch")
+from sb_bench.harness import run_benchmark  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+SMALL_LSTM = {"input_size": 16, "hidden_size": 32, "num_layers": 2, "seq_len": 6}
+
+
+def test_mixed_precisions_and_ordered_percentiles_over_many_steps():
+    params = tiny_params("pytorch-lstm", **SMALL_LSTM, num_steps=25, num_warmup=2, check_steps=2,
+                         precision=["float32", "bfloat16", "float16"])  # fmt: skip
+    env = run_benchmark("pytorch-lstm", params)
+    check_envelope(env, ["fp32", "bf16", "fp16"], ["train", "inference"], tflops=False)
+    r = env["result"]
+    # With 25 steps the median is the 13th value either way round, so the median throughput is the
+    # throughput of the median step.
+    for p in ("fp32", "bf16", "fp16"):
+        median_ms = r[f"{p}_inference_step_time_50"][0]
+        assert r[f"{p}_inference_throughput_50"][0] == pytest.approx(params["batch_size"] * 1000 / median_ms)
+        assert r[f"{p}_inference_step_time_50"][0] <= r[f"{p}_inference_step_time_99.9"][0]
+
+
+def test_transformer_reports_tflops_consistent_with_its_flop_count():
+    from sb_bench import registry
+
+    params = tiny_params("pytorch-gpt2-small", precision=["bf16"], model_action=["train"])
+    env = run_benchmark("pytorch-gpt2-small", params)
+    check_envelope(env, ["bf16"], ["train"], tflops=True)
+    # 124 M parameters, of which ~85 M are the blocks' weight matrices: forward ~2 x 85 M x 8 tokens.
+    cls = registry.get("pytorch-gpt2-small")
+    bench = cls(cls.parse_params(params))
+    torch.manual_seed(0)
+    flops = bench.forward_flops(bench.build_model())
+    assert 2 * 84e6 * 8 < flops < 2 * 86e6 * 8 + 4 * 12 * 64 * 768 + 2 * 768 * 100 + 1
+    r = env["result"]
+    assert r["bf16_train_tflops"][0] == pytest.approx(3 * flops * r["bf16_train_throughput"][0] / 1e12)
+
+
+def test_run_count_repeats_and_reports_spread():
+    env = run_benchmark("pytorch-lstm", tiny_params("pytorch-lstm", **SMALL_LSTM, run_count=2, num_steps=3))
+    assert env["status"] == "ok", env["reason"]
+    assert all(len(v) == 2 for k, v in env["result"].items() if k != "return_code")
+    assert "fp32_train_step_time" in env["spread"]
+
+
+def test_duration_mode_runs_for_the_given_time():
+    env = run_benchmark("pytorch-lstm", tiny_params("pytorch-lstm", **SMALL_LSTM, duration=0.5,
+                                                    model_action=["inference"]))  # fmt: skip
+    assert env["status"] == "ok", env["reason"]
+    assert set(env["result"]) - {"return_code"} == expected_metrics(["fp32"], ["inference"], tflops=False)
+
+
+def test_nan_training_is_a_failure_with_its_reason():
+    # A learning rate of 1e30 blows the weights up after one step: the loss becomes inf/NaN.
+    env = run_benchmark("pytorch-lstm", tiny_params("pytorch-lstm", **SMALL_LSTM, lr=1e30, check_steps=2))
+    assert env["status"] == "failed" and env["return_code"] == 3
+    assert "training" in env["reason"] and ("nan" in env["reason"].lower() or "inf" in env["reason"])
+    assert "fp32_train_step_time" not in env["result"]
+
+
+def test_training_that_does_not_lower_the_loss_fails():
+    # SGD with a learning rate of 1e-30 changes nothing: the loss cannot fall.
+    env = run_benchmark("pytorch-lstm", tiny_params("pytorch-lstm", **SMALL_LSTM, lr=1e-30))
+    assert env["status"] == "failed" and env["return_code"] == 3
+    assert "does not train" in env["reason"]
+
+
+def test_out_of_memory_is_a_failure_with_its_reason():
+    # 2^40 images of 64 x 64 pixels: the allocator refuses, the harness reports it.
+    params = tiny_params("pytorch-resnet18", batch_size=1 << 40, sample_count=1 << 40)
+    env = run_benchmark("pytorch-resnet18", params)
+    assert env["status"] == "failed" and env["return_code"] == 5, env["reason"]
+    assert env["reason"].startswith("out of memory")
+
+
+def test_fp8_is_skipped_with_the_reason_without_fp8_hardware():
+    alone = run_benchmark("pytorch-bert-base", tiny_params("pytorch-bert-base", precision=["fp8_hybrid"]))
+    assert alone["status"] == "skipped" and alone["return_code"] == 0
+    assert "fp8" in alone["reason"] and "CPU" in alone["reason"]
+    mixed = run_benchmark("pytorch-bert-base", tiny_params("pytorch-bert-base", precision=["fp32", "fp8_e4m3"],
+                                                           model_action=["inference"]))  # fmt: skip
+    assert mixed["status"] == "ok", mixed["reason"]
+    assert "fp32_inference_step_time" in mixed["result"]
+    assert not any(k.startswith("fp8") for k in mixed["result"])
+    assert "fp8_e4m3" in mixed["reason"]
+
+
+@pytest.mark.gpu
+def test_gpu_memory_metrics_and_cuda_timing():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: memory metrics and CUDA-event timing are GPU-only")
+    env = run_benchmark("pytorch-resnet18", tiny_params("pytorch-resnet18", device="cuda", pin_memory=True,
+                                                        precision=["fp32", "fp16", "bf16"]))  # fmt: skip
+    assert env["status"] == "ok", env["reason"]
+    for p in ("fp32", "fp16", "bf16"):
+        for a in ("train", "inference"):
+            assert (
+                env["result"][f"{p}_{a}_max_mem_allocated"][0]
+                >= env["result"][f"{p}_{a}_mem_allocated"][0]
+                > 0
+            )
+
+
+def test_cli_exec_writes_the_rank_file(tmp_path):
+    params = tiny_params("pytorch-squeezenet1_1", model_action=["inference"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "sb_bench", "exec", "pytorch-squeezenet1_1", "--params", json.dumps(params),
+         "--out", str(tmp_path)],
+        cwd=ROOT / "benchmarks", capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    env = json.loads((tmp_path / "rank0.json").read_text())
+    assert env["name"] == "pytorch-squeezenet1_1" and env["status"] == "ok"
+    assert "fp32_inference_step_time_99.9" in env["result"]
