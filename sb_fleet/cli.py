@@ -8,6 +8,7 @@ infrastructure trouble (hosts unreachable, host keys refused, disk full).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -75,6 +76,7 @@ def _guard(f: Callable[..., int]) -> Callable[..., None]:
 @click.option("-v", "--verbose", count=True, help="more logging (-vv: debug).")
 def main(verbose: int) -> None:
     """Validate GPU clusters: deploy a benchmark suite, run it on every host, collect, and report."""
+    os.umask(0o077)  # everything sb-fleet creates (run directory, results, artifacts) is private by default
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
