@@ -8,6 +8,7 @@ one. Turning checking off takes an explicit, loudly logged option.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,12 @@ class SshSettings:
         return " ".join(args)
 
     def ansible_env(self) -> dict[str, str]:
-        cp = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"sbf-cp-{os.getuid()}"
-        cp.mkdir(mode=0o700, exist_ok=True)
+        # A master connection is reused without any new host key check, so one verified under other
+        # trust settings (another known_hosts, accept-new, off) must never serve this run: the control
+        # directory is keyed by them. (Short: unix socket paths are limited to ~108 bytes.)
+        trust = hashlib.sha256(f"{self.known_hosts}\0{self.policy}".encode()).hexdigest()[:10]
+        cp = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"sbf-cp-{os.getuid()}" / trust
+        cp.mkdir(mode=0o700, parents=True, exist_ok=True)
         return {
             "ANSIBLE_HOST_KEY_CHECKING": "False" if self.policy == "off" else "True",
             "ANSIBLE_SSH_ARGS": self.openssh_args(),
