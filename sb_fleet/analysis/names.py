@@ -77,6 +77,8 @@ _LOWER = [
         r"(^|_)errors?_",
         r"retrans",
         r"drop",
+        r"disabled",
+        r"(^|_)fail",
     )
 ]
 _HIGHER = [
@@ -96,6 +98,7 @@ _HIGHER = [
         r"_gbps$",
         r"ops$",
         r"score",
+        r"efficiency",
     )
 ]
 

@@ -251,3 +251,29 @@ def test_an_empty_run_never_passes_the_gate(tmp_path: Path) -> None:
     p.write_text("garbage\n")
     with pytest.raises(ResultsError, match="nothing to judge.*line 1|nothing to judge.*:1:"):
         report(p)
+
+
+def test_name_table_never_contradicts_the_suite() -> None:
+    # The control node does not import the suite; its metric declarations are read from `bench list`.
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / "sb-fleet"
+    if not exe.is_file():
+        pytest.skip("the sb-fleet console script is not installed")
+    res = subprocess.run(
+        [str(exe), "bench", "list", "--json"], capture_output=True, text=True, timeout=300, check=False
+    )
+    if res.returncode != 0:
+        pytest.skip(f"sb-fleet bench list failed: {res.stderr[-300:]}")
+    declared = [
+        (f"{b['name']}/{m['name']}", m.get("higher_is_better"))
+        for b in json.loads(res.stdout)
+        for m in b.get("metrics", [])
+        if isinstance(m, dict) and m.get("higher_is_better") is not None
+    ]
+    assert len(declared) > 50
+    wrong = [(n, hib) for n, hib in declared if direction_from_name(n) == (-1 if hib else 1)]
+    assert wrong == []
+    known = sum(1 for n, hib in declared if direction_from_name(n) == (1 if hib else -1))
+    assert known / len(declared) > 0.97
