@@ -47,7 +47,13 @@ THROTTLE_REASONS = {
     0x100: "display_clock_setting",
 }
 # Reasons that mean the GPU ran slower than it could (not idle, not a user setting).
-SLOWDOWN = {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+SLOWDOWN = {
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+}
 
 
 def decode_throttle(mask: int) -> list[str]:
@@ -85,7 +91,9 @@ class HostSource:
             info = {ln.split(":")[0]: int(ln.split()[1]) for ln in mem.splitlines() if len(ln.split()) >= 2}
             if "MemTotal" in info:
                 out["mem_total"] = info["MemTotal"] / 1024.0  # MiB
-                out["mem_used"] = (info["MemTotal"] - info.get("MemAvailable", info.get("MemFree", 0))) / 1024.0
+                out["mem_used"] = (
+                    info["MemTotal"] - info.get("MemAvailable", info.get("MemFree", 0))
+                ) / 1024.0
         freqs = []
         for f in sorted((self.root / "sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_cur_freq")):
             try:
@@ -117,7 +125,9 @@ class HostSource:
             out["mem_uncorrected_ecc"] = float(ue or 0)
         throttles = 0
         seen = False
-        for f in (self.root / "sys/devices/system/cpu").glob("cpu[0-9]*/thermal_throttle/core_throttle_count"):
+        for f in (self.root / "sys/devices/system/cpu").glob(
+            "cpu[0-9]*/thermal_throttle/core_throttle_count"
+        ):
             try:
                 throttles += int(f.read_text())
                 seen = True
@@ -172,8 +182,11 @@ class NvmlSource:
         index_of = {id(h): i for i, h in self.handles.items()}
         while True:
             try:
-                ev = nv.nvmlEventSetWait_v2(self.events, 0) if hasattr(nv, "nvmlEventSetWait_v2") \
+                ev = (
+                    nv.nvmlEventSetWait_v2(self.events, 0)
+                    if hasattr(nv, "nvmlEventSetWait_v2")
                     else nv.nvmlEventSetWait(self.events, 0)
+                )
             except Exception:
                 return
             idx = self._try(nv.nvmlDeviceGetIndex, ev.device)
@@ -206,13 +219,17 @@ class NvmlSource:
             if m is not None:
                 g["gpu_mem_used"] = m.used / 2**20
                 g["gpu_mem_total"] = m.total / 2**20
-            for name, kind in (("gpu_corrected_ecc", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-                               ("gpu_uncorrected_ecc", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+            for name, kind in (
+                ("gpu_corrected_ecc", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                ("gpu_uncorrected_ecc", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+            ):
                 e = self._try(nv.nvmlDeviceGetTotalEccErrors, h, kind, nv.NVML_VOLATILE_ECC)
                 if e is not None:
                     g[name] = float(e)
-            for name, cause in (("gpu_retired_pages_sbe", nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-                                ("gpu_retired_pages_dbe", nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)):
+            for name, cause in (
+                ("gpu_retired_pages_sbe", nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+                ("gpu_retired_pages_dbe", nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+            ):
                 pages = self._try(nv.nvmlDeviceGetRetiredPages, h, cause)
                 if pages is not None:
                     g[name] = float(len(pages))
@@ -221,10 +238,14 @@ class NvmlSource:
                 g["gpu_retired_pages_pending"] = float(pend)
             rr = self._try(nv.nvmlDeviceGetRemappedRows, h)
             if rr is not None:
-                g["gpu_remap_correctable_error"], g["gpu_remap_uncorrectable_error"] = float(rr[0]), float(rr[1])
+                g["gpu_remap_correctable_error"], g["gpu_remap_uncorrectable_error"] = (
+                    float(rr[0]),
+                    float(rr[1]),
+                )
                 g["gpu_remap_pending"], g["gpu_remap_failure"] = float(rr[2]), float(rr[3])
-            fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+                nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+            )
             mask = self._try(fn, h) if fn else None
             if mask is not None:
                 g["gpu_throttle_reasons"] = decode_throttle(int(mask))
@@ -244,8 +265,14 @@ class NvmlSource:
 class Monitor:
     """Sample in a daemon thread; ``summary()`` after ``stop()``."""
 
-    def __init__(self, interval: float = 1.0, gpus: list[str] | None = None, host: bool = True,
-                 out: str | os.PathLike | None = None, use_nvml: bool = True):
+    def __init__(
+        self,
+        interval: float = 1.0,
+        gpus: list[str] | None = None,
+        host: bool = True,
+        out: str | os.PathLike | None = None,
+        use_nvml: bool = True,
+    ):
         self.interval = max(0.01, float(interval))
         self.samples: list[dict] = []
         self.notes: list[str] = []
@@ -306,13 +333,22 @@ class Monitor:
         self.stop()
 
     def summary(self) -> dict:
-        return summarize(self.samples, self.interval, self.notes,
-                         xids=self.nvml.xids if self.nvml is not None else None)
+        return summarize(
+            self.samples, self.interval, self.notes, xids=self.nvml.xids if self.nvml is not None else None
+        )
 
 
-_COUNTERS = {"gpu_corrected_ecc", "gpu_uncorrected_ecc", "gpu_retired_pages_sbe", "gpu_retired_pages_dbe",
-             "gpu_remap_correctable_error", "gpu_remap_uncorrectable_error", "mem_corrected_ecc",
-             "mem_uncorrected_ecc", "cpu_throttle_count"}
+_COUNTERS = {
+    "gpu_corrected_ecc",
+    "gpu_uncorrected_ecc",
+    "gpu_retired_pages_sbe",
+    "gpu_retired_pages_dbe",
+    "gpu_remap_correctable_error",
+    "gpu_remap_uncorrectable_error",
+    "mem_corrected_ecc",
+    "mem_uncorrected_ecc",
+    "cpu_throttle_count",
+}
 
 
 def _reduce(series: dict[str, list]) -> dict[str, dict]:
@@ -328,8 +364,12 @@ def _reduce(series: dict[str, list]) -> dict[str, dict]:
     return out
 
 
-def summarize(samples: list[dict], interval: float, notes: list[str] | None = None,
-              xids: dict[str, list[int]] | None = None) -> dict:
+def summarize(
+    samples: list[dict],
+    interval: float,
+    notes: list[str] | None = None,
+    xids: dict[str, list[int]] | None = None,
+) -> dict:
     """min/max/avg/last per field (host, and per GPU), counters' increase, throttle reasons, XIDs."""
     host: dict[str, list] = {}
     gpus: dict[str, dict[str, list]] = {}
@@ -343,9 +383,13 @@ def summarize(samples: list[dict], interval: float, notes: list[str] | None = No
                     reasons.setdefault(idx, set()).update(v)
                 else:
                     gpus.setdefault(idx, {}).setdefault(k, []).append(v)
-    out: dict[str, Any] = {"interval_s": interval, "samples": len(samples),
-                           "duration_s": (samples[-1]["time"] - samples[0]["time"]) if len(samples) > 1 else 0.0,
-                           "host": _reduce(host), "gpus": {}}
+    out: dict[str, Any] = {
+        "interval_s": interval,
+        "samples": len(samples),
+        "duration_s": (samples[-1]["time"] - samples[0]["time"]) if len(samples) > 1 else 0.0,
+        "host": _reduce(host),
+        "gpus": {},
+    }
     alerts = []
     for idx in sorted(set(gpus) | set(reasons), key=lambda x: (len(x), x)):
         g = _reduce(gpus.get(idx, {}))
@@ -401,7 +445,9 @@ def from_env() -> Monitor | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sb_bench.monitor", description=__doc__.splitlines()[0])
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
-    ap.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: at SIGTERM/SIGINT)")
+    ap.add_argument(
+        "--duration", type=float, default=0.0, help="stop after this many seconds (0: at SIGTERM/SIGINT)"
+    )
     ap.add_argument("--out", help="append every sample to this JSON-lines file")
     ap.add_argument("--summary", help="write the summary here (default: print it)")
     args = ap.parse_args(argv)

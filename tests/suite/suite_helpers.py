@@ -45,12 +45,19 @@ def write_spec(path: Path, entries: list[dict]) -> Path:
     return path
 
 
-def run_runner(spec: Path, results: Path, *args: str, timeout: float = 240, env: dict | None = None,
-               background: bool = False):
+def run_runner(
+    spec: Path,
+    results: Path,
+    *args: str,
+    timeout: float = 240,
+    env: dict | None = None,
+    background: bool = False,
+):
     argv = [sys.executable, "-m", "sb_bench.runner", "--spec", str(spec), "--results", str(results), *args]
     if background:
-        return subprocess.Popen(argv, env=env or bench_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+        return subprocess.Popen(
+            argv, env=env or bench_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     return subprocess.run(argv, env=env or bench_env(), capture_output=True, text=True, timeout=timeout)
 
 

@@ -22,7 +22,10 @@ class _Probe(Benchmark):
     """A test benchmark whose run does what its ``what`` parameter says."""
 
     name = "test-probe"
-    params = {"what": Param("str", "ok", "behaviour"), "values": Param("list[str]", [], "values of x per run")}
+    params = {
+        "what": Param("str", "ok", "behaviour"),
+        "values": Param("list[str]", [], "values of x per run"),
+    }
     torn_down = 0
 
     def metrics(self):
@@ -60,15 +63,18 @@ class _Probe(Benchmark):
 registry.register(_Probe)
 
 
-@pytest.mark.parametrize(("what", "code", "status", "reason"), [
-    ("raise", ReturnCode.RUNTIME_EXCEPTION_ERROR, "failed", "ValueError: boom at test_harness.py:"),
-    ("memory", ReturnCode.OUT_OF_MEMORY, "failed", "out of memory"),
-    ("cuda-oom", ReturnCode.OUT_OF_MEMORY, "failed", "out of memory: CUDA out of memory"),
-    ("check", ReturnCode.INVALID_BENCHMARK_RESULT, "failed", "result check failed: product is wrong"),
-    ("nan", ReturnCode.INVALID_BENCHMARK_RESULT, "failed", "metric x is not a finite number"),
-    ("skip", ReturnCode.SUCCESS, "skipped", "no such device here"),
-    ("interrupt", ReturnCode.KILLED, "failed", "interrupted"),
-])
+@pytest.mark.parametrize(
+    ("what", "code", "status", "reason"),
+    [
+        ("raise", ReturnCode.RUNTIME_EXCEPTION_ERROR, "failed", "ValueError: boom at test_harness.py:"),
+        ("memory", ReturnCode.OUT_OF_MEMORY, "failed", "out of memory"),
+        ("cuda-oom", ReturnCode.OUT_OF_MEMORY, "failed", "out of memory: CUDA out of memory"),
+        ("check", ReturnCode.INVALID_BENCHMARK_RESULT, "failed", "result check failed: product is wrong"),
+        ("nan", ReturnCode.INVALID_BENCHMARK_RESULT, "failed", "metric x is not a finite number"),
+        ("skip", ReturnCode.SUCCESS, "skipped", "no such device here"),
+        ("interrupt", ReturnCode.KILLED, "failed", "interrupted"),
+    ],
+)
 def test_every_fault_becomes_a_result(what, code, status, reason):
     before = _Probe.torn_down
     env = run_bench("test-probe", what=what, device="cpu")
@@ -100,8 +106,13 @@ def test_run_count_spread_and_reduce_ops_in_envelope():
     assert env["spread"]["x"] == pytest.approx(4 / 12)
     assert env["spread"]["y"] == 0.0
     assert env["reduce_op"] == {"x": "max", "y": None, "return_code": None}
-    assert env["metrics"]["y"] == {"name": "y", "unit": "GB/s", "higher_is_better": True, "reduce_op": None,
-                                   "description": ""}
+    assert env["metrics"]["y"] == {
+        "name": "y",
+        "unit": "GB/s",
+        "higher_is_better": True,
+        "reduce_op": None,
+        "description": "",
+    }
 
 
 def test_harness_counts_warmup_and_steps_and_duration():
@@ -130,14 +141,26 @@ def test_result_file_is_valid_json_even_with_nan(tmp_path):
 
 # -- reduce ops across ranks --------------------------------------------------------------------------------
 def _rank(rank, x, y, code=0, op_x="max"):
-    return {"name": "b", "rank": rank, "return_code": code, "result": {"x": x, "y": y, "return_code": [code]},
-            "reduce_op": {"x": op_x, "y": None, "return_code": None}}
+    return {
+        "name": "b",
+        "rank": rank,
+        "return_code": code,
+        "result": {"x": x, "y": y, "return_code": [code]},
+        "reduce_op": {"x": op_x, "y": None, "return_code": None},
+    }
 
 
-@pytest.mark.parametrize(("op", "want"), [("max", 6.0), ("min", 2.0), ("avg", 4.0), ("sum", 12.0), ("last", 6.0)])
+@pytest.mark.parametrize(
+    ("op", "want"), [("max", 6.0), ("min", 2.0), ("avg", 4.0), ("sum", 12.0), ("last", 6.0)]
+)
 def test_reduce_ops(op, want):
-    s = node_summary([_rank(2, [6.0], [1.0], op_x=op), _rank(0, [2.0], [3.0], op_x=op),
-                      _rank(1, [4.0], [5.0], code=3, op_x=op)])
+    s = node_summary(
+        [
+            _rank(2, [6.0], [1.0], op_x=op),
+            _rank(0, [2.0], [3.0], op_x=op),
+            _rank(1, [4.0], [5.0], code=3, op_x=op),
+        ]
+    )
     assert s["b/x"] == want
     assert (s["b/y:0"], s["b/y:1"], s["b/y:2"]) == (3.0, 5.0, 1.0)  # None keeps every rank
     assert s["b/return_code"] == 3.0 and s["b/return_code:1"] == 3.0
@@ -151,17 +174,25 @@ def test_reduce_single_rank_has_no_suffix_and_runs_are_averaged():
 def test_aliases_resolve_to_superbench_result_groups():
     assert registry.resolve("sharding-matmul") == "pytorch-sharding-matmul"
     assert registry.resolve("nccl-bw:ib") == "nccl-bw"
-    assert registry.get("computation-communication-overlap").name == "pytorch-computation-communication-overlap"
+    assert (
+        registry.get("computation-communication-overlap").name == "pytorch-computation-communication-overlap"
+    )
 
 
 # The benchmarks of issue 3 (other micro modules, e.g. noop, are tested by their owners).
 MICRO = {
-    "gemm-flops": "sb_bench.micro.gemm_flops", "kernel-launch": "sb_bench.micro.kernel_launch",
-    "cublas-function": "sb_bench.micro.cublas_function", "cudnn-function": "sb_bench.micro.cudnn_function",
-    "pytorch-matmul": "sb_bench.micro.matmul", "pytorch-sharding-matmul": "sb_bench.micro.sharding_matmul",
-    "mem-bw": "sb_bench.micro.mem_bw", "gpu-copy-bw": "sb_bench.micro.gpu_copy_bw", "nccl-bw": "sb_bench.micro.nccl_bw",
+    "gemm-flops": "sb_bench.micro.gemm_flops",
+    "kernel-launch": "sb_bench.micro.kernel_launch",
+    "cublas-function": "sb_bench.micro.cublas_function",
+    "cudnn-function": "sb_bench.micro.cudnn_function",
+    "pytorch-matmul": "sb_bench.micro.matmul",
+    "pytorch-sharding-matmul": "sb_bench.micro.sharding_matmul",
+    "mem-bw": "sb_bench.micro.mem_bw",
+    "gpu-copy-bw": "sb_bench.micro.gpu_copy_bw",
+    "nccl-bw": "sb_bench.micro.nccl_bw",
     "pytorch-computation-communication-overlap": "sb_bench.micro.computation_communication_overlap",
-    "ib-loopback": "sb_bench.micro.ib_loopback", "disk-benchmark": "sb_bench.micro.disk_benchmark",
+    "ib-loopback": "sb_bench.micro.ib_loopback",
+    "disk-benchmark": "sb_bench.micro.disk_benchmark",
     "cpu-memory-bw-latency": "sb_bench.micro.cpu_memory_bw_latency",
 }
 
@@ -175,13 +206,19 @@ def test_micro_table_registers_them():
 def test_list_json_is_complete():
     MODULES = MICRO
 
-    proc = subprocess.run([sys.executable, "-m", "sb_bench", "list", "--json"], env=bench_env(), capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sb_bench", "list", "--json"],
+        env=bench_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     entries = {e["name"]: e for e in json.loads(proc.stdout)}
     assert set(MODULES) <= set(entries)
-    assert "allreduce_8589934592_busbw" in {m["name"] for m in entries["nccl-bw"]["metrics"]} or \
-        any(m["name"].startswith("allreduce_") for m in entries["nccl-bw"]["metrics"])
+    assert "allreduce_8589934592_busbw" in {m["name"] for m in entries["nccl-bw"]["metrics"]} or any(
+        m["name"].startswith("allreduce_") for m in entries["nccl-bw"]["metrics"]
+    )
     for name in MODULES:
         e = entries[name]
         assert "error" not in e, e
@@ -195,8 +232,13 @@ def test_list_json_is_complete():
 
 def test_every_micro_module_has_a_standalone_help():
     for module in MICRO.values():
-        proc = subprocess.run([sys.executable, "-m", module, "--help"], env=bench_env(), capture_output=True,
-                              text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            env=bench_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, (module, proc.stderr)
         assert "--num-steps" in proc.stdout and "--out" in proc.stdout, module
 
@@ -204,17 +246,34 @@ def test_every_micro_module_has_a_standalone_help():
 # -- the runner: timeouts, processes that die ----------------------------------------------------------------
 @pytest.mark.slow
 def test_runner_timeout_and_dead_process_leave_results(tmp_path):
-    spec = write_spec(tmp_path / "spec.json", [
-        # Runs for 60 s; killed at its 3 s timeout.
-        {"key": "slow", "benchmark": "gemm-flops", "timeout": 3,
-         "params": {"m": 64, "precision": ["fp32"], "duration": 60}, "modes": [{"name": "local", "proc_num": 1}]},
-        # The process exits before the benchmark starts (a crash without a result file).
-        {"key": "dead", "benchmark": "kernel-launch", "timeout": 60,
-         "modes": [{"name": "local", "proc_num": 1, "prefix": "echo about to die; exit 3;"}]},
-        # Two ranks in local mode, per-rank results.
-        {"key": "two", "benchmark": "kernel-launch", "timeout": 120, "params": {"num_steps": 10},
-         "modes": [{"name": "local", "proc_num": 2, "parallel": True}]},
-    ])
+    spec = write_spec(
+        tmp_path / "spec.json",
+        [
+            # Runs for 60 s; killed at its 3 s timeout.
+            {
+                "key": "slow",
+                "benchmark": "gemm-flops",
+                "timeout": 3,
+                "params": {"m": 64, "precision": ["fp32"], "duration": 60},
+                "modes": [{"name": "local", "proc_num": 1}],
+            },
+            # The process exits before the benchmark starts (a crash without a result file).
+            {
+                "key": "dead",
+                "benchmark": "kernel-launch",
+                "timeout": 60,
+                "modes": [{"name": "local", "proc_num": 1, "prefix": "echo about to die; exit 3;"}],
+            },
+            # Two ranks in local mode, per-rank results.
+            {
+                "key": "two",
+                "benchmark": "kernel-launch",
+                "timeout": 120,
+                "params": {"num_steps": 10},
+                "modes": [{"name": "local", "proc_num": 2, "parallel": True}],
+            },
+        ],
+    )
     t0 = time.monotonic()
     proc = run_runner(spec, tmp_path / "res", timeout=200)
     assert proc.returncode == 1, proc.stdout + proc.stderr

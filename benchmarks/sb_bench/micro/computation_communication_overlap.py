@@ -42,14 +42,18 @@ class ComputationCommunicationOverlap(Benchmark):
     }
 
     def metrics(self) -> list[Metric]:
-        return [Metric(KERNELS[kind], "ms", False, None, f"{kind} kernels during an all-reduce, per step")
-                for kind in self.args["kernel"]]
+        return [
+            Metric(KERNELS[kind], "ms", False, None, f"{kind} kernels during an all-reduce, per step")
+            for kind in self.args["kernel"]
+        ]
 
     def setup(self, ctx: RankContext) -> None:
         import torch
 
         if ctx.world_size < 2 or not ctx.distributed:
-            raise SkipBenchmark("computation-communication-overlap needs two or more ranks (torch.distributed mode)")
+            raise SkipBenchmark(
+                "computation-communication-overlap needs two or more ranks (torch.distributed mode)"
+            )
         gpu = ctx.is_cuda
         a = self.args
         comm = a["comm_bytes"] or ((256 << 20) if gpu else (4 << 20))
@@ -93,9 +97,11 @@ class ComputationCommunicationOverlap(Benchmark):
         iters = self.iters
         for kind in self.args["kernel"]:
             if kind == "mul":
+
                 def compute():
                     torch.mul(self.x, self.y, out=self.z)
             else:
+
                 def compute():
                     torch.matmul(self.ma, self.mb, out=self.mc)
 
@@ -105,8 +111,12 @@ class ComputationCommunicationOverlap(Benchmark):
                     compute()
                 work.wait()
 
-            yield Case(kind, step, lambda s, kind=kind: {KERNELS[kind]: s * 1e3},
-                       lambda kind=kind: self._check(ctx, kind))
+            yield Case(
+                kind,
+                step,
+                lambda s, kind=kind: {KERNELS[kind]: s * 1e3},
+                lambda kind=kind: self._check(ctx, kind),
+            )
 
 
 if __name__ == "__main__":

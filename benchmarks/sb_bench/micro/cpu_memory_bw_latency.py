@@ -91,8 +91,9 @@ def compile_chase(workdir: str):
     src = Path(workdir) / "chase.c"
     lib = Path(workdir) / "chase.so"
     src.write_text(_CHASE_C)
-    proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True, text=True, timeout=60
+    )
     if proc.returncode != 0:
         return None
     fn = ctypes.CDLL(str(lib)).sb_chase
@@ -140,10 +141,16 @@ def can_bind_memory() -> bool:
 @register
 class CpuMemoryBwLatency(Benchmark):
     name = "cpu-memory-bw-latency"
-    description = "host memory bandwidth (STREAM-style kernels, MB/s) and pointer-chase latency per NUMA pair (ns)"
+    description = (
+        "host memory bandwidth (STREAM-style kernels, MB/s) and pointer-chase latency per NUMA pair (ns)"
+    )
     params = {
-        "tests": Param("list[str]", ["max_bandwidth", "latency_matrix"], "what to measure",
-                       ("max_bandwidth", "latency_matrix", "bandwidth_matrix")),
+        "tests": Param(
+            "list[str]",
+            ["max_bandwidth", "latency_matrix"],
+            "what to measure",
+            ("max_bandwidth", "latency_matrix", "bandwidth_matrix"),
+        ),
         "size": Param("size", 256 << 20, "bytes per array of the bandwidth kernels"),
         "latency_size": Param("size", 512 << 20, "bytes the pointer chain runs through (well above the LLC)"),
         "hops": Param("int", 2_000_000, "pointer hops timed per latency measurement"),
@@ -153,26 +160,44 @@ class CpuMemoryBwLatency(Benchmark):
         out = []
         tests = self.args["tests"]
         if "max_bandwidth" in tests:
-            out += [Metric(name, "MB/s", True, "max", f"whole-CPU {key} bandwidth") for key, (name, _) in BW_TESTS.items()]
+            out += [
+                Metric(name, "MB/s", True, "max", f"whole-CPU {key} bandwidth")
+                for key, (name, _) in BW_TESTS.items()
+            ]
         if "latency_matrix" in tests:
             nodes = list(numa_nodes())
-            pairs = [(i, j) for i in nodes for j in nodes] if can_bind_memory() else [(i, i) for i in nodes[:1]]
-            out += [Metric(f"mem_latency_matrix_numa_{i}_{j}_lat", "ns", False, "max",
-                           f"load-to-use latency, CPUs of node {i}, memory of node {j}") for i, j in pairs]
+            pairs = (
+                [(i, j) for i in nodes for j in nodes] if can_bind_memory() else [(i, i) for i in nodes[:1]]
+            )
+            out += [
+                Metric(
+                    f"mem_latency_matrix_numa_{i}_{j}_lat",
+                    "ns",
+                    False,
+                    "max",
+                    f"load-to-use latency, CPUs of node {i}, memory of node {j}",
+                )
+                for i, j in pairs
+            ]
         return out
 
     def setup(self, ctx: RankContext) -> None:
         import torch
 
         if "bandwidth_matrix" in self.args["tests"]:
-            self.skip_metric("bandwidth_matrix", "a per-NUMA-pair bandwidth matrix is not implemented (use max_bandwidth)")
+            self.notes = {
+                "bandwidth_matrix": "bandwidth_matrix is not measured (no per-NUMA-pair bandwidth "
+                "here; see the mem_max_bandwidth_* metrics)"
+            }
         self.tmp = tempfile.mkdtemp(prefix="sb-chase-")
         self.chase = None
         if "latency_matrix" in self.args["tests"]:
             self.chase = compile_chase(self.tmp)
             if self.chase is None:
-                self.skip_metric([m.name for m in self.metrics() if m.name.endswith("_lat")],
-                                 "no working C compiler (cc) for the pointer-chase loop")
+                self.skip_metric(
+                    [m.name for m in self.metrics() if m.name.endswith("_lat")],
+                    "no working C compiler (cc) for the pointer-chase loop",
+                )
         if "max_bandwidth" in self.args["tests"]:
             n = self.args["size"] // 8
             self.arr = [torch.full((n,), float(i + 1), dtype=torch.float64) for i in range(4)]
@@ -196,8 +221,14 @@ class CpuMemoryBwLatency(Benchmark):
             "stream-triad_like": lambda: torch.add(b, c, alpha=3.0, out=a),
         }
         for key, (metric, arrays) in BW_TESTS.items():
-            yield Case(key, kernels[key], lambda s, metric=metric, arrays=arrays: {metric: arrays * size / s / 1e6},
-                       lambda: None if all(bool(torch.isfinite(x[:1]).all()) for x in self.arr) else "non-finite data")
+            yield Case(
+                key,
+                kernels[key],
+                lambda s, metric=metric, arrays=arrays: {metric: arrays * size / s / 1e6},
+                lambda: (
+                    None if all(bool(torch.isfinite(x[:1]).all()) for x in self.arr) else "non-finite data"
+                ),
+            )
 
     def run_once(self, ctx: RankContext, harness) -> dict[str, float]:
         values = super().run_once(ctx, harness)

@@ -28,31 +28,118 @@ from sb_bench.context import RankContext
 from sb_bench.metric import Metric, Param
 from sb_bench.registry import register
 
-FUNCTIONS = ("cublasSgemm", "cublasSgemmStridedBatched", "cublasGemmEx", "cublasGemmStridedBatchedEx",
-             "cublasCgemm", "cublasCgemm3mStridedBatched")
+FUNCTIONS = (
+    "cublasSgemm",
+    "cublasSgemmStridedBatched",
+    "cublasGemmEx",
+    "cublasGemmStridedBatchedEx",
+    "cublasCgemm",
+    "cublasCgemm3mStridedBatched",
+)
 
 # Shapes from real models (training, mixed precision where the model uses it).
 DEFAULT_CONFIGS: list[dict] = [
     # BERT-base, batch 8 x seq 512 = 4096 tokens, hidden 768: QKV projection, FFN up and down.
-    {"name": "cublasGemmEx", "m": 4096, "n": 2304, "k": 768, "transa": 0, "transb": 0, "datatype": "half", "use_tensor_core": True},
-    {"name": "cublasGemmEx", "m": 4096, "n": 3072, "k": 768, "transa": 0, "transb": 1, "datatype": "half", "use_tensor_core": True},
-    {"name": "cublasGemmEx", "m": 4096, "n": 768, "k": 3072, "transa": 1, "transb": 0, "datatype": "half", "use_tensor_core": True},
+    {
+        "name": "cublasGemmEx",
+        "m": 4096,
+        "n": 2304,
+        "k": 768,
+        "transa": 0,
+        "transb": 0,
+        "datatype": "half",
+        "use_tensor_core": True,
+    },
+    {
+        "name": "cublasGemmEx",
+        "m": 4096,
+        "n": 3072,
+        "k": 768,
+        "transa": 0,
+        "transb": 1,
+        "datatype": "half",
+        "use_tensor_core": True,
+    },
+    {
+        "name": "cublasGemmEx",
+        "m": 4096,
+        "n": 768,
+        "k": 3072,
+        "transa": 1,
+        "transb": 0,
+        "datatype": "half",
+        "use_tensor_core": True,
+    },
     # BERT-base attention: 8 x 12 heads, Q.K^T (512 x 512 x 64) and P.V (512 x 64 x 512).
-    {"name": "cublasGemmStridedBatchedEx", "m": 512, "n": 512, "k": 64, "transa": 0, "transb": 1, "batchCount": 96, "datatype": "half", "use_tensor_core": True},
-    {"name": "cublasGemmStridedBatchedEx", "m": 512, "n": 64, "k": 512, "transa": 0, "transb": 0, "batchCount": 96, "datatype": "half", "use_tensor_core": True},
+    {
+        "name": "cublasGemmStridedBatchedEx",
+        "m": 512,
+        "n": 512,
+        "k": 64,
+        "transa": 0,
+        "transb": 1,
+        "batchCount": 96,
+        "datatype": "half",
+        "use_tensor_core": True,
+    },
+    {
+        "name": "cublasGemmStridedBatchedEx",
+        "m": 512,
+        "n": 64,
+        "k": 512,
+        "transa": 0,
+        "transb": 0,
+        "batchCount": 96,
+        "datatype": "half",
+        "use_tensor_core": True,
+    },
     # GPT-2 large, seq 1024, hidden 1280: FFN up, in float32 with TF32.
-    {"name": "cublasGemmEx", "m": 1024, "n": 5120, "k": 1280, "transa": 0, "transb": 0, "datatype": "float", "use_tensor_core": True},
+    {
+        "name": "cublasGemmEx",
+        "m": 1024,
+        "n": 5120,
+        "k": 1280,
+        "transa": 0,
+        "transb": 0,
+        "datatype": "float",
+        "use_tensor_core": True,
+    },
     # LSTM, hidden 1024, batch 64: the four gates of one step in float32.
     {"name": "cublasSgemm", "m": 64, "n": 4096, "k": 1024, "transa": 0, "transb": 0},
     # VGG-16 fc6, batch 64: 25088 -> 4096.
     {"name": "cublasSgemm", "m": 64, "n": 4096, "k": 25088, "transa": 0, "transb": 1},
     # ResNet-50 classifier, batch 32: 2048 -> 1000.
-    {"name": "cublasGemmEx", "m": 32, "n": 1000, "k": 2048, "transa": 0, "transb": 1, "datatype": "float", "use_tensor_core": False},
+    {
+        "name": "cublasGemmEx",
+        "m": 32,
+        "n": 1000,
+        "k": 2048,
+        "transa": 0,
+        "transb": 1,
+        "datatype": "float",
+        "use_tensor_core": False,
+    },
     # Multi-head attention in float32 (batch 16 x 16 heads, seq 256, head 64).
-    {"name": "cublasSgemmStridedBatched", "m": 256, "n": 256, "k": 64, "transa": 0, "transb": 1, "batchCount": 256},
+    {
+        "name": "cublasSgemmStridedBatched",
+        "m": 256,
+        "n": 256,
+        "k": 64,
+        "transa": 0,
+        "transb": 1,
+        "batchCount": 256,
+    },
     # Complex GEMMs of FFT-based convolution and spectral layers.
     {"name": "cublasCgemm", "m": 512, "n": 512, "k": 32, "transa": 1, "transb": 0},
-    {"name": "cublasCgemm3mStridedBatched", "m": 64, "n": 32, "k": 128, "transa": 0, "transb": 1, "batchCount": 544},
+    {
+        "name": "cublasCgemm3mStridedBatched",
+        "m": 64,
+        "n": 32,
+        "k": 128,
+        "transa": 0,
+        "transb": 1,
+        "batchCount": 544,
+    },
 ]
 
 _DT_TOL = {"float32": 1e-4, "tf32": 5e-3, "float16": 2e-2, "complex64": 1e-4}
@@ -60,8 +147,11 @@ _DT_TOL = {"float32": 1e-4, "tf32": 5e-3, "float16": 2e-2, "complex64": 1e-4}
 
 def metric_name(cfg: dict) -> str:
     """SuperBench's name: the function and its sorted, lowercased parameters."""
-    parts = [f"{str(k).lower()}_{str(v).lower()}" for k, v in sorted(cfg.items(), key=lambda kv: str(kv[0]).lower())
-             if k != "name"]
+    parts = [
+        f"{str(k).lower()}_{str(v).lower()}"
+        for k, v in sorted(cfg.items(), key=lambda kv: str(kv[0]).lower())
+        if k != "name"
+    ]
     return "_".join(["name", str(cfg["name"]).lower(), *parts, "time"])
 
 
@@ -95,15 +185,24 @@ def _kind(cfg: dict) -> tuple[str, bool]:
 @register
 class CublasFunction(Benchmark):
     name = "cublas-function"
-    description = "cuBLAS GEMM calls with shapes from real models (BERT, GPT-2, LSTM, VGG, ResNet), us per call"
+    description = (
+        "cuBLAS GEMM calls with shapes from real models (BERT, GPT-2, LSTM, VGG, ResNet); "
+        "metrics name_<function>_<key>_<value>..._time (us per call)"
+    )
     params = {
-        "config_json_str": Param("str", "", "a JSON object or list of configurations (SuperBench's format); "
-                                 "empty: the built-in list"),
+        "config_json_str": Param(
+            "str",
+            "",
+            "a JSON object or list of configurations (SuperBench's format); empty: the built-in list",
+        ),
         "check_samples": Param("int", 16, "sampled output entries checked per configuration"),
     }
 
     def metrics(self) -> list[Metric]:
-        return [Metric(metric_name(c), "us", False, None, f"{c['name']} call") for c in parse_configs(self.args["config_json_str"])]
+        return [
+            Metric(metric_name(c), "us", False, None, f"{c['name']} call")
+            for c in parse_configs(self.args["config_json_str"])
+        ]
 
     def setup(self, ctx: RankContext) -> None:
         import torch
@@ -129,7 +228,9 @@ class CublasFunction(Benchmark):
 
             def operand(rows, cols, trans, lead=lead, gen=gen, dtype=dtype):
                 shape = (*lead, cols, rows) if trans else (*lead, rows, cols)
-                t = torch.randn(*shape, generator=gen, dtype=torch.complex64 if dtype.is_complex else torch.float32)
+                t = torch.randn(
+                    *shape, generator=gen, dtype=torch.complex64 if dtype.is_complex else torch.float32
+                )
                 t = t.to(ctx.device, dtype)
                 return t.transpose(-1, -2) if trans else t
 

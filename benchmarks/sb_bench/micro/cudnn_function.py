@@ -75,22 +75,33 @@ def _conv_call(fn: str, x, w, gy, stride: int, pad: int, dil: int):
     if fn == "cudnnConvolutionForward":
         return torch.nn.functional.conv2d(x, w, None, stride, pad, dil)
     mask = [True, False, False] if fn == "cudnnConvolutionBackwardData" else [False, True, False]
-    gx, gw, _ = torch.ops.aten.convolution_backward(gy, x, w, None, [stride] * 2, [pad] * 2, [dil] * 2, False,
-                                                     [0, 0], 1, mask)
+    gx, gw, _ = torch.ops.aten.convolution_backward(
+        gy, x, w, None, [stride] * 2, [pad] * 2, [dil] * 2, False, [0, 0], 1, mask
+    )
     return gx if mask[0] else gw
 
 
 @register
 class CudnnFunction(Benchmark):
     name = "cudnn-function"
-    description = "cuDNN convolution forward / backward-data / backward-filter with shapes from ResNet-50, VGG-16, DenseNet-121 (us per call)"
+    description = (
+        "cuDNN convolution forward / backward-data / backward-filter with shapes from ResNet-50, VGG-16, "
+        "DenseNet-121; metrics name_<function>_<key>_<value>..._time (us per call)"
+    )
     params = {
-        "config_json_str": Param("str", "", "a JSON object or list of configurations; empty: the built-in list"),
-        "check_max_macs": Param("int", 4_000_000_000, "largest float64 reference (multiply-adds) computed for a check"),
+        "config_json_str": Param(
+            "str", "", "a JSON object or list of configurations; empty: the built-in list"
+        ),
+        "check_max_macs": Param(
+            "int", 4_000_000_000, "largest float64 reference (multiply-adds) computed for a check"
+        ),
     }
 
     def metrics(self) -> list[Metric]:
-        return [Metric(metric_name(c), "us", False, None, f"{c['name']} call") for c in parse_configs(self.args["config_json_str"])]
+        return [
+            Metric(metric_name(c), "us", False, None, f"{c['name']} call")
+            for c in parse_configs(self.args["config_json_str"])
+        ]
 
     def setup(self, ctx: RankContext) -> None:
         import torch
@@ -150,7 +161,9 @@ def conv_check(fn: str, x, w, gy, got, geo, rtol: float, macs: int, max_macs: in
         xs, out = x[:1].to("cpu", d), got[:1].to("cpu", d)
     ws = w.to("cpu", d)
     want = _conv_call(fn, xs, ws, gys, stride, pad, dil)
-    scale = _conv_call(fn, xs.abs(), ws.abs(), gys.abs() if gys is not None else None, stride, pad, dil).clamp_min(1e-30)
+    scale = _conv_call(
+        fn, xs.abs(), ws.abs(), gys.abs() if gys is not None else None, stride, pad, dil
+    ).clamp_min(1e-30)
     err = ((out - want).abs() / scale).max()
     if float(err) > rtol:
         return f"{fn}: relative error {float(err):.3g} > tolerance {rtol:g}"

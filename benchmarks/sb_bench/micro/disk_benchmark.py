@@ -89,14 +89,19 @@ def unsafe_reason(dev: str) -> str | None:
 @register
 class DiskBenchmark(Benchmark):
     name = "disk-benchmark"
-    description = "fio sequential/random read, write, read-write: IOPS, MB/s, latency percentiles per disk"
+    description = (
+        "fio sequential/random read, write, read-write per disk; metrics <disk>_<test>_bs, "
+        "<disk>_<test>_<read|write>_iops, _bw (MB/s), _lat_ns_95.0/99.0/99.9"
+    )
     params = {
         "block_devices": Param("list[str]", [], "block devices to test (read tests are read-only)"),
         "directory": Param("str", "", "a directory to test through a file (empty: none)"),
         "disk_name": Param("str", "", "name of the directory target in metric names (default: its basename)"),
         "tests": Param("list[str]", list(TESTS), "fio tests to run", tuple(TESTS)),
         "runtime": Param("int", 60, "seconds per test"),
-        "file_size": Param("size", 1 << 30, "bytes of the test file in a directory / of the device span used"),
+        "file_size": Param(
+            "size", 1 << 30, "bytes of the test file in a directory / of the device span used"
+        ),
         "seq_block_size": Param("size", 128 << 10, "block size of sequential tests"),
         "rand_block_size": Param("size", 4 << 10, "block size of random tests"),
         "iodepth": Param("int", 64, "I/Os in flight per job"),
@@ -104,6 +109,7 @@ class DiskBenchmark(Benchmark):
         "ioengine": Param("str", "libaio", "fio ioengine (libaio, io_uring, psync, ...)"),
         "direct": Param("bool", True, "O_DIRECT (bypass the page cache)"),
         "force": Param("bool", False, "allow write tests on a block device that holds data (destroys it)"),
+        "device": Param("str", "host", "always the host: an external tool, no torch import", ("host",)),
     }
 
     def _targets(self) -> list[tuple[str, str, bool]]:
@@ -120,10 +126,14 @@ class DiskBenchmark(Benchmark):
                 out.append(Metric(f"{disk}_{test}_bs", "bytes", True, None, f"{test} block size"))
                 for d in TESTS[test][1]:
                     p = f"{disk}_{test}_{d}"
-                    out += [Metric(f"{p}_iops", "IOPS", True, None, f"{test} {d} IOPS"),
-                            Metric(f"{p}_bw", "MB/s", True, None, f"{test} {d} bandwidth")]
-                    out += [Metric(f"{p}_lat_ns_{q}", "ns", False, None, f"{test} {d} completion latency p{q}")
-                            for q in fio_parser.PERCENTILES]
+                    out += [
+                        Metric(f"{p}_iops", "IOPS", True, None, f"{test} {d} IOPS"),
+                        Metric(f"{p}_bw", "MB/s", True, None, f"{test} {d} bandwidth"),
+                    ]
+                    out += [
+                        Metric(f"{p}_lat_ns_{q}", "ns", False, None, f"{test} {d} completion latency p{q}")
+                        for q in fio_parser.PERCENTILES
+                    ]
         return out
 
     def setup(self, ctx: RankContext) -> None:
@@ -145,18 +155,36 @@ class DiskBenchmark(Benchmark):
                 why = unsafe_reason(target)
                 if why:
                     self.blocked[target] = why
-                    names = [m.name for m in self.metrics() if m.name.startswith(f"{disk}_") and
-                             any(m.name.startswith(f"{disk}_{t}_") for t in writes)]
-                    self.skip_metric(names, f"write tests refused: {why} (set force: true to destroy its data)")
+                    names = [
+                        m.name
+                        for m in self.metrics()
+                        if m.name.startswith(f"{disk}_")
+                        and any(m.name.startswith(f"{disk}_{t}_") for t in writes)
+                    ]
+                    self.skip_metric(
+                        names, f"write tests refused: {why} (set force: true to destroy its data)"
+                    )
 
     def _fio_argv(self, target: str, is_dir: bool, test: str) -> list[str]:
         a = self.args
         rw = TESTS[test][0]
         bs = a["rand_block_size"] if test.startswith("rand") else a["seq_block_size"]
-        argv = [self.fio, "--output-format=json", f"--name={test}", f"--rw={rw}", f"--bs={bs}",
-                f"--iodepth={a['iodepth']}", f"--numjobs={a['numjobs']}", f"--ioengine={a['ioengine']}",
-                f"--direct={int(a['direct'])}", f"--runtime={a['runtime']}", "--time_based", "--group_reporting",
-                f"--size={a['file_size']}", "--percentile_list=95:99:99.9"]
+        argv = [
+            self.fio,
+            "--output-format=json",
+            f"--name={test}",
+            f"--rw={rw}",
+            f"--bs={bs}",
+            f"--iodepth={a['iodepth']}",
+            f"--numjobs={a['numjobs']}",
+            f"--ioengine={a['ioengine']}",
+            f"--direct={int(a['direct'])}",
+            f"--runtime={a['runtime']}",
+            "--time_based",
+            "--group_reporting",
+            f"--size={a['file_size']}",
+            "--percentile_list=95:99:99.9",
+        ]
         if rw in ("rw", "randrw"):
             argv.append("--rwmixread=70")
         if is_dir:
@@ -185,8 +213,10 @@ class DiskBenchmark(Benchmark):
                 for f in Path(target).glob(f"sb-fio-{os.getpid()}.dat*"):
                     f.unlink(missing_ok=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"fio {test} on {target} exited {proc.returncode}: "
-                               f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+            raise RuntimeError(
+                f"fio {test} on {target} exited {proc.returncode}: "
+                f"{(proc.stderr or proc.stdout).strip()[-300:]}"
+            )
         try:
             job = fio_parser.parse(proc.stdout)[0]
         except ParseError as exc:

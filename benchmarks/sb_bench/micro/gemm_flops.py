@@ -81,19 +81,89 @@ def efficiency_name(prec: str) -> str:
 # clock; sparsity figures halved. First matching pattern (on torch.cuda.get_device_name) wins.
 # A model not listed gets no efficiency: a guessed peak would make a wrong verdict.
 PEAKS: list[tuple[str, str, dict[str, float]]] = [
-    ("A100", r"\bA100\b", {"fp64": 9.7, "fp64_tc": 19.5, "fp32": 19.5, "fp16": 78.0, "tf32_tc": 156.0,
-                            "fp16_tc": 312.0, "bf16_tc": 312.0, "int8_tc": 624.0}),
-    ("H100 PCIe", r"\bH100\b.*PCIe", {"fp64": 25.6, "fp64_tc": 51.2, "fp32": 51.2, "tf32_tc": 378.0,
-                                      "fp16_tc": 756.0, "bf16_tc": 756.0, "int8_tc": 1513.0,
-                                      "fp8e4m3_tc": 1513.0}),
-    ("H100 SXM", r"\bH100\b", {"fp64": 34.0, "fp64_tc": 67.0, "fp32": 67.0, "tf32_tc": 494.7,
-                                "fp16_tc": 989.4, "bf16_tc": 989.4, "int8_tc": 1978.9, "fp8e4m3_tc": 1978.9}),
-    ("H200", r"\bH200\b", {"fp64": 34.0, "fp64_tc": 67.0, "fp32": 67.0, "tf32_tc": 494.7,
-                            "fp16_tc": 989.4, "bf16_tc": 989.4, "int8_tc": 1978.9, "fp8e4m3_tc": 1978.9}),
-    ("B200", r"\bB200\b", {"fp64": 37.0, "fp64_tc": 37.0, "tf32_tc": 1125.0, "fp16_tc": 2250.0,
-                            "bf16_tc": 2250.0, "int8_tc": 4500.0, "fp8e4m3_tc": 4500.0}),
-    ("MI300X", r"\bMI300X\b", {"fp64": 81.7, "fp64_tc": 163.4, "fp32": 163.4, "tf32_tc": 653.7,
-                                "fp16_tc": 1307.4, "bf16_tc": 1307.4, "int8_tc": 2614.9, "fp8e4m3_tc": 2614.9}),
+    (
+        "A100",
+        r"\bA100\b",
+        {
+            "fp64": 9.7,
+            "fp64_tc": 19.5,
+            "fp32": 19.5,
+            "fp16": 78.0,
+            "tf32_tc": 156.0,
+            "fp16_tc": 312.0,
+            "bf16_tc": 312.0,
+            "int8_tc": 624.0,
+        },
+    ),
+    (
+        "H100 PCIe",
+        r"\bH100\b.*PCIe",
+        {
+            "fp64": 25.6,
+            "fp64_tc": 51.2,
+            "fp32": 51.2,
+            "tf32_tc": 378.0,
+            "fp16_tc": 756.0,
+            "bf16_tc": 756.0,
+            "int8_tc": 1513.0,
+            "fp8e4m3_tc": 1513.0,
+        },
+    ),
+    (
+        "H100 SXM",
+        r"\bH100\b",
+        {
+            "fp64": 34.0,
+            "fp64_tc": 67.0,
+            "fp32": 67.0,
+            "tf32_tc": 494.7,
+            "fp16_tc": 989.4,
+            "bf16_tc": 989.4,
+            "int8_tc": 1978.9,
+            "fp8e4m3_tc": 1978.9,
+        },
+    ),
+    (
+        "H200",
+        r"\bH200\b",
+        {
+            "fp64": 34.0,
+            "fp64_tc": 67.0,
+            "fp32": 67.0,
+            "tf32_tc": 494.7,
+            "fp16_tc": 989.4,
+            "bf16_tc": 989.4,
+            "int8_tc": 1978.9,
+            "fp8e4m3_tc": 1978.9,
+        },
+    ),
+    (
+        "B200",
+        r"\bB200\b",
+        {
+            "fp64": 37.0,
+            "fp64_tc": 37.0,
+            "tf32_tc": 1125.0,
+            "fp16_tc": 2250.0,
+            "bf16_tc": 2250.0,
+            "int8_tc": 4500.0,
+            "fp8e4m3_tc": 4500.0,
+        },
+    ),
+    (
+        "MI300X",
+        r"\bMI300X\b",
+        {
+            "fp64": 81.7,
+            "fp64_tc": 163.4,
+            "fp32": 163.4,
+            "tf32_tc": 653.7,
+            "fp16_tc": 1307.4,
+            "bf16_tc": 1307.4,
+            "int8_tc": 2614.9,
+            "fp8e4m3_tc": 2614.9,
+        },
+    ),
     ("V100 SXM2", r"\bV100\b.*SXM2", {"fp64": 7.8, "fp32": 15.7, "fp16_tc": 125.0}),
 ]
 
@@ -138,13 +208,19 @@ def unsupported(prec: str, dev: DeviceInfo) -> str | None:
     cc = dev.capability
     has_tc = dev.kind == "rocm" or cc >= (7, 0)
     if prec == "fp64":
-        return ("DGEMM runs on this GPU's FP64 tensor cores: reported as fp64_tc_flops"
-                if dev.fp64_tensor_cores else None)
+        return (
+            "DGEMM runs on this GPU's FP64 tensor cores: reported as fp64_tc_flops"
+            if dev.fp64_tensor_cores
+            else None
+        )
     if prec == "fp64_tc":
         return None if dev.fp64_tensor_cores else f"{dev.name} has no FP64 tensor cores"
     if prec == "fp16":
-        return ("cuBLAS runs half GEMMs on the tensor cores: a CUDA-core fp16 rate needs a "
-                "non-tensor-core kernel" if has_tc else None)
+        return (
+            "cuBLAS runs half GEMMs on the tensor cores: a CUDA-core fp16 rate needs a non-tensor-core kernel"
+            if has_tc
+            else None
+        )
     if prec == "fp16_tc":
         return None if has_tc else f"{dev.name} (sm_{cc[0]}{cc[1]}) has no tensor cores"
     if prec in ("tf32_tc", "bf16_tc"):
@@ -213,8 +289,10 @@ def make_step(prec: str, a, b, c):
 @register
 class GemmFlops(Benchmark):
     name = "gemm-flops"
-    description = ("GEMM throughput per precision incl. tensor cores (GFLOPS / GIOPS) and efficiency "
-                   "against the device's peak; every product checked against float64")
+    description = (
+        "GEMM throughput per precision incl. tensor cores (GFLOPS / GIOPS) and efficiency "
+        "against the device's peak; every product checked against float64"
+    )
     params = {
         "m": Param("int", 0, "rows of A and C (0: 8192 on a GPU, 1024 on a CPU)"),
         "n": Param("int", 0, "columns of B and C (0: like m)"),
@@ -229,7 +307,9 @@ class GemmFlops(Benchmark):
             spec = PRECISIONS[p]
             out.append(Metric(spec.metric, spec.unit, True, None, f"{p} GEMM throughput"))
         for p in self.args["precision"]:
-            out.append(Metric(efficiency_name(p), "%", True, None, f"{p} throughput / the device's dense peak"))
+            out.append(
+                Metric(efficiency_name(p), "%", True, None, f"{p} throughput / the device's dense peak")
+            )
         return out
 
     def _sizes(self, ctx: RankContext) -> tuple[int, int, int]:
@@ -250,7 +330,11 @@ class GemmFlops(Benchmark):
             elif self.device_info.kind == "cpu":
                 self.skip_metric(efficiency_name(p), "no peak table for CPUs")
             elif p not in self.peak:
-                what = f"no {p} peak for {peak[0]}" if peak else f"{self.device_info.name} is not in the peak table"
+                what = (
+                    f"no {p} peak for {peak[0]}"
+                    if peak
+                    else f"{self.device_info.name} is not in the peak table"
+                )
                 self.skip_metric(efficiency_name(p), what)
 
     def teardown(self, ctx: RankContext) -> None:
@@ -279,8 +363,10 @@ class GemmFlops(Benchmark):
                 # A GEMM this torch/driver does not offer here is a skip; any other error is a fault.
                 if not _NOT_OFFERED.search(str(exc)) or _is_device_fault(str(exc)):
                     raise
-                self.skip_metric([spec.metric, efficiency_name(prec)],
-                                 f"{prec} GEMM not available here: {str(exc).splitlines()[0][:160]}")
+                self.skip_metric(
+                    [spec.metric, efficiency_name(prec)],
+                    f"{prec} GEMM not available here: {str(exc).splitlines()[0][:160]}",
+                )
                 continue
             peak = self.peak.get(prec)
 
@@ -297,7 +383,9 @@ class GemmFlops(Benchmark):
             yield Case(prec, step, metrics, check)
 
 
-_NOT_OFFERED = re.compile(r"not (implemented|supported)|unsupported|only supported|requires|is only|no kernel", re.I)
+_NOT_OFFERED = re.compile(
+    r"not (implemented|supported)|unsupported|only supported|requires|is only|no kernel", re.I
+)
 
 
 def _is_device_fault(msg: str) -> bool:
@@ -329,7 +417,7 @@ def _sum0(t, acc, absolute: bool = False, rows: int = 4096):
     """Column sums of ``t`` in ``acc`` precision, converting a block of rows at a time (bounded memory)."""
     total = None
     for i0 in range(0, t.shape[0], rows):
-        block = _wide(t[i0:i0 + rows], acc)
+        block = _wide(t[i0 : i0 + rows], acc)
         if absolute:
             block = block.abs()
         part = block.sum(dim=0)
@@ -343,23 +431,27 @@ def _check_columns(a, b, c, acc, rtol: float, chunk: int = 2048) -> str | None:
     csum = _sum0(c, acc)
     n = c.shape[1]
     for j0 in range(0, n, chunk):
-        bj = _wide(b[:, j0:j0 + chunk], acc)
+        bj = _wide(b[:, j0 : j0 + chunk], acc)
         want = asum @ bj
-        got = csum[j0:j0 + chunk]
+        got = csum[j0 : j0 + chunk]
         if rtol == 0:
             diff = (got != want).nonzero()
             if len(diff):
                 j = int(diff[0])
-                return (f"column {j0 + j} sums to {int(got[j])}, expected {int(want[j])} "
-                        "(integer GEMM must be exact)")
+                return (
+                    f"column {j0 + j} sums to {int(got[j])}, expected {int(want[j])} "
+                    "(integer GEMM must be exact)"
+                )
             continue
         scale = (aabs @ bj.abs()).clamp_min(1e-30)
         rel = (got - want).abs() / scale
         worst = float(rel.max())
         if not worst <= rtol:
             j = int(rel.argmax())
-            return (f"column {j0 + j} checksum is {float(got[j]):.6g}, expected {float(want[j]):.6g} "
-                    f"(relative error {worst:.3g} > tolerance {rtol:g})")
+            return (
+                f"column {j0 + j} checksum is {float(got[j]):.6g}, expected {float(want[j]):.6g} "
+                f"(relative error {worst:.3g} > tolerance {rtol:g})"
+            )
     return None
 
 
@@ -389,8 +481,10 @@ def _check_samples(a, b, c, samples: int, acc, rtol: float) -> str | None:
         diff = (got != want).nonzero()
         if len(diff):
             i = int(diff[0])
-            return (f"entry ({int(rows[i])},{int(cols[i])}) is {int(got[i])}, expected {int(want[i])} "
-                    "(integer GEMM must be exact)")
+            return (
+                f"entry ({int(rows[i])},{int(cols[i])}) is {int(got[i])}, expected {int(want[i])} "
+                "(integer GEMM must be exact)"
+            )
         return None
     # Scale by the magnitude of the terms, not the (possibly cancelling) sum.
     scale = (a_s.abs() * b_s.t().abs()).sum(dim=1).clamp_min(1e-30)
@@ -398,8 +492,10 @@ def _check_samples(a, b, c, samples: int, acc, rtol: float) -> str | None:
     worst = float(err.max())
     if not worst <= rtol or math.isnan(worst):
         i = int(err.argmax())
-        return (f"entry ({int(rows[i])},{int(cols[i])}) is {float(got[i]):.6g}, expected {float(want[i]):.6g} "
-                f"(relative error {worst:.3g} > tolerance {rtol:g})")
+        return (
+            f"entry ({int(rows[i])},{int(cols[i])}) is {float(got[i]):.6g}, expected {float(want[i]):.6g} "
+            f"(relative error {worst:.3g} > tolerance {rtol:g})"
+        )
     return None
 
 

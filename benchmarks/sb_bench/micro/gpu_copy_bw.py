@@ -50,17 +50,30 @@ def _gpu_count() -> int:
 @register
 class GpuCopyBw(Benchmark):
     name = "gpu-copy-bw"
-    description = "GPU-to-GPU copy bandwidth for every ordered pair, with max/min/avg (GB/s)"
+    description = (
+        "GPU-to-GPU copy bandwidth for every ordered pair, with max/min/avg (GB/s); "
+        "metrics gpu<i>_to_gpu<j>_write_by_dma_bw and p2p_max_bw, p2p_min_bw, p2p_avg_bw"
+    )
     params = {
         "size": Param("size", 256 << 20, "bytes per copy"),
     }
 
     def metrics(self) -> list[Metric]:
         n = _gpu_count()
-        out = [Metric(pair_metric(i, j), "GB/s", True, None, f"GPU {i} -> GPU {j} copy")
-               for i in range(n) for j in range(n) if i != j]
+        out = [
+            Metric(pair_metric(i, j), "GB/s", True, None, f"GPU {i} -> GPU {j} copy")
+            for i in range(n)
+            for j in range(n)
+            if i != j
+        ]
         out += [
-            Metric("p2p_max_bw", "GB/s", True, None, "highest pair bandwidth (per pair: gpu<i>_to_gpu<j>_write_by_dma_bw)"),
+            Metric(
+                "p2p_max_bw",
+                "GB/s",
+                True,
+                None,
+                "highest pair bandwidth (per pair: gpu<i>_to_gpu<j>_write_by_dma_bw)",
+            ),
             Metric("p2p_min_bw", "GB/s", True, None, "lowest pair bandwidth"),
             Metric("p2p_avg_bw", "GB/s", True, None, "mean pair bandwidth"),
             Metric("p2p_disabled_pairs", "count", False, None, "ordered pairs without peer access"),

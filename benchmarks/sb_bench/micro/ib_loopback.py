@@ -53,15 +53,21 @@ def metric_names(cmd: str, size: int, index: int) -> tuple[str, str]:
 @register
 class IbLoopback(Benchmark):
     name = "ib-loopback"
-    description = "RDMA loopback bandwidth of one IB/RoCE device with perftest (average and peak, GB/s)"
+    description = (
+        "RDMA loopback bandwidth of one IB/RoCE device with perftest; metrics "
+        "ib_<cmd>_<bytes>_ib<index>_bw (average) and _peak_bw (GB/s)"
+    )
     params = {
         "commands": Param("list[str]", ["write"], "perftest tests: ib_<cmd>_bw", COMMANDS),
         "msg_size": Param("size", 8388608, "message size (bytes)"),
         "iters": Param("int", 2000, "iterations per measurement (perftest -n)"),
         "ib_index": Param("int", -1, "device index (-1: IB_DEVICES[PROC_RANK], else PROC_RANK)"),
-        "port": Param("int", 18515, "TCP port of perftest's exchange (plus the index, so ranks do not clash)"),
+        "port": Param(
+            "int", 18515, "TCP port of perftest's exchange (plus the index, so ranks do not clash)"
+        ),
         "gid_index": Param("int", -1, "GID index for RoCE (perftest -x; -1: perftest's default)"),
         "timeout": Param("float", 120.0, "seconds allowed for one server/client pair"),
+        "device": Param("str", "host", "always the host: an external tool, no torch import", ("host",)),
     }
 
     def _index(self) -> int:
@@ -76,20 +82,26 @@ class IbLoopback(Benchmark):
         out = []
         for cmd in self.args["commands"]:
             avg, peak = metric_names(cmd, size, i)
-            out += [Metric(avg, "GB/s", True, None, f"ib_{cmd}_bw average, device {i}"),
-                    Metric(peak, "GB/s", True, None, f"ib_{cmd}_bw peak, device {i}")]
+            out += [
+                Metric(avg, "GB/s", True, None, f"ib_{cmd}_bw average, device {i}"),
+                Metric(peak, "GB/s", True, None, f"ib_{cmd}_bw peak, device {i}"),
+            ]
         return out
 
     def setup(self, ctx: RankContext) -> None:
         missing = [f"ib_{c}_bw" for c in self.args["commands"] if not shutil.which(f"ib_{c}_bw")]
         if missing:
-            raise SkipBenchmark(f"perftest's {', '.join(missing)} not installed (Debian/Ubuntu package perftest)")
+            raise SkipBenchmark(
+                f"perftest's {', '.join(missing)} not installed (Debian/Ubuntu package perftest)"
+            )
         devs = rdma_devices()
         if not devs:
             raise SkipBenchmark(f"no RDMA device ({SYSFS_IB} is empty or absent)")
         i = self._index()
         if i >= len(devs):
-            raise SkipBenchmark(f"device index {i} but this host has {len(devs)} RDMA device(s): {', '.join(devs)}")
+            raise SkipBenchmark(
+                f"device index {i} but this host has {len(devs)} RDMA device(s): {', '.join(devs)}"
+            )
         self.device = devs[i]
         self.prefix: list[str] = []
         rank = int(os.environ.get("PROC_RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
@@ -99,8 +111,19 @@ class IbLoopback(Benchmark):
 
     def _argv(self, cmd: str, client: bool) -> list[str]:
         a = self.args
-        argv = [*self.prefix, f"ib_{cmd}_bw", "-d", self.device, "-s", str(a["msg_size"]), "-n", str(a["iters"]),
-                "-F", "-p", str(a["port"] + self._index())]
+        argv = [
+            *self.prefix,
+            f"ib_{cmd}_bw",
+            "-d",
+            self.device,
+            "-s",
+            str(a["msg_size"]),
+            "-n",
+            str(a["iters"]),
+            "-F",
+            "-p",
+            str(a["port"] + self._index()),
+        ]
         if a["gid_index"] >= 0:
             argv += ["-x", str(a["gid_index"])]
         return [*argv, "localhost"] if client else argv
@@ -121,20 +144,31 @@ class IbLoopback(Benchmark):
     def _run_pair(self, cmd: str) -> str:
         """Start the server, run the client until it connects; the client's output."""
         deadline = time.monotonic() + self.args["timeout"]
-        server = subprocess.Popen(self._argv(cmd, False), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, start_new_session=True)
+        server = subprocess.Popen(
+            self._argv(cmd, False),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             while True:
-                client = subprocess.run(self._argv(cmd, True), capture_output=True, text=True,
-                                        timeout=max(1.0, deadline - time.monotonic()))
+                client = subprocess.run(
+                    self._argv(cmd, True),
+                    capture_output=True,
+                    text=True,
+                    timeout=max(1.0, deadline - time.monotonic()),
+                )
                 out = client.stdout + client.stderr
                 if client.returncode == 0:
                     return out
                 # The server may not listen yet: retry while it is alive and time remains.
                 if server.poll() is not None or time.monotonic() > deadline - 1:
                     srv = server.stdout.read() if server.stdout else ""
-                    raise RuntimeError(f"ib_{cmd}_bw on {self.device} failed: "
-                                       f"{error_summary(out) or error_summary(srv) or out.strip()[-200:]}")
+                    raise RuntimeError(
+                        f"ib_{cmd}_bw on {self.device} failed: "
+                        f"{error_summary(out) or error_summary(srv) or out.strip()[-200:]}"
+                    )
                 time.sleep(0.5)
         finally:
             if server.poll() is None:

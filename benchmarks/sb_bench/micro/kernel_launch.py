@@ -28,7 +28,9 @@ from sb_bench.registry import register
 @register
 class KernelLaunch(Benchmark):
     name = "kernel-launch"
-    description = "kernel launch overhead: back-to-back launches timed by device events, and launch+sync wall time (ms)"
+    description = (
+        "kernel launch overhead: back-to-back launches timed by device events, and launch+sync wall time (ms)"
+    )
     params: dict = {}
 
     def metrics(self) -> list[Metric]:

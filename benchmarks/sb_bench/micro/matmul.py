@@ -40,8 +40,12 @@ class Matmul(Benchmark):
 
         a, b, c = self.a, self.b, self.c
         rtol = DTYPES[self.args["dtype"]]
-        yield Case("nosharding", lambda: torch.matmul(a, b, out=c), lambda s: {"nosharding_time": s * 1e3},
-                   lambda: check_product(a, b, c, 32, rtol))
+        yield Case(
+            "nosharding",
+            lambda: torch.matmul(a, b, out=c),
+            lambda s: {"nosharding_time": s * 1e3},
+            lambda: check_product(a, b, c, 32, rtol),
+        )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,11 @@ class MemBw(Benchmark):
     }
 
     def metrics(self) -> list[Metric]:
-        desc = {"h2d_bw": "host to device copy", "d2h_bw": "device to host copy", "d2d_bw": "device to device copy"}
+        desc = {
+            "h2d_bw": "host to device copy",
+            "d2h_bw": "device to host copy",
+            "d2d_bw": "device to device copy",
+        }
         return [Metric(TYPES[t], "GB/s", True, None, desc[TYPES[t]]) for t in self.args["mem_type"]]
 
     def setup(self, ctx: RankContext) -> None:
@@ -48,7 +52,9 @@ class MemBw(Benchmark):
             self.skip_metric(["h2d_bw", "d2h_bw"], "no host-device link on a CPU")
         types = self.args["mem_type"]
         if ctx.is_cuda and ("htod" in types or "dtoh" in types):
-            self.bufs["host"] = torch.ones(size, dtype=torch.uint8, pin_memory=self.args["memory"] == "pinned")
+            self.bufs["host"] = torch.ones(
+                size, dtype=torch.uint8, pin_memory=self.args["memory"] == "pinned"
+            )
         if ctx.is_cuda or "dtod" in types:
             self.bufs["dev"] = torch.ones(size, dtype=torch.uint8, device=ctx.device)
         if "dtod" in types:
@@ -63,12 +69,28 @@ class MemBw(Benchmark):
         nb = ctx.is_cuda
         types = self.args["mem_type"]
         if ctx.is_cuda and "htod" in types:
-            yield Case("htod", lambda: b["dev"].copy_(b["host"], non_blocking=nb), lambda s: {"h2d_bw": size / s / 1e9})
+            yield Case(
+                "htod",
+                lambda: b["dev"].copy_(b["host"], non_blocking=nb),
+                lambda s: {"h2d_bw": size / s / 1e9},
+            )
         if ctx.is_cuda and "dtoh" in types:
-            yield Case("dtoh", lambda: b["host"].copy_(b["dev"], non_blocking=nb), lambda s: {"d2h_bw": size / s / 1e9})
+            yield Case(
+                "dtoh",
+                lambda: b["host"].copy_(b["dev"], non_blocking=nb),
+                lambda s: {"d2h_bw": size / s / 1e9},
+            )
         if "dtod" in types:
-            yield Case("dtod", lambda: b["dev2"].copy_(b["dev"]), lambda s: {"d2d_bw": 2 * size / s / 1e9},
-                       lambda: None if bool(b["dev2"][-1] == 1) and bool(b["dev2"][0] == 1) else "copy produced wrong data")
+            yield Case(
+                "dtod",
+                lambda: b["dev2"].copy_(b["dev"]),
+                lambda s: {"d2d_bw": 2 * size / s / 1e9},
+                lambda: (
+                    None
+                    if bool(b["dev2"][-1] == 1) and bool(b["dev2"][0] == 1)
+                    else "copy produced wrong data"
+                ),
+            )
 
 
 if __name__ == "__main__":

@@ -88,7 +88,12 @@ def derive(op: str, size: int, seconds: float, n: int) -> dict[str, float]:
 
 def _unsupported(exc: BaseException) -> bool:
     s = str(exc).lower()
-    return isinstance(exc, NotImplementedError) or "not supported" in s or "does not support" in s or "unsupported" in s
+    return (
+        isinstance(exc, NotImplementedError)
+        or "not supported" in s
+        or "does not support" in s
+        or "unsupported" in s
+    )
 
 
 class Collective:
@@ -160,7 +165,7 @@ class Collective:
         nxt, prv = (r + 1) % n, (r - 1) % n
 
         def part(t, i):
-            return t[i * c:(i + 1) * c]
+            return t[i * c : (i + 1) * c]
 
         send = part(self.inp, (r - 1) % n)
         for s in range(n - 1):
@@ -174,10 +179,13 @@ class Collective:
 
     def _pairwise_all_to_all(self) -> None:
         d, n, r, c = self.dist, self.n, self.rank, self.chunk
-        self.out[r * c:(r + 1) * c].copy_(self.inp[r * c:(r + 1) * c])
+        self.out[r * c : (r + 1) * c].copy_(self.inp[r * c : (r + 1) * c])
         for s in range(1, n):
             dst, src = (r + s) % n, (r - s) % n
-            reqs = [d.isend(self.inp[dst * c:(dst + 1) * c], dst), d.irecv(self.out[src * c:(src + 1) * c], src)]
+            reqs = [
+                d.isend(self.inp[dst * c : (dst + 1) * c], dst),
+                d.irecv(self.out[src * c : (src + 1) * c], src),
+            ]
             for q in reqs:
                 q.wait()
 
@@ -240,7 +248,10 @@ def _free_port() -> int:
 @register
 class NcclBw(Benchmark):
     name = "nccl-bw"
-    description = "collective time, algbw and busbw per operation and message size (NCCL on GPUs, gloo on CPUs)"
+    description = (
+        "collective time, algbw and busbw per operation and message size (NCCL on GPUs, gloo on CPUs); "
+        "metrics <op>_<bytes>_time (us), <op>_<bytes>_algbw and <op>_<bytes>_busbw (GB/s)"
+    )
     needs_distributed = True
     params = {
         "operation": Param("list[str]", list(OPS), "collectives to measure", OPS),
@@ -248,8 +259,12 @@ class NcclBw(Benchmark):
         "maxbytes": Param("size", 0, "largest message (bytes; 0: 8G on GPUs, 16M on CPUs)"),
         "stepfactor": Param("int", 2, "multiply the size by this from minbytes up to maxbytes"),
         "ngpus": Param("int", 1, "ranks to start on this host when run as a single process (nccl-tests' -g)"),
-        "implementation": Param("str", "auto", "reducescatter/alltoall: auto (native, else ring over send/recv), "
-                                "native or p2p", ("auto", "native", "p2p")),
+        "implementation": Param(
+            "str",
+            "auto",
+            "reducescatter/alltoall: auto (native, else ring over send/recv), native or p2p",
+            ("auto", "native", "p2p"),
+        ),
     }
 
     # -- declarations ----------------------------------------------------------------------------
@@ -271,9 +286,11 @@ class NcclBw(Benchmark):
             for s in self._sizes():
                 size = actual_size(op, s, n)
                 t, alg, bus = metric_names(op, size)
-                out += [Metric(t, "us", False, "avg", f"{op} of {size} B: time per operation"),
-                        Metric(alg, "GB/s", True, "avg", f"{op} of {size} B: algorithm bandwidth"),
-                        Metric(bus, "GB/s", True, "avg", f"{op} of {size} B: bus bandwidth")]
+                out += [
+                    Metric(t, "us", False, "avg", f"{op} of {size} B: time per operation"),
+                    Metric(alg, "GB/s", True, "avg", f"{op} of {size} B: algorithm bandwidth"),
+                    Metric(bus, "GB/s", True, "avg", f"{op} of {size} B: bus bandwidth"),
+                ]
         return out
 
     # -- work ------------------------------------------------------------------------------------
@@ -286,10 +303,14 @@ class NcclBw(Benchmark):
                     import torch
 
                     if torch.cuda.device_count() < self.spawn:
-                        raise SkipBenchmark(f"ngpus {self.spawn} but this host has {torch.cuda.device_count()} GPUs")
+                        raise SkipBenchmark(
+                            f"ngpus {self.spawn} but this host has {torch.cuda.device_count()} GPUs"
+                        )
                 return
-            raise SkipBenchmark("nccl-bw needs two or more ranks: run it in torch.distributed mode "
-                                "(proc_num >= 2 or node_num >= 2), or set ngpus >= 2")
+            raise SkipBenchmark(
+                "nccl-bw needs two or more ranks: run it in torch.distributed mode "
+                "(proc_num >= 2 or node_num >= 2), or set ngpus >= 2"
+            )
 
     def run_once(self, ctx: RankContext, harness) -> dict[str, float]:
         if self.spawn:
@@ -310,7 +331,9 @@ class NcclBw(Benchmark):
                 coll.first_call()
                 if coll.impl == "p2p":
                     why = getattr(coll, "fallback_reason", "implementation: p2p")
-                    notes[op] = f"{op} ran as point-to-point ring ({ctx.backend or dist.get_backend()}: {why})"
+                    notes[op] = (
+                        f"{op} ran as point-to-point ring ({ctx.backend or dist.get_backend()}: {why})"
+                    )
                 case = Case(f"{op}_{size}", coll, lambda sec: {"seconds": sec}, coll.check)
                 sec = time_together(ctx, harness, case)["seconds"]
                 # nccl-tests' default: the time averaged over the ranks.
@@ -330,17 +353,24 @@ class NcclBw(Benchmark):
         port = _free_port()
         h = {"num_warmup": harness.num_warmup, "num_steps": harness.num_steps, "duration": harness.duration}
         try:
-            mp.start_processes(_spawned_rank, args=(self.spawn, port, self.args, h, ctx.device.type, q),
-                               nprocs=self.spawn, join=True, start_method="spawn")
+            mp.start_processes(
+                _spawned_rank,
+                args=(self.spawn, port, self.args, h, ctx.device.type, q),
+                nprocs=self.spawn,
+                join=True,
+                start_method="spawn",
+            )
         except Exception as exc:
             if q.empty():
-                raise RuntimeError(f"a spawned rank failed: {str(exc).strip().splitlines()[-1][:300]}") from exc
+                raise RuntimeError(
+                    f"a spawned rank failed: {str(exc).strip().splitlines()[-1][:300]}"
+                ) from exc
         if q.empty():
             raise RuntimeError("the spawned ranks ended without a result")
         kind, payload = q.get()
         if kind == "error":
             if payload.startswith("check: "):
-                raise CheckFailed(payload[len("check: "):])
+                raise CheckFailed(payload[len("check: ") :])
             raise RuntimeError(payload)
         values, notes = payload
         if notes:
@@ -365,8 +395,13 @@ def _spawned_rank(rank: int, world: int, port: int, args: dict, h: dict, device:
     ctx = RankContext(rank, rank, world, world, 0, dev)
     ctx.backend = "nccl" if device == "cuda" else "gloo"
     try:
-        dist.init_process_group(ctx.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=300))
+        dist.init_process_group(
+            ctx.backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=300),
+        )
         ctx.distributed = True
         bench = NcclBw(args)
         values = bench.measure(ctx, Harness(h))

@@ -38,7 +38,9 @@ def matmul_params(cpu_default: int = 512, gpu_default: int = 8192) -> dict[str, 
     }
 
 
-def matmul_sizes(args: dict, ctx: RankContext, cpu_default: int = 512, gpu_default: int = 8192) -> tuple[int, int, int]:
+def matmul_sizes(
+    args: dict, ctx: RankContext, cpu_default: int = 512, gpu_default: int = 8192
+) -> tuple[int, int, int]:
     m = args["m"] or (gpu_default if ctx.is_cuda else cpu_default)
     return m, args["n"] or m, args["k"] or m
 
@@ -72,8 +74,10 @@ class ShardingMatmul(Benchmark):
     }
 
     def metrics(self) -> list[Metric]:
-        desc = {"allreduce": "K split, partial products summed by all-reduce",
-                "allgather": "N split, column blocks gathered by all-gather + concat"}
+        desc = {
+            "allreduce": "K split, partial products summed by all-reduce",
+            "allgather": "N split, column blocks gathered by all-gather + concat",
+        }
         return [Metric(MODES[md], "ms", False, "max", desc[md]) for md in self.args["mode"]]
 
     def setup(self, ctx: RankContext) -> None:
@@ -109,12 +113,16 @@ class ShardingMatmul(Benchmark):
                 torch.matmul(a_r, b_r, out=c)
                 dist.all_reduce(c)
 
-            yield Case("allreduce", step_ar, lambda s: {"allreduce_time": s * 1e3},
-                       lambda: check_product(a, b, c, 32, rtol * 2))
+            yield Case(
+                "allreduce",
+                step_ar,
+                lambda s: {"allreduce_time": s * 1e3},
+                lambda: check_product(a, b, c, 32, rtol * 2),
+            )
         if "allgather" in self.args["mode"]:
             # Equal column blocks (all-gather needs them): N rounded down to a multiple of the world.
             nb = n // world
-            b_r = b[:, rank * nb:(rank + 1) * nb].contiguous()
+            b_r = b[:, rank * nb : (rank + 1) * nb].contiguous()
             part = torch.empty(m, nb, device=ctx.device, dtype=a.dtype)
             gathered = torch.empty(world * m * nb, device=ctx.device, dtype=a.dtype)
             blocks = gathered.view(world, m, nb).unbind(0)
@@ -126,8 +134,12 @@ class ShardingMatmul(Benchmark):
                 gather(gathered, part.view(-1))
                 torch.cat(blocks, dim=1, out=c2)
 
-            yield Case("allgather", step_ag, lambda s: {"allgather_time": s * 1e3},
-                       lambda: check_product(a, b[:, :nb * world], c2, 32, rtol))
+            yield Case(
+                "allgather",
+                step_ag,
+                lambda s: {"allgather_time": s * 1e3},
+                lambda: check_product(a, b[:, : nb * world], c2, 32, rtol),
+            )
 
 
 if __name__ == "__main__":

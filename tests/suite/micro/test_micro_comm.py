@@ -18,10 +18,17 @@ TINY = {"num_warmup": 1, "num_steps": 3}
 
 
 # -- pure parts ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("op", "n", "factor"), [
-    ("allreduce", 8, 2 * 7 / 8), ("allgather", 8, 7 / 8), ("reducescatter", 4, 3 / 4), ("alltoall", 2, 0.5),
-    ("broadcast", 16, 1.0), ("reduce", 2, 1.0),
-])
+@pytest.mark.parametrize(
+    ("op", "n", "factor"),
+    [
+        ("allreduce", 8, 2 * 7 / 8),
+        ("allgather", 8, 7 / 8),
+        ("reducescatter", 4, 3 / 4),
+        ("alltoall", 2, 0.5),
+        ("broadcast", 16, 1.0),
+        ("reduce", 2, 1.0),
+    ],
+)
 def test_nccl_tests_bus_factors(op, n, factor):
     assert bus_factor(op, n) == pytest.approx(factor)
 
@@ -74,14 +81,32 @@ def _check_nccl(results: list[dict], n: int, want_note: str | None = None) -> No
 def test_torchrun_two_ranks_collectives(tmp_path):
     dist = [{"name": "torch.distributed", "proc_num": 2}]
     nccl = {"minbytes": "64K", "maxbytes": "128K", **TINY}
-    spec = write_spec(tmp_path / "spec.json", [
-        {"key": "nccl-native", "benchmark": "nccl-bw", "params": nccl, "modes": dist, "timeout": 180},
-        {"key": "shard", "benchmark": "sharding-matmul", "params": {"m": 96, "n": 64, "k": 80, **TINY},
-         "modes": dist, "timeout": 180},
-        {"key": "overlap", "benchmark": "computation-communication-overlap",
-         "params": {"comm_bytes": "1M", "mul_elements": 65536, "matmul_n": 64, "compute_iters": 2, **TINY},
-         "modes": dist, "timeout": 180},
-    ])
+    spec = write_spec(
+        tmp_path / "spec.json",
+        [
+            {"key": "nccl-native", "benchmark": "nccl-bw", "params": nccl, "modes": dist, "timeout": 180},
+            {
+                "key": "shard",
+                "benchmark": "sharding-matmul",
+                "params": {"m": 96, "n": 64, "k": 80, **TINY},
+                "modes": dist,
+                "timeout": 180,
+            },
+            {
+                "key": "overlap",
+                "benchmark": "computation-communication-overlap",
+                "params": {
+                    "comm_bytes": "1M",
+                    "mul_elements": 65536,
+                    "matmul_n": 64,
+                    "compute_iters": 2,
+                    **TINY,
+                },
+                "modes": dist,
+                "timeout": 180,
+            },
+        ],
+    )
     proc = run_runner(spec, tmp_path / "res", timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _check_nccl(rank_results(tmp_path / "res", "nccl-native"), 2)
@@ -108,8 +133,15 @@ def test_ngpus_starts_its_own_ranks_and_p2p_ring_is_checked():
     """SuperBench's single-process form (local mode, ngpus: N) starts N ranks itself. With
     ``implementation: p2p`` reduce-scatter and all-to-all run as the send/recv ring that stands in
     where gloo lacks them; their results are checked like the native ones."""
-    env = run_bench("nccl-bw", ngpus=2, operation=["allreduce", "reducescatter", "alltoall"], minbytes="64K",
-                    maxbytes="128K", implementation="p2p", **TINY)
+    env = run_bench(
+        "nccl-bw",
+        ngpus=2,
+        operation=["allreduce", "reducescatter", "alltoall"],
+        minbytes="64K",
+        maxbytes="128K",
+        implementation="p2p",
+        **TINY,
+    )
     assert env["status"] == "ok", env["reason"]
     assert "reducescatter ran as point-to-point ring" in env["reason"]
     assert "alltoall ran as point-to-point ring" in env["reason"]
@@ -144,15 +176,42 @@ def test_two_nodes_on_loopback(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.9.1", 0))
         port = s.getsockname()[1]
-    spec = write_spec(tmp_path / "spec.json", [
-        {"key": "nccl", "benchmark": "nccl-bw", "params": {"minbytes": "64K", "maxbytes": "128K", **TINY},
-         "modes": [{"name": "torch.distributed", "proc_num": 1, "node_num": 2,
-                    "env": {"GLOO_SOCKET_IFNAME": "lo"}}], "timeout": 180},
-    ])
+    spec = write_spec(
+        tmp_path / "spec.json",
+        [
+            {
+                "key": "nccl",
+                "benchmark": "nccl-bw",
+                "params": {"minbytes": "64K", "maxbytes": "128K", **TINY},
+                "modes": [
+                    {
+                        "name": "torch.distributed",
+                        "proc_num": 1,
+                        "node_num": 2,
+                        "env": {"GLOO_SOCKET_IFNAME": "lo"},
+                    }
+                ],
+                "timeout": 180,
+            },
+        ],
+    )
     procs = [
-        run_runner(spec, tmp_path / f"node{i}", "--node-rank", str(i), "--master-addr", "127.0.9.1",
-                   "--master-port", str(port), "--local-addr", f"127.0.9.{i + 1}", "--host", f"node{i}",
-                   env=bench_env(), background=True)
+        run_runner(
+            spec,
+            tmp_path / f"node{i}",
+            "--node-rank",
+            str(i),
+            "--master-addr",
+            "127.0.9.1",
+            "--master-port",
+            str(port),
+            "--local-addr",
+            f"127.0.9.{i + 1}",
+            "--host",
+            f"node{i}",
+            env=bench_env(),
+            background=True,
+        )
         for i in range(2)
     ]
     outs = [p.communicate(timeout=300)[0] for p in procs]

@@ -15,7 +15,9 @@ SMALL = {"num_warmup": 1, "num_steps": 3}
 
 # -- gemm-flops --------------------------------------------------------------------------------------
 def test_gemm_flops_cpu_precisions_and_skip_reasons():
-    env = run_bench("gemm-flops", m=128, n=96, k=64, precision=["fp64", "fp32", "fp16", "tf32_tc", "int8_tc"], **SMALL)
+    env = run_bench(
+        "gemm-flops", m=128, n=96, k=64, precision=["fp64", "fp32", "fp16", "tf32_tc", "int8_tc"], **SMALL
+    )
     assert_metrics(env, {"fp64_flops": "GFLOPS", "fp32_flops": "GFLOPS", "fp16_flops": "GFLOPS"})
     # Tensor-core variants are not invented on a CPU; each skipped metric is named with its reason.
     assert "tf32_tc_flops" in env["reason"] and "int8_tc_iops" in env["reason"]
@@ -92,11 +94,24 @@ def test_fp8_inputs_and_check_path():
 @pytest.mark.parametrize(
     ("name", "cc", "measured", "skipped"),
     [
-        ("NVIDIA A100-SXM4-80GB", (8, 0), {"fp64_tc", "fp32", "tf32_tc", "fp16_tc", "bf16_tc", "int8_tc"},
-         {"fp64", "fp16", "fp8e4m3_tc"}),
-        ("NVIDIA H100 80GB HBM3", (9, 0), {"fp64_tc", "fp32", "tf32_tc", "bf16_tc", "int8_tc", "fp8e4m3_tc"},
-         {"fp64", "fp16"}),
-        ("Tesla V100-SXM2-32GB", (7, 0), {"fp64", "fp32", "fp16_tc"}, {"fp64_tc", "tf32_tc", "bf16_tc", "int8_tc"}),
+        (
+            "NVIDIA A100-SXM4-80GB",
+            (8, 0),
+            {"fp64_tc", "fp32", "tf32_tc", "fp16_tc", "bf16_tc", "int8_tc"},
+            {"fp64", "fp16", "fp8e4m3_tc"},
+        ),
+        (
+            "NVIDIA H100 80GB HBM3",
+            (9, 0),
+            {"fp64_tc", "fp32", "tf32_tc", "bf16_tc", "int8_tc", "fp8e4m3_tc"},
+            {"fp64", "fp16"},
+        ),
+        (
+            "Tesla V100-SXM2-32GB",
+            (7, 0),
+            {"fp64", "fp32", "fp16_tc"},
+            {"fp64_tc", "tf32_tc", "bf16_tc", "int8_tc"},
+        ),
         ("NVIDIA L40S", (8, 9), {"fp64", "fp8e4m3_tc", "tf32_tc"}, {"fp64_tc", "fp16"}),
     ],
 )
@@ -142,8 +157,25 @@ def test_kernel_launch_reports_event_and_wall_time():
 # -- cublas / cudnn --------------------------------------------------------------------------------------
 CUBLAS = [
     {"name": "cublasSgemm", "m": 64, "n": 48, "k": 32, "transa": 1, "transb": 0},
-    {"name": "cublasGemmEx", "m": 32, "n": 32, "k": 64, "transa": 0, "transb": 1, "datatype": "half", "use_tensor_core": True},
-    {"name": "cublasSgemmStridedBatched", "m": 16, "n": 16, "k": 8, "transa": 0, "transb": 1, "batchCount": 4},
+    {
+        "name": "cublasGemmEx",
+        "m": 32,
+        "n": 32,
+        "k": 64,
+        "transa": 0,
+        "transb": 1,
+        "datatype": "half",
+        "use_tensor_core": True,
+    },
+    {
+        "name": "cublasSgemmStridedBatched",
+        "m": 16,
+        "n": 16,
+        "k": 8,
+        "transa": 0,
+        "transb": 1,
+        "batchCount": 4,
+    },
     {"name": "cublasCgemm", "m": 16, "n": 8, "k": 32, "transa": 1, "transb": 0},
 ]
 
@@ -155,8 +187,7 @@ def test_cublas_function_names_units_and_values():
     assert_metrics(env, {metric_name(c): "us" for c in CUBLAS})
     # SuperBench's naming: lowercased function, sorted lowercased keys.
     assert "name_cublassgemm_k_32_m_64_n_48_transa_1_transb_0_time" in env["result"]
-    assert ("name_cublassgemmstridedbatched_batchcount_4_k_8_m_16_n_16_transa_0_transb_1_time"
-            in env["result"])
+    assert "name_cublassgemmstridedbatched_batchcount_4_k_8_m_16_n_16_transa_0_transb_1_time" in env["result"]
 
 
 def test_cublas_default_shapes_come_from_models_and_parse():
@@ -172,8 +203,14 @@ def test_cudnn_function_three_functions_checked():
     from sb_bench.micro.cudnn_function import metric_name
 
     shape = {"n": 2, "c": 3, "h": 12, "w": 12, "k": 4, "r": 3, "s": 3, "stride": 1, "pad": 1}
-    cfgs = [{"name": fn, **shape, "datatype": "float"} for fn in
-            ("cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter")]
+    cfgs = [
+        {"name": fn, **shape, "datatype": "float"}
+        for fn in (
+            "cudnnConvolutionForward",
+            "cudnnConvolutionBackwardData",
+            "cudnnConvolutionBackwardFilter",
+        )
+    ]
     env = run_bench("cudnn-function", config_json_str=json.dumps(cfgs), **SMALL)
     assert_metrics(env, {metric_name(c): "us" for c in cfgs})
 
@@ -222,10 +259,13 @@ def test_pointer_chain_is_one_cycle():
     assert np.count_nonzero(nxt) >= 99
 
 
-@pytest.mark.parametrize(("error", "status"), [
-    ("_int_mm is not supported on this device", "ok"),  # not offered here: a skip with the reason
-    ("CUDA error: an illegal memory access was encountered", "failed"),  # a device fault: a failure
-])
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        ("_int_mm is not supported on this device", "ok"),  # not offered here: a skip with the reason
+        ("CUDA error: an illegal memory access was encountered", "failed"),  # a device fault: a failure
+    ],
+)
 def test_unavailable_tensor_core_gemm_is_skipped_but_device_faults_fail(monkeypatch, error, status):
     monkeypatch.setattr(gf, "unsupported", lambda prec, dev: None)  # pretend the device has tensor cores
     real = gf.make_step

@@ -14,7 +14,9 @@ from suite_helpers import run_bench
 def _fake_root(tmp_path, idle: int, ce: int = 0, ue: int = 0, throttles: int = 0):
     (tmp_path / "proc").mkdir(exist_ok=True)
     (tmp_path / "proc/stat").write_text(f"cpu  100 0 100 {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4\n")
-    (tmp_path / "proc/meminfo").write_text("MemTotal:       2048000 kB\nMemFree: 100 kB\nMemAvailable:   1024000 kB\n")
+    (tmp_path / "proc/meminfo").write_text(
+        "MemTotal:       2048000 kB\nMemFree: 100 kB\nMemAvailable:   1024000 kB\n"
+    )
     (tmp_path / "proc/loadavg").write_text("1.50 1.00 0.50 1/100 42\n")
     freq = tmp_path / "sys/devices/system/cpu/cpu0/cpufreq"
     freq.mkdir(parents=True, exist_ok=True)
@@ -44,11 +46,28 @@ def test_host_source_and_counters(tmp_path):
 
 def test_summary_counters_and_alerts():
     samples = [
-        {"time": 0.0, "host": {"cpu_usage": 10.0, "cpu_throttle_count": 1.0},
-         "gpus": {"0": {"gpu_temperature": 60.0, "gpu_uncorrected_ecc": 0.0, "gpu_throttle_reasons": ["gpu_idle"]}}},
-        {"time": 2.0, "host": {"cpu_usage": 30.0, "cpu_throttle_count": 4.0},
-         "gpus": {"0": {"gpu_temperature": 88.0, "gpu_uncorrected_ecc": 2.0,
-                        "gpu_throttle_reasons": ["sw_power_cap", "hw_thermal_slowdown"]}}},
+        {
+            "time": 0.0,
+            "host": {"cpu_usage": 10.0, "cpu_throttle_count": 1.0},
+            "gpus": {
+                "0": {
+                    "gpu_temperature": 60.0,
+                    "gpu_uncorrected_ecc": 0.0,
+                    "gpu_throttle_reasons": ["gpu_idle"],
+                }
+            },
+        },
+        {
+            "time": 2.0,
+            "host": {"cpu_usage": 30.0, "cpu_throttle_count": 4.0},
+            "gpus": {
+                "0": {
+                    "gpu_temperature": 88.0,
+                    "gpu_uncorrected_ecc": 2.0,
+                    "gpu_throttle_reasons": ["sw_power_cap", "hw_thermal_slowdown"],
+                }
+            },
+        },
     ]
     s = summarize(samples, 1.0, xids={"0": [79]})
     assert s["samples"] == 2 and s["duration_s"] == 2.0
@@ -72,37 +91,74 @@ class _FakeNvml(types.ModuleType):
 
     NVML_TEMPERATURE_GPU, NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1, 2
     NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC = 0, 1, 0
-    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 0, 1
+    (
+        NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+        NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+    ) = 0, 1
     nvmlEventTypeXidCriticalError = 8
 
     def __init__(self):
         super().__init__("pynvml")
         self.pending = [types.SimpleNamespace(device=1, eventData=48)]
 
-    def nvmlInit(self): pass
-    def nvmlShutdown(self): pass
-    def nvmlDeviceGetCount(self): return 2
-    def nvmlDeviceGetHandleByIndex(self, i): return i
-    def nvmlDeviceGetIndex(self, h): return h
-    def nvmlEventSetCreate(self): return "set"
-    def nvmlEventSetFree(self, s): pass
-    def nvmlDeviceRegisterEvents(self, h, kind, s): pass
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetIndex(self, h):
+        return h
+
+    def nvmlEventSetCreate(self):
+        return "set"
+
+    def nvmlEventSetFree(self, s):
+        pass
+
+    def nvmlDeviceRegisterEvents(self, h, kind, s):
+        pass
 
     def nvmlEventSetWait_v2(self, s, timeout):
         if not self.pending:
             raise RuntimeError("NVML_ERROR_TIMEOUT")
         return self.pending.pop()
 
-    def nvmlDeviceGetTemperature(self, h, kind): return 60 + 20 * h
-    def nvmlDeviceGetPowerUsage(self, h): return 400000 if h else 150000
-    def nvmlDeviceGetEnforcedPowerLimit(self, h): return 400000
-    def nvmlDeviceGetClockInfo(self, h, kind): return 1410 - 300 * h if kind == 1 else 1593
-    def nvmlDeviceGetUtilizationRates(self, h): return types.SimpleNamespace(gpu=99, memory=40)
-    def nvmlDeviceGetMemoryInfo(self, h): return types.SimpleNamespace(used=2**30, total=80 * 2**30)
-    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter): return 0
-    def nvmlDeviceGetRetiredPages(self, h, cause): return []
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h): return 0
-    def nvmlDeviceGetRemappedRows(self, h): return (0, 0, 0, 0)
+    def nvmlDeviceGetTemperature(self, h, kind):
+        return 60 + 20 * h
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 400000 if h else 150000
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return 400000
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return 1410 - 300 * h if kind == 1 else 1593
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return types.SimpleNamespace(gpu=99, memory=40)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(used=2**30, total=80 * 2**30)
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        return 0
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        return []
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        return (0, 0, 0, 0)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
         return 0x4 if h else 0x0

@@ -52,22 +52,33 @@ def test_perftest_golden(path):
 
 
 def test_perftest_row_for_size():
-    rows = perftest.parse_bw((Path(__file__).parent / "golden/perftest/ib_read_bw_report_gbits_all_sizes.txt").read_text())
+    rows = perftest.parse_bw(
+        (Path(__file__).parent / "golden/perftest/ib_read_bw_report_gbits_all_sizes.txt").read_text()
+    )
     assert perftest.row_for(rows, 8388608).avg_gbps == pytest.approx(193.34 / 8)
     with pytest.raises(ParseError, match="no result row for 4096"):
         perftest.row_for(rows, 4096)
 
 
 # -- fio parser ------------------------------------------------------------------------------------------
-FIO = sorted(p for p in (Path(__file__).parent / "golden" / "fio").glob("*.json") if ".expected" not in p.name)
+FIO = sorted(
+    p for p in (Path(__file__).parent / "golden" / "fio").glob("*.json") if ".expected" not in p.name
+)
 
 
 @pytest.mark.parametrize("path", FIO, ids=[p.stem for p in FIO])
 def test_fio_golden(path):
     jobs = fio.parse(path.read_text())
     value = {
-        "jobs": [{"name": j.name, "error": j.error, "block_size": j.block_size,
-                  "directions": {d: vars(r) for d, r in j.directions.items()}} for j in jobs],
+        "jobs": [
+            {
+                "name": j.name,
+                "error": j.error,
+                "block_size": j.block_size,
+                "directions": {d: vars(r) for d, r in j.directions.items()},
+            }
+            for j in jobs
+        ],
         "metrics": to_metrics("disk", "rand_read_write" if "randrw" in path.name else "seq_read", jobs[0]),
     }
     _golden(path, value)
@@ -82,11 +93,26 @@ def test_fio_parser_errors():
 
 # -- disk-benchmark ---------------------------------------------------------------------------------------
 def test_disk_benchmark_directory(tmp_path):
-    env = run_bench("disk-benchmark", directory=str(tmp_path), disk_name="scratch", tests=["seq_read", "rand_write"],
-                    runtime=1, file_size="8M", iodepth=4)
+    env = run_bench(
+        "disk-benchmark",
+        directory=str(tmp_path),
+        disk_name="scratch",
+        tests=["seq_read", "rand_write"],
+        runtime=1,
+        file_size="8M",
+        iodepth=4,
+    )
     if env["status"] != "ok" and "O_DIRECT" not in env["reason"] and "Invalid argument" in env["reason"]:
-        env = run_bench("disk-benchmark", directory=str(tmp_path), disk_name="scratch",
-                        tests=["seq_read", "rand_write"], runtime=1, file_size="8M", iodepth=4, direct=False)
+        env = run_bench(
+            "disk-benchmark",
+            directory=str(tmp_path),
+            disk_name="scratch",
+            tests=["seq_read", "rand_write"],
+            runtime=1,
+            file_size="8M",
+            iodepth=4,
+            direct=False,
+        )
     expected = {"scratch_seq_read_bs": "bytes", "scratch_rand_write_bs": "bytes"}
     for t, d in (("seq_read", "read"), ("rand_write", "write")):
         expected.update({f"scratch_{t}_{d}_iops": "IOPS", f"scratch_{t}_{d}_bw": "MB/s"})
@@ -124,8 +150,15 @@ def test_block_device_with_filesystem_is_never_written(loop_device):
     subprocess.run(["mkfs.ext4", "-q", "-F", dev], check=True, capture_output=True)
     before = img.read_bytes()
     assert "holds TYPE=ext4" in unsafe_reason(dev)
-    env = run_bench("disk-benchmark", block_devices=[dev], tests=["seq_read", "rand_write"], runtime=1,
-                    file_size="4M", iodepth=4, direct=False)
+    env = run_bench(
+        "disk-benchmark",
+        block_devices=[dev],
+        tests=["seq_read", "rand_write"],
+        runtime=1,
+        file_size="4M",
+        iodepth=4,
+        direct=False,
+    )
     name = os.path.basename(dev)
     assert env["status"] == "ok", env["reason"]
     assert f"{name}_seq_read_read_iops" in env["result"]  # reading is fine, with fio's --readonly
@@ -133,8 +166,16 @@ def test_block_device_with_filesystem_is_never_written(loop_device):
     assert "write tests refused" in env["reason"] and "force: true" in env["reason"]
     assert img.read_bytes() == before  # not one byte changed
     # force: true says the data may go: the write test runs.
-    env = run_bench("disk-benchmark", block_devices=[dev], tests=["rand_write"], runtime=1, file_size="4M",
-                    iodepth=4, direct=False, force=True)
+    env = run_bench(
+        "disk-benchmark",
+        block_devices=[dev],
+        tests=["rand_write"],
+        runtime=1,
+        file_size="4M",
+        iodepth=4,
+        direct=False,
+        force=True,
+    )
     assert env["status"] == "ok" and env["result"][f"{name}_rand_write_write_iops"][0] > 0, env["reason"]
 
 
@@ -142,8 +183,15 @@ def test_block_device_with_filesystem_is_never_written(loop_device):
 def test_blank_block_device_is_written(loop_device):
     dev, _ = loop_device
     assert unsafe_reason(dev) is None
-    env = run_bench("disk-benchmark", block_devices=[dev], tests=["rand_write"], runtime=1, file_size="4M",
-                    iodepth=4, direct=False)
+    env = run_bench(
+        "disk-benchmark",
+        block_devices=[dev],
+        tests=["rand_write"],
+        runtime=1,
+        file_size="4M",
+        iodepth=4,
+        direct=False,
+    )
     assert env["status"] == "ok", env["reason"]
     assert env["result"][f"{os.path.basename(dev)}_rand_write_write_iops"][0] > 0
 

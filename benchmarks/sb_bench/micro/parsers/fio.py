@@ -64,9 +64,13 @@ def parse(text: str) -> list[Job]:
                 continue
             clat = r.get("clat_ns") or {}
             pct = {_percentile_key(k): float(v) for k, v in (clat.get("percentile") or {}).items()}
-            dirs[d] = Direction(float(r.get("iops", 0.0)), float(r.get("bw_bytes", r.get("bw", 0) * 1024)),
-                                int(r["io_bytes"]), float(clat.get("mean", 0.0)),
-                                {p: pct[p] for p in PERCENTILES if p in pct})
+            dirs[d] = Direction(
+                float(r.get("iops", 0.0)),
+                float(r.get("bw_bytes", r.get("bw", 0) * 1024)),
+                int(r["io_bytes"]),
+                float(clat.get("mean", 0.0)),
+                {p: pct[p] for p in PERCENTILES if p in pct},
+            )
             bs[d] = _block_size(opts, d, doc)
         jobs.append(Job(j.get("jobname", ""), int(j.get("error", 0)), bs, dirs))
     if not jobs:

@@ -19,7 +19,9 @@ from sb_bench.micro.parsers import ParseError
 
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+|-?nan|inf)\s+([\d.]+|-?nan|inf)\s+([\d.]+)")
-_ERRORS = re.compile(r"(Couldn't|Unable to|Failed to|failed to|error|Error|No IB devices found|IB device .* not found)")
+_ERRORS = re.compile(
+    r"(Couldn't|Unable to|Failed to|failed to|error|Error|No IB devices found|IB device .* not found)"
+)
 
 
 @dataclass(frozen=True)
