@@ -101,8 +101,13 @@ def _quiet_ansible_env() -> None:
     os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", "host_list,yaml,ini,auto,toml")
 
 
-def load_inventory(path: str | Path | list[str | Path]) -> Inventory:
-    """Read one or more inventory sources; any problem is an :class:`InventoryError`."""
+def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) -> Inventory:
+    """Read one or more inventory sources; any problem is an :class:`InventoryError`.
+
+    ``with_vars=False`` reads only names and groups, skipping Ansible's per-host variable
+    resolution (host_vars/group_vars, vars plugins), which dominates on 10,000-host inventories:
+    for a report, which needs to know which hosts exist, not how to reach them.
+    """
     sources = [str(p) for p in (path if isinstance(path, list) else [path])]
     for s in sources:
         if not Path(s).exists():
@@ -121,7 +126,7 @@ def load_inventory(path: str | Path | list[str | Path]) -> Inventory:
         varman = VariableManager(loader=loader, inventory=inv)
         hosts = []
         for h in inv.get_hosts("all"):
-            hv = varman.get_vars(host=h, include_hostvars=False)
+            hv = varman.get_vars(host=h, include_hostvars=False) if with_vars else {}
             keep = {
                 k: v
                 for k, v in hv.items()

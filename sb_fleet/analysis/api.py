@@ -72,7 +72,7 @@ class ReportResult:
 def _inventory_hosts(path: Path) -> list[HostInfo]:
     from sb_fleet.inventory import load_inventory  # the spine's parser; imported late, it pulls in ansible
 
-    inv = load_inventory(path)
+    inv = load_inventory(path, with_vars=False)
     return [HostInfo(name=h.name, groups=tuple(getattr(h, "groups", ()) or ())) for h in inv.hosts]
 
 
