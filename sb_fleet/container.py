@@ -443,6 +443,20 @@ def image_file_info(runtime: Runtime, c: ContainerSettings, cache: Path | None =
     return info
 
 
+_HELD: dict[str, str] = {}
+
+
+def hold_registry_password(c: ContainerSettings | None) -> None:
+    """Take ``password_env``'s value out of this process's environment as soon as the config is known:
+    every ansible-runner stage records the environment it inherits (artifacts/<stage>/command), and
+    the deploy stage that does not need the password runs before the one that does."""
+    if c is None or c.auth is None or not c.auth.password_env:
+        return
+    value = os.environ.pop(c.auth.password_env, None)
+    if value:
+        _HELD[c.auth.password_env] = value
+
+
 @contextlib.contextmanager
 def registry_secret(c: ContainerSettings | None) -> Iterator[None]:
     """Make the registry password readable by the deploy playbook without putting it in argv, the
@@ -472,7 +486,7 @@ def registry_secret(c: ContainerSettings | None) -> Iterator[None]:
                 )
             os.environ[SECRET_FILE_ENV] = str(path.resolve())
         else:
-            value = os.environ.get(a.password_env or "")
+            value = os.environ.get(a.password_env or "") or _HELD.get(a.password_env or "")
             if not value:
                 raise ConfigError(
                     "config",

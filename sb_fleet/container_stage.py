@@ -20,6 +20,7 @@ from sb_fleet.container import (
     ContainerSettings,
     cleanup_vars,
     deploy_vars,
+    hold_registry_password,
     image_file_info,
     record_digests,
     registry_secret,
@@ -72,6 +73,7 @@ def render_container(
 
     runtime = config.fleet.runtime
     c = settings(config)
+    hold_registry_password(c)
     env = _jenv()
     fleet = config.fleet.model_dump()
     image = None

@@ -257,3 +257,15 @@ def test_host_image_facts_from_task_results():
         is False
     )
     assert ct.host_image_facts("none", {"image digest": inspect}) == {}
+
+
+def test_password_env_leaves_the_environment_at_render(monkeypatch):
+    """Every ansible-runner stage writes its environment to artifacts/<stage>/command: the password
+    variable must be gone before the first stage runs, and still reach the login."""
+    monkeypatch.setenv("SB_REGISTRY_PW", "held-value")
+    monkeypatch.setattr(ct, "_HELD", {})
+    ct.hold_registry_password(SETTINGS["registry"])
+    assert "SB_REGISTRY_PW" not in os.environ
+    with ct.registry_secret(SETTINGS["registry"]):
+        assert Path(os.environ[ct.SECRET_FILE_ENV]).read_text() == "held-value"
+    assert "SB_REGISTRY_PW" not in os.environ
