@@ -37,7 +37,7 @@ class InputError(SbFleetError):
         text = f"{loc}: {message}"
         if hint:
             text += f" ({hint})"
-        super().__init__(text)
+        super().__init__(text.replace("\r", "\\r").replace("\n", "\\n"))  # always one line
 
 
 class ConfigError(InputError):

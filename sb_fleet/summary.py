@@ -39,13 +39,17 @@ class HostResults:
     metrics_meta: dict[str, dict] = field(default_factory=dict)
 
 
+def _finite(v: object) -> bool:
+    try:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def _mean(values: Iterable) -> float | None:
-    xs = [
-        float(v)
-        for v in values
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    ]
-    return sum(xs) / len(xs) if xs else None
+    xs = [float(v) for v in values if _finite(v)]
+    m = sum(xs) / len(xs) if xs else None
+    return m if m is not None and math.isfinite(m) else None
 
 
 def entry_dirs(root: Path) -> list[Path]:
@@ -75,7 +79,7 @@ def summarize_entry(key: str, files: list[Path], out: HostResults) -> None:
     for d in ranks.values():
         try:
             codes.append(int(d.get("return_code", CORRUPT_RC)))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             codes.append(CORRUPT_RC)
     rc = max(codes + [int(out.record.get(f"{key}/return_code", 0))])
     out.record[f"{key}/return_code"] = rc
@@ -96,8 +100,11 @@ def summarize_entry(key: str, files: list[Path], out: HostResults) -> None:
             if v is None:
                 continue
             per_metric.setdefault(metric, {})[rank] = v
-            reduce_ops.setdefault(metric, (d.get("reduce_op") or {}).get(metric))
-        for metric, meta in (d.get("metrics") or {}).items():
+            ops = d.get("reduce_op")
+            op = ops.get(metric) if isinstance(ops, dict) else None
+            reduce_ops.setdefault(metric, op if isinstance(op, str) else None)
+        metas = d.get("metrics")
+        for metric, meta in (metas if isinstance(metas, dict) else {}).items():
             if isinstance(meta, dict):
                 out.metrics_meta.setdefault(
                     f"{key}/{metric}", {k: meta.get(k) for k in ("unit", "higher_is_better")}
@@ -105,7 +112,9 @@ def summarize_entry(key: str, files: list[Path], out: HostResults) -> None:
     for metric, by_rank in per_metric.items():
         op = reduce_ops.get(metric)
         if op in REDUCERS:
-            out.record[f"{key}/{metric}"] = REDUCERS[op]([by_rank[r] for r in sorted(by_rank)])
+            v = REDUCERS[op]([by_rank[r] for r in sorted(by_rank)])
+            if math.isfinite(v):  # a sum can overflow
+                out.record[f"{key}/{metric}"] = v
         elif multi:
             for r, v in sorted(by_rank.items()):
                 out.record[f"{key}/{metric}:{r}"] = v

@@ -71,7 +71,7 @@ def load_yaml(path: Path, what: str) -> tuple[Any, LineMap]:
             path, where, f"not valid YAML: {exc.problem or exc.context}", "fix the syntax at that place"
         ) from None
     except yaml.YAMLError as exc:
-        raise InputError(path, None, f"not valid YAML: {exc}") from None
+        raise InputError(path, None, f"not valid YAML: {' '.join(str(exc).split())}") from None
     return data, LineMap(node)
 
 

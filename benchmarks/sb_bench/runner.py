@@ -332,7 +332,10 @@ def parse_spec(text: str, path: str) -> dict:
         raise SpecError(f"{path}: the step spec must be a JSON object")
     if spec.get("schema_version") != SPEC_VERSION:
         raise SpecError(f"{path}: spec schema_version {spec.get('schema_version')!r}, this runner reads {SPEC_VERSION}")
-    for i, e in enumerate(spec.get("entries", [])):
+    entries = spec.get("entries", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise SpecError(f"{path}: entries must be a list of objects")
+    for i, e in enumerate(entries):
         for k in ("key", "benchmark", "modes"):
             if k not in e:
                 raise SpecError(f"{path}: entries[{i}] lacks {k!r}")
