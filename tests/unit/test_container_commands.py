@@ -269,3 +269,41 @@ def test_password_env_leaves_the_environment_at_render(monkeypatch):
     with ct.registry_secret(SETTINGS["registry"]):
         assert Path(os.environ[ct.SECRET_FILE_ENV]).read_text() == "held-value"
     assert "SB_REGISTRY_PW" not in os.environ
+
+
+def test_ansible_accepts_every_rendered_container_playbook(tmp_path):
+    """ansible-playbook --syntax-check on the deploy/run/cleanup playbooks of every runtime and
+    distribution: the paths no test runs live here (docker, enroot, registry pulls) still parse."""
+    import subprocess
+    import sys
+
+    from sb_fleet.config import Config
+    from sb_fleet.container_stage import render_cleanup, render_container
+    from sb_fleet.plan import Plan, RunEntry, Step
+
+    step = Step("step01", (RunEntry("g", "g", "gemm-flops", {}, ({"name": "local"},), 60),), 120)
+    plan = Plan(("h1",), {}, (step,), ("g",))
+    books = []
+    tar = tmp_path / "img.tar"
+    _archive(tar, f"{'f' * 64}.json")
+    for rt in RUNTIMES:
+        for dist, c in SETTINGS.items():
+            if dist == "tarball":
+                c = c.model_copy(update={"tarball": str(tar)})
+            out = tmp_path / f"{rt}-{dist}"
+            out.mkdir()
+            cfg = Config(fleet={"runtime": rt, "container": c.model_dump()}, superbench={"benchmarks": {}})
+            runs = {"step01": out / "step01.yml"}
+            books += [render_container(plan, cfg, "r1", out, runs), runs["step01"]]
+            books.append(render_cleanup(cfg, out, images=True, workspaces=True))
+    inv = tmp_path / "inv.ini"
+    inv.write_text("h1 ansible_connection=local\n")
+    bindir = Path(sys.executable).parent
+    r = subprocess.run(
+        [str(bindir / "ansible-playbook"), "--syntax-check", "-i", str(inv), *map(str, books)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"},
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
