@@ -428,11 +428,25 @@ class ModelBenchmark(Benchmark):
                     continue
                 model = self._model_for(p)
                 prec = Precision(p, ctx.device)
-                for action in self.args["model_action"]:
-                    if action == "train":
-                        values.update(self._train(ctx, model, prec))
-                    else:
-                        values.update(self._inference(ctx, model, prec))
+                got: dict[str, float] = {}
+                try:
+                    for action in self.args["model_action"]:
+                        if action == "train":
+                            got.update(self._train(ctx, model, prec))
+                        else:
+                            got.update(self._inference(ctx, model, prec))
+                except RuntimeError as exc:
+                    # A CPU without fp16/bf16 kernels for a layer (oneDNN's LSTM on CPUs without
+                    # AVX-512) cannot run that precision: the others still run. On GPUs it is a failure.
+                    if ctx.is_cuda or p == "fp32" or is_oom(exc):
+                        raise
+                    why = f"{p} does not run on this CPU: {str(exc).strip().splitlines()[0][:200]}"
+                    skip = getattr(self, "skip_metric", None)
+                    if skip is None:
+                        raise
+                    skip([m.name for m in self.metrics() if m.name.startswith(f"{p}_")], why)
+                    continue
+                values.update(got)
         return values
 
     def _model_for(self, p: str) -> Any:
