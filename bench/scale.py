@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -168,6 +169,8 @@ def one_size(n: int, forks: int, keep: bool) -> dict:
             env={**os.environ, "COLUMNS": "200"},
         )
         val_s = time.monotonic() - t0
+        # Largest resident set of any process validate ran on the control node (sb-fleet, ansible, ssh), MiB.
+        peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         stages = {}
         for line in r.stderr.splitlines():
             m = STAGE_RE.match(line.strip())
@@ -189,6 +192,7 @@ def one_size(n: int, forks: int, keep: bool) -> dict:
             "ssh_round_s": round(ssh_s, 2),
             "validate_s": round(val_s, 2),
             "ratio": round(val_s / ssh_s, 2),
+            "peak_rss_mib_largest_process": round(peak_mib, 1),
             "exit_code": r.returncode,
             "hosts_ok": ok,
             "stages": stages,
@@ -216,7 +220,7 @@ def main() -> int:
         st = "  ".join(f"{k} {v['s']:.1f}s" for k, v in row["stages"].items())
         print(
             f"{n:4d} hosts: ssh round {row['ssh_round_s']:6.2f}s  validate {row['validate_s']:6.2f}s  "
-            f"ratio {row['ratio']:5.2f}  exit {row['exit_code']}  ok {row['hosts_ok']}/{n}  [{st}]",
+            f"ratio {row['ratio']:5.2f}  rss {row['peak_rss_mib_largest_process']:.0f} MiB  exit {row['exit_code']}  ok {row['hosts_ok']}/{n}  [{st}]",
             flush=True,
         )
         for stage, tasks in row["tasks"].items():
