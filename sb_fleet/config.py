@@ -110,6 +110,9 @@ class FleetSettings(_Strict):
     host_key_checking: Literal["strict", "accept-new"] = "strict"
     ssh_connect_timeout: int = Field(10, ge=1)
     collect_timeout: int = Field(300, ge=1)
+    # Environment of every benchmark process on the hosts, e.g. NCCL_IB_HCA, NCCL_SOCKET_IFNAME,
+    # GLOO_SOCKET_IFNAME (set it to the interface the hosts reach each other on for multi-node runs).
+    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
     container: ContainerSettings | None = None  # with runtime docker/podman/enroot: see sb_fleet/container.py
 
     @model_validator(mode="after")

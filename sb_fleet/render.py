@@ -159,7 +159,7 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
         atomic_write_text(pb, env.get_template("run.yml.j2").render(
             run_id=run_id, fleet=fleet, step=step,
             node_args_file=str(node_file.resolve()) if node_file else None,
-            runner_args=runner_args(run_id, step, config.fleet.master_port), gloo_ifname="lo"))
+            runner_args=runner_args(run_id, step, config.fleet.master_port), run_env=run_env(config)))
         runs[step.id] = pb
     extra = []
     if config.fleet.runtime != "none":  # the steps run in the image; container-deploy.yml puts it on the hosts
@@ -170,6 +170,15 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
     for p in [deploy, *runs.values(), *extra]:
         yaml.safe_load(p.read_text())
     return Rendered(deploy, runs, archive, digest)
+
+
+def run_env(config: Config) -> dict[str, str]:
+    """Environment of the benchmark processes: ``fleet.env``, plus the monitor's interval when enabled."""
+    env = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in config.fleet.env.items()}
+    mon = config.superbench.monitor
+    if mon is not None and mon.enable:
+        env.setdefault("SB_MONITOR_INTERVAL", str(mon.sample_interval))
+    return env
 
 
 def plan_json(plan: Plan) -> str:

@@ -212,7 +212,8 @@ def test_changed_host_key_is_refused(fleet, fleet_config, tmp_path):
 
 MULTI_NODE = """\
 version: v0.4
-fleet: {known_hosts: "@KNOWN_HOSTS@", venv: true, install_requirements: never, master_port: 29611}
+fleet: {known_hosts: "@KNOWN_HOSTS@", venv: true, install_requirements: never, master_port: 29611,
+        env: {GLOO_SOCKET_IFNAME: lo}}
 superbench:
   benchmarks:
     nccl-bw:

@@ -19,7 +19,7 @@ UPDATE = os.environ.get("SB_FLEET_UPDATE_GOLDEN") == "1"
 
 CONFIG = """\
 version: v0.4
-fleet: {workspace: /scratch/sbf, python: /opt/conda/bin/python, master_port: 29600}
+fleet: {workspace: /scratch/sbf, python: /opt/conda/bin/python, master_port: 29600, env: {GLOO_SOCKET_IFNAME: ib0}}
 superbench:
   var:
     local: &local
