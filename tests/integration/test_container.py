@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -133,9 +134,15 @@ def cpu_image(podman_host) -> Path:
     return out
 
 
+def _storage_args(storage: Path) -> list[str]:
+    # podman refuses a runroot longer than 50 characters: a short one per storage, derived from its path.
+    run = f"/run/sbf-{hashlib.sha1(str(storage).encode()).hexdigest()[:10]}"
+    return ["--root", str(storage / "root"), "--runroot", run]
+
+
 def _podman(storage: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["podman", *PODMAN_GLOBAL, "--root", str(storage / "root"), "--runroot", str(storage / "run"), *args],
+        ["podman", *PODMAN_GLOBAL, *_storage_args(storage), *args],
         capture_output=True,
         text=True,
         check=check,
@@ -149,14 +156,14 @@ def ctr_fleet(podman_host):
     f.storage = Path(f"/var/tmp/sbf-ctr-{f.dir.name}")  # type: ignore[attr-defined]
     host_vars = {}
     for h in f.hosts:
-        s = f.storage / h.name  # type: ignore[attr-defined]
-        args = ["--root", str(s / "root"), "--runroot", str(s / "run")]
+        args = _storage_args(f.storage / h.name)  # type: ignore[attr-defined]
         host_vars[h.name] = {"sb_container_host_args": "'" + json.dumps(args, separators=(",", ":")) + "'"}
     f.ctr_inventory = f.inventory(name="ctr.ini", host_vars=host_vars)  # type: ignore[attr-defined]
     yield f
     f.cleanup()
     for h in f.hosts:  # containers a failed test left behind, before their storage goes
         _podman(f.storage / h.name, "rm", "-af", check=False)  # type: ignore[attr-defined]
+        shutil.rmtree(_storage_args(f.storage / h.name)[3], ignore_errors=True)  # type: ignore[attr-defined]
     shutil.rmtree(f.storage, ignore_errors=True)  # type: ignore[attr-defined]
 
 
@@ -296,3 +303,106 @@ def test_registry_password_is_never_written(ctr_fleet, podman_host, tmp_path):
         if p.is_file():
             assert pw.encode() not in p.read_bytes(), f"the password leaked into {p}"
     assert set(Path("/dev/shm").glob("sb-fleet-*")) == before  # the temporary secret file is gone
+
+
+REGISTRY_ADDR = "127.0.3.250:5000"
+REGISTRIES_CONF = Path("/etc/containers/registries.conf.d/sb-fleet-test.conf")
+
+
+@pytest.fixture(scope="module")
+def registry(podman_host, cpu_image, tmp_path_factory):
+    """A real registry (Debian's docker-registry, htpasswd auth, plain HTTP) holding the CPU image."""
+    _need("docker-registry")
+    import bcrypt
+
+    d = tmp_path_factory.mktemp("registry")
+    user, pw = "tester", "pw-" + secrets.token_hex(12)
+    (d / "htpasswd").write_text(f"{user}:{bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=5)).decode()}\n")
+    (d / "config.yml").write_text(
+        f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {d / 'data'}}}}}\n"
+        f"http: {{addr: '{REGISTRY_ADDR}'}}\n"
+        f"auth: {{htpasswd: {{realm: sb-fleet-test, path: {d / 'htpasswd'}}}}}\n"
+    )
+    rule = f'[[registry]]\nlocation = "{REGISTRY_ADDR}"\ninsecure = true\n'  # plain HTTP, test only
+    if not REGISTRIES_CONF.exists() or REGISTRIES_CONF.read_text() != rule:
+        REGISTRIES_CONF.parent.mkdir(parents=True, exist_ok=True)
+        REGISTRIES_CONF.write_text(rule)
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(d / "config.yml")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=(log := open(d / "registry.log", "w")),  # noqa: SIM115 - closed in finally
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection((REGISTRY_ADDR.split(":")[0], 5000), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, (d / "registry.log").read_text()
+                time.sleep(0.1)
+        store = d / "push-store"  # load the tarball into a private storage and push from there
+        _podman(store, "load", "-q", "-i", str(cpu_image))
+        ref = f"{REGISTRY_ADDR}/sb-bench:cpu"
+        _podman(store, "push", "-q", "--creds", f"{user}:{pw}", IMAGE, ref)
+        _podman(store, "rmi", "-af", check=False)
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(_storage_args(store)[3], ignore_errors=True)
+        yield {"ref": ref, "user": user, "password": pw}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+def _intervals(run_dir: Path, stage: str, task: str) -> list[tuple[float, float]]:
+    """(start, end) of ``task`` on each host, from ansible-runner's job events."""
+    import datetime as dt
+
+    out = []
+    for f in (run_dir / "ansible" / stage / "artifacts" / stage / "job_events").glob("*.json"):
+        e = json.loads(f.read_text())
+        ed = e.get("event_data") or {}
+        if e.get("event") == "runner_on_ok" and ed.get("task") == task:
+            out.append(tuple(dt.datetime.fromisoformat(ed[k]).timestamp() for k in ("start", "end")))
+    return out  # type: ignore[return-value]
+
+
+def test_registry_pull_with_login_throttled(ctr_fleet, registry, cpu_image, tmp_path):
+    """Pull from a real registry: login with the password from an env var (stdin only), pulls
+    throttled to 2 hosts at once, the pulled image's digest recorded, credentials gone afterwards."""
+    from sb_fleet.container import archive_digest
+
+    fleet = ctr_fleet
+    src = (
+        f"auth: {{registry: '{REGISTRY_ADDR}', username: {registry['user']}, "
+        "password_env: SBF_TEST_REGISTRY_PW}"
+    )
+    cfg = _config(fleet, "registry-ok.yaml", "registry", src, image=registry["ref"])
+    rd = tmp_path / "pull"
+    r = sb_fleet(
+        "deploy",
+        "-i",
+        str(fleet.ctr_inventory),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(rd),
+        env={"SBF_TEST_REGISTRY_PW": registry["password"]},
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = _json(rd / "containers.json")
+    want = archive_digest(cpu_image)
+    assert {table["hosts"][h.name]["deploy_digest"] for h in fleet.hosts} == {want}
+    pulls = sorted(_intervals(rd, "deploy-image", "pull the image"))
+    assert len(pulls) == 3
+    # hosts pulling at each pull's start; 0.5 s of slack: a task's recorded end trails its slot's release
+    overlap = max(sum(1 for s, e in pulls if s <= t < e - 0.5) for t, _ in pulls)
+    assert overlap <= 2, pulls  # pull_throttle: 2
+    for p in rd.rglob("*"):
+        if p.is_file():
+            assert registry["password"].encode() not in p.read_bytes(), f"the password leaked into {p}"
+    for h in fleet.hosts:
+        assert not (Path(h.workspace) / ".sb-registry-auth").exists()
