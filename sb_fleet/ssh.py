@@ -33,7 +33,7 @@ class SshSettings:
         args = [
             "-o ControlMaster=auto", "-o ControlPersist=120s",
             f"-o StrictHostKeyChecking={strict}", f"-o UserKnownHostsFile={self.known_hosts}",
-            f"-o ConnectTimeout={self.connect_timeout}", "-o ServerAliveInterval=15", "-o ServerAliveCountMax=4",
+            f"-o ConnectTimeout={self.connect_timeout}", "-o ServerAliveInterval=5", "-o ServerAliveCountMax=3",
         ]
         return " ".join(args)
 

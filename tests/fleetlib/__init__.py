@@ -299,17 +299,22 @@ class SshFleet:
         self.mounts.append(mnt)
         return mnt
 
-    def stop_sshd(self, name: str) -> None:
-        """SIGSTOP one host's sshd (it accepts TCP but never answers: a hung host)."""
+    def _sshd_tree(self, name: str) -> list[int]:
         p = self.host(name).proc
         if p is None:
             raise RuntimeError("per-host faults need one sshd per host (shared_sshd=False)")
-        os.kill(p.pid, signal.SIGSTOP)
+        return [p.pid, *(c for c in descendants(p.pid) if _comm(c) == "sshd")]
+
+    def stop_sshd(self, name: str) -> None:
+        """SIGSTOP one host's sshd and its open sessions (TCP is accepted, nothing answers: a hung host)."""
+        for pid in self._sshd_tree(name):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
 
     def cont_sshd(self, name: str) -> None:
-        p = self.host(name).proc
-        if p is not None and p.poll() is None:
-            os.kill(p.pid, signal.SIGCONT)
+        for pid in self._sshd_tree(name):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def host(self, name: str) -> FleetHost:
         return next(h for h in self.hosts if h.name == name)

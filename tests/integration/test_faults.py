@@ -76,6 +76,13 @@ def _outcomes(run_dir: Path) -> dict[str, dict]:
     return json.loads((run_dir / "outcomes.json").read_text())["hosts"]
 
 
+def _rid() -> str:
+    """A fresh run directory name: the run id names the results directory on the hosts, which outlive a test."""
+    import uuid
+
+    return f"run-{uuid.uuid4().hex[:8]}"
+
+
 def _stage(run_dir: Path, stage: str) -> dict[str, dict]:
     return {o["host"]: o for o in json.loads((run_dir / "outcomes" / f"{stage}.json").read_text())["hosts"]}
 
@@ -125,7 +132,7 @@ def test_host_down_before_start_and_host_lost_mid_run(ffleet, tmp_path):
     """A host with no sshd at all, and a host whose sshd (and every session) dies while its benchmark runs."""
     inv = ffleet.inventory(extra_hosts=[("ghost", "127.0.7.250", 2222)], name="inv-down.ini")
     cfg = _cfg(ffleet, sleep=8, name="cfg-down.yaml")
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     victim = ffleet.hosts[1].name
     t0 = time.monotonic()
     p = subprocess.Popen([SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
@@ -162,7 +169,7 @@ def test_hung_sshd_at_deploy_and_at_collect_times_out(ffleet, tmp_path):
     inv = ffleet.inventory(name="inv-hung.ini")
     cfg = _cfg(ffleet, name="cfg-hung.yaml")
     a, b = ffleet.hosts[2].name, ffleet.hosts[3].name
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     ffleet.stop_sshd(a)
     try:
         t0 = time.monotonic()
@@ -195,7 +202,7 @@ def test_hung_sshd_at_deploy_and_at_collect_times_out(ffleet, tmp_path):
 def test_partition_mid_collect_keeps_what_was_fetched(ffleet, tmp_path):
     inv = ffleet.inventory(name="inv-part.ini")
     cfg = _cfg(ffleet, name="cfg-part.yaml")
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     _deploy_and_run(inv, cfg, run_dir)
     victim = ffleet.hosts[0].name
     remote = _results_dir(ffleet, victim, run_dir)
@@ -241,7 +248,7 @@ def test_partition_mid_collect_keeps_what_was_fetched(ffleet, tmp_path):
 def test_corrupt_and_truncated_result_files_cost_only_their_benchmark(ffleet, tmp_path):
     inv = ffleet.inventory(name="inv-corrupt.ini")
     cfg = _cfg(ffleet, name="cfg-corrupt.yaml")
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     _deploy_and_run(inv, cfg, run_dir)
     trunc, garbage = ffleet.hosts[0].name, ffleet.hosts[1].name
     f = _results_dir(ffleet, trunc, run_dir) / "noop:a" / "rank0.json"
@@ -267,7 +274,7 @@ def test_changed_host_key_is_refused_at_collect(ffleet, tmp_path):
     shutil.copy(ffleet.known_hosts, kh)
     inv = ffleet.inventory(name="inv-key.ini")
     cfg = _cfg(ffleet, name="cfg-key.yaml", known_hosts=kh)
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     _deploy_and_run(inv, cfg, run_dir)
     h = ffleet.hosts[2]
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "mitm")], check=True)
@@ -288,7 +295,7 @@ def test_changed_host_key_is_refused_at_collect(ffleet, tmp_path):
 def test_full_output_disk(ffleet, tmp_path):
     """The run directory's disk fills up while collecting: one clear error, no half-written file, resumable."""
     mnt = ffleet.small_disk(4096)
-    run_dir = mnt / "run"
+    run_dir = mnt / _rid()
     inv = ffleet.inventory(name="inv-disk.ini")
     cfg = _cfg(ffleet, name="cfg-disk.yaml")
     _deploy_and_run(inv, cfg, run_dir)
@@ -317,18 +324,19 @@ def test_full_output_disk(ffleet, tmp_path):
 
 def test_no_room_for_the_run_directory_is_a_clean_error(ffleet, tmp_path):
     mnt = ffleet.small_disk(64)
+    rd = mnt / _rid()
     r = sb_fleet("validate", "-i", str(ffleet.inventory(name="inv-nodisk.ini")),
-                 "-c", str(_cfg(ffleet, name="cfg-nodisk.yaml")), "--run-dir", str(mnt / "run"))
+                 "-c", str(_cfg(ffleet, name="cfg-nodisk.yaml")), "--run-dir", str(rd))
     assert r.returncode == 3, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "no space left" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert not [p for p in (mnt / "run").rglob("*") if p.name.startswith(".") and p.is_file()]
+    assert not [p for p in rd.rglob("*") if p.name.startswith(".") and p.is_file()]  # no temp file left
 
 
 def test_sigint_during_run_cleans_up_and_resume_does_only_what_is_missing(ffleet, tmp_path):
     inv = ffleet.inventory(name="inv-int.ini")
     cfg = _cfg(ffleet, sleep=25, name="cfg-int.yaml")
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     names = [h.name for h in ffleet.hosts]
     r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir))
     assert r.returncode == 0, r.stdout + r.stderr

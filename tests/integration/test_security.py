@@ -63,6 +63,13 @@ def sfleet():
     f.cleanup()
 
 
+def _rid() -> str:
+    """A fresh run directory name: the run id names the results directory on the hosts, which outlive a test."""
+    import uuid
+
+    return f"run-{uuid.uuid4().hex[:8]}"
+
+
 def _stage(run_dir: Path, stage: str) -> dict[str, dict]:
     return {o["host"]: o for o in json.loads((run_dir / "outcomes" / f"{stage}.json").read_text())["hosts"]}
 
@@ -112,7 +119,7 @@ def test_no_secret_in_argv_logs_artifacts_or_run_dir(sfleet, tmp_path):
         "ansible_python_interpreter": "/usr/bin/python3", "sb_python": sfleet.python,
         "ansible_become_password": SECRET_PW, "registry_token": SECRET_TOKEN}}}))
     cfg = sfleet.config(CONFIG, "cfg-secret.yaml")
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     seen: list[str] = []
     stop = threading.Event()
 
@@ -166,7 +173,7 @@ def test_shell_metacharacters_in_inventory_never_execute(sfleet, tmp_path):
         "ansible_user": "sbtest", "ansible_ssh_private_key_file": str(sfleet.client_key),
         "ansible_python_interpreter": "/usr/bin/python3", "sb_python": sfleet.python}}}))
     cfg = sfleet.config(CONFIG, "cfg-meta.yaml")
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir))
     created = sorted(str(p) for p in Path("/tmp").glob(f"sbf-pwned-{os.getpid()}*"))
     homes = sorted(str(p) for p in Path("/home/sbtest").rglob(f"sbf-pwned-{os.getpid()}*") if p.is_file())
@@ -185,7 +192,7 @@ def test_shell_metacharacters_in_inventory_never_execute(sfleet, tmp_path):
 
 
 def test_no_become_and_private_permissions(sfleet, tmp_path):
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / _rid()
     r = sb_fleet("validate", "-i", str(sfleet.inventory(name="inv-perm.ini")), "-c",
                  str(sfleet.config(CONFIG, "cfg-perm.yaml")), "--run-dir", str(run_dir))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -196,9 +203,7 @@ def test_no_become_and_private_permissions(sfleet, tmp_path):
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     for p in run_dir.rglob("*"):
         mode = stat.S_IMODE(p.lstat().st_mode)
-        if p.is_dir():
-            assert mode & 0o077 == 0, (p, oct(mode))
-        elif p.is_file() and p.name not in REPORTS and not p.name.startswith("suite-"):
+        if p.is_dir() or p.is_file() and p.name not in REPORTS and not p.name.startswith("suite-"):
             assert mode & 0o077 == 0, (p, oct(mode))
     for p in (run_dir / "raw").rglob("*"):  # collected results: private, all of them
         assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, p
