@@ -564,10 +564,9 @@ def deploy_vars(
 
 
 def run_vars(
-    runtime: Runtime, c: ContainerSettings, run_id: str, step_id: str, multi_node: bool, gloo_ifname: str
+    runtime: Runtime, c: ContainerSettings, run_id: str, step_id: str, env: dict[str, str]
 ) -> dict[str, Any]:
     """What ``container_run.j2`` fills in for one step."""
-    env: dict[str, Token] = {"GLOO_SOCKET_IFNAME": gloo_ifname} if multi_node else {}
     command: Argv = [
         c.python,
         V("sb_runner_args", splat=True),
@@ -580,7 +579,7 @@ def run_vars(
         "runtime": runtime,
         "become": uses_become(runtime, c),
         "inspect": to_ansible(inspect_cmd(runtime, c)),
-        "run": to_ansible(run_cmd(runtime, c, target, command, env)),
+        "run": to_ansible(run_cmd(runtime, c, target, command, dict(env))),
     }
 
 

@@ -65,11 +65,9 @@ def _jenv() -> Any:
     return env
 
 
-def render_container(
-    plan: Plan, config: Config, run_id: str, out: Path, runs: dict[str, Path], gloo_ifname: str = "lo"
-) -> Path:
+def render_container(plan: Plan, config: Config, run_id: str, out: Path, runs: dict[str, Path]) -> Path:
     """Write container-deploy.yml and rewrite every step playbook in ``runs`` to run in the image."""
-    from sb_fleet.render import runner_args
+    from sb_fleet.render import run_env, runner_args
 
     runtime = config.fleet.runtime
     c = settings(config)
@@ -94,7 +92,7 @@ def render_container(
     )
     for step in plan.steps:
         node_file = out / f"{step.id}-nodes.yml"
-        ctr = run_vars(runtime, c, run_id, step.id, step.multi_node, gloo_ifname)  # type: ignore[arg-type]
+        ctr = run_vars(runtime, c, run_id, step.id, run_env(config))  # type: ignore[arg-type]
         atomic_write_text(
             runs[step.id],
             env.get_template("container_run.yml.j2").render(
