@@ -395,10 +395,8 @@ class ModelBenchmark(Benchmark):
             pin_memory=self.pin,
             persistent_workers=workers > 0,
         )
-        # The training check's batch: the same on every rank, so DDP's averaged gradient descends on it.
-        fixed = self.make_samples(bs, torch.Generator().manual_seed(CHECK_SEED))
-        self.fixed_batch = tuple(t.to(ctx.device) for t in fixed)
         self._iter: Iterator | None = None
+        self._checks = 0
 
     def _next_batch(self) -> tuple:
         while True:
@@ -410,7 +408,7 @@ class ModelBenchmark(Benchmark):
                 self._iter = None
 
     def teardown(self, ctx: RankContext) -> None:
-        for attr in ("model", "models", "ddp", "loader", "fixed_batch", "_iter"):
+        for attr in ("model", "models", "ddp", "loader", "_iter"):
             if hasattr(self, attr):
                 delattr(self, attr)
         gc.collect()
@@ -508,6 +506,11 @@ class ModelBenchmark(Benchmark):
         """
         import torch
 
+        # A fresh batch for every check (precisions share the model, which by now may have learnt the last
+        # one), the same on every rank so DDP's averaged gradient descends on it.
+        self._checks += 1
+        gen = torch.Generator().manual_seed(CHECK_SEED + self._checks)
+        fixed = tuple(t.to(ctx.device) for t in self.make_samples(self.args["batch_size"], gen))
         want = self.args["check_steps"]
         seen: list[float] = []
         done = attempts = 0
@@ -515,7 +518,7 @@ class ModelBenchmark(Benchmark):
         while done < want and attempts < want + 24:
             torch.manual_seed(CHECK_SEED)  # the same dropout masks every time
             before = prec.scale()
-            value = float(step(self.fixed_batch))
+            value = float(step(fixed))
             attempts += 1
             if not math.isfinite(value):
                 raise CheckFailed(
@@ -526,7 +529,7 @@ class ModelBenchmark(Benchmark):
                 done += 1
         torch.manual_seed(CHECK_SEED)
         with torch.no_grad(), prec.autocast():
-            *inputs, labels = self.fixed_batch
+            *inputs, labels = fixed
             after = float(self.loss(model(*inputs), labels))
         first = seen[0]
         if not math.isfinite(after):

@@ -18,16 +18,19 @@ ROOT = Path(__file__).resolve().parents[3]
 SMALL_LSTM = {"input_size": 16, "hidden_size": 32, "num_layers": 2, "seq_len": 6}
 
 
+@pytest.mark.slow
 def test_mixed_precisions_and_ordered_percentiles_over_many_steps():
     # (An LSTM cannot run fp16 on a CPU: oneDNN has no fp16 LSTM there. GPUs run it.)
-    params = tiny_params("pytorch-resnet18", image_size=32, num_steps=5, num_warmup=1, check_steps=2,
-                         precision=["float32", "bfloat16", "float16"])  # fmt: skip
-    env = run_benchmark("pytorch-resnet18", params)
-    check_envelope(env, ["fp32", "bf16", "fp16"], ["train", "inference"], tflops=False)
+    # (A CNN at a tiny image size normalises batch statistics of two values and overflows fp16 now
+    # and then; GPT-2's layer norms keep it in range.)
+    params = tiny_params("pytorch-gpt2-small", num_steps=3, num_warmup=1, check_steps=2,
+                         precision=["bfloat16", "float16"])  # fmt: skip
+    env = run_benchmark("pytorch-gpt2-small", params)
+    check_envelope(env, ["bf16", "fp16"], ["train", "inference"], tflops=True)
     r = env["result"]
-    # With 5 steps the median is the 3rd value either way round, so the median throughput is the
+    # With 3 steps the median is the 2nd value either way round, so the median throughput is the
     # throughput of the median step.
-    for p in ("fp32", "bf16", "fp16"):
+    for p in ("bf16", "fp16"):
         median_ms = r[f"{p}_inference_step_time_50"][0]
         assert r[f"{p}_inference_throughput_50"][0] == pytest.approx(params["batch_size"] * 1000 / median_ms)
         assert r[f"{p}_inference_step_time_50"][0] <= r[f"{p}_inference_step_time_99.9"][0]
