@@ -6,7 +6,7 @@ hand in the same process with the same model, optimizer, loss and batch.
 Rounds alternate between the two so drifting machine load hits both alike;
 the ratio is of the medians. Target: within 5% (ratio <= 1.05).
 
-    .venv/bin/python bench/model_overhead.py [--batch 4] [--image 224] [--steps 10] [--rounds 5]
+    .venv/bin/python bench/model_overhead.py [--batch 2] [--image 112] [--steps 10] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def through_benchmark(batch: int, image: int, warmup: int, steps: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--image", type=int, default=224)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--image", type=int, default=112)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
