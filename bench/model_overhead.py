@@ -4,7 +4,8 @@ resnet18 (torchvision, fp32, CPU) trained with SGD: the step time the
 ``pytorch-resnet18`` benchmark reports, against a training loop written by
 hand in the same process with the same model, optimizer, loss and batch.
 Rounds alternate between the two so drifting machine load hits both alike;
-the ratio is of the medians. Target: within 5% (ratio <= 1.05).
+the ratio is of the fastest rounds (least disturbed by
+other load), and of the medians. Target: within 5% (ratio <= 1.05).
 
     .venv/bin/python bench/model_overhead.py [--batch 2] [--image 112] [--steps 10] [--rounds 5]
 """
@@ -80,10 +81,13 @@ def main() -> int:
             f"round {r + 1}: bare loop {bare[-1]:8.2f} ms/step   benchmark {bench[-1]:8.2f} ms/step",
             flush=True,
         )
-    mb, mh = statistics.median(bare), statistics.median(bench)
-    ratio = mh / mb
-    print(f"median: bare loop {mb:.2f} ms/step, through the benchmark {mh:.2f} ms/step")
-    print(f"ratio benchmark/bare = {ratio:.3f} ({'within' if ratio <= 1.05 else 'OUTSIDE'} the 5% target)")
+    # The fastest round is the one least disturbed by other load on the machine; the median is printed too.
+    for label, pick in (("fastest round", min), ("median", statistics.median)):
+        b, h = pick(bare), pick(bench)
+        ratio = h / b
+        verdict = "within" if ratio <= 1.05 else "OUTSIDE"
+        print(f"{label}: bare loop {b:.2f} ms/step, through the benchmark {h:.2f} ms/step, "
+              f"ratio {ratio:.3f} ({verdict} the 5% target)")  # fmt: skip
     return 0
 
 
