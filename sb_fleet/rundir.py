@@ -104,8 +104,13 @@ class RunDir:
     # -- lifecycle ---------------------------------------------------------------------------
     @classmethod
     def create(cls, path: Path | None = None, root: Path = Path("runs")) -> RunDir:
+        """A new run directory. Its run id names the run's files on every host, so it is unique
+        even when two directories share a name (``--run-dir a/run`` and ``--run-dir b/run``)."""
         if path is None:
             path = Path(root) / new_run_id()
+            run_id = path.name
+        else:
+            run_id = f"{safe_name(Path(path).name)}-{secrets.token_hex(3)}"
         path = Path(path)
         if (path / MANIFEST).exists():
             return cls.open(path)
@@ -120,7 +125,7 @@ class RunDir:
             {
                 "schema_version": SCHEMA_VERSION,
                 "tool": "sb-fleet",
-                "run_id": path.name,
+                "run_id": run_id,
                 "sb_fleet_version": __version__,
                 "created": utcnow(),
                 "commands": [],
@@ -148,6 +153,11 @@ class RunDir:
                 f"understands ({SCHEMA_VERSION}); use sb-fleet {data.get('sb_fleet_version', '?')} to read it"
             )
         return cls(path)
+
+    @property
+    def run_id(self) -> str:
+        """The id that names this run's workspace on the hosts (``runs/<run-id>/``)."""
+        return str(self.manifest().get("run_id") or self.path.name)
 
     # -- manifest ----------------------------------------------------------------------------
     def manifest(self) -> dict:

@@ -67,7 +67,7 @@ class Session:
 
     @property
     def run_id(self) -> str:
-        return self.rd.path.name
+        return self.rd.run_id
 
     @property
     def forks(self) -> int:
@@ -120,7 +120,7 @@ def open_session(opts: Options, create: bool = True) -> Session:
         log.warning("HOST KEY CHECKING IS OFF (--insecure-no-host-key-checking): any host can impersonate "
                     "any other; never use this on a production fleet")
         print("sb-fleet: WARNING: host key checking is OFF for this run", file=sys.stderr)
-    rendered = render_playbooks(plan, config, inventory, rd.path.name, rd.sub("playbooks"))
+    rendered = render_playbooks(plan, config, inventory, rd.run_id, rd.sub("playbooks"))
     return Session(opts, rd, config, inventory, plan, ssh, rendered, Progress(enabled=opts.progress))
 
 
