@@ -207,7 +207,7 @@ def keys_wo(keys: tuple[str, ...], pos: int) -> list[str]:
 
 
 def _bad_values(path: str, lineno: int, node: str, bad: list[tuple[str, Any]]) -> LineProblem:
-    shown = ", ".join(f"{k}={v!r}"[:80] for k, v in bad[:3])
+    shown = ", ".join(f"{k!r}={v!r}"[:80] for k, v in bad[:3])
     more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
     return LineProblem(path, lineno, f"node {node!r}: non-numeric value(s) ignored: {shown}{more}")
 
