@@ -47,16 +47,24 @@ def main() -> int:
         show("default fleet (local)", *timed(["validate", "--run-dir", str(tmp / f"default{i}")]))
     fleet = SshFleet(4, base=10, subnet="127.0.5").start()
     try:
-        cfg = fleet.config((ROOT / "configs" / "cpu.yaml").read_text().replace(
-            "  venv: true", f"  venv: true\n  known_hosts: {fleet.known_hosts}"), "cpu-fleet.yaml")
+        cfg = fleet.config(
+            (ROOT / "configs" / "cpu.yaml")
+            .read_text()
+            .replace("  venv: true", f"  venv: true\n  known_hosts: {fleet.known_hosts}"),
+            "cpu-fleet.yaml",
+        )
         inv = fleet.inventory()
         for i in range(args.repeat):
-            show("4-host SSH fleet", *timed(["validate", "-i", str(inv), "-c", str(cfg),
-                                             "--run-dir", str(tmp / f"fleet{i}")]))
+            show(
+                "4-host SSH fleet",
+                *timed(["validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp / f"fleet{i}")]),
+            )
     finally:
         fleet.cleanup()
-    print(f"machine: {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores; "
-          f"load {open('/proc/loadavg').read().split()[:3]}")
+    print(
+        f"machine: {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores; "
+        f"load {Path('/proc/loadavg').read_text().split()[:3]}"
+    )
     return 0
 
 

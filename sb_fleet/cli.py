@@ -25,15 +25,28 @@ PathArg = click.Path(path_type=Path)
 
 def _common(f: Callable) -> Callable:
     opts = [
-        click.option("-i", "--inventory", type=PathArg, help="Ansible inventory (INI or YAML). Default: this machine."),
-        click.option("-c", "--config", type=PathArg, help="benchmark config (SuperBench format + fleet/gates)."),
+        click.option(
+            "-i", "--inventory", type=PathArg, help="Ansible inventory (INI or YAML). Default: this machine."
+        ),
+        click.option(
+            "-c", "--config", type=PathArg, help="benchmark config (SuperBench format + fleet/gates)."
+        ),
         click.option("--run-dir", type=PathArg, help="run directory (default: a new runs/<run-id>/)."),
         click.option("--limit", help="only these hosts or groups (comma-separated, globs allowed)."),
-        click.option("--forks", type=click.IntRange(1, 5000), help="hosts handled at once (default: fleet.forks)."),
-        click.option("--accept-new-host-keys", is_flag=True,
-                     help="record the host key of hosts never seen before (changed keys are still refused)."),
-        click.option("--insecure-no-host-key-checking", is_flag=True, hidden=False,
-                     help="DANGEROUS: do not verify host keys at all (logged loudly)."),
+        click.option(
+            "--forks", type=click.IntRange(1, 5000), help="hosts handled at once (default: fleet.forks)."
+        ),
+        click.option(
+            "--accept-new-host-keys",
+            is_flag=True,
+            help="record the host key of hosts never seen before (changed keys are still refused).",
+        ),
+        click.option(
+            "--insecure-no-host-key-checking",
+            is_flag=True,
+            hidden=False,
+            help="DANGEROUS: do not verify host keys at all (logged loudly).",
+        ),
         click.option("--quiet", is_flag=True, help="no progress display."),
     ]
     for o in reversed(opts):
@@ -45,11 +58,18 @@ def _options(kw: dict[str, Any], **extra: Any):  # noqa: ANN202
     from sb_fleet.workflow import Options
 
     return Options(
-        config=kw.get("config"), inventory=kw.get("inventory"), run_dir=kw.get("run_dir"),
-        dry_run=bool(kw.get("dry_run")), accept_new_host_keys=bool(kw.get("accept_new_host_keys")),
-        insecure_no_host_key_checking=bool(kw.get("insecure_no_host_key_checking")), limit=kw.get("limit"),
-        forks=kw.get("forks"), resume=bool(kw.get("resume")), progress=not kw.get("quiet"),
-        argv=["sb-fleet", *sys.argv[1:]], **extra,
+        config=kw.get("config"),
+        inventory=kw.get("inventory"),
+        run_dir=kw.get("run_dir"),
+        dry_run=bool(kw.get("dry_run")),
+        accept_new_host_keys=bool(kw.get("accept_new_host_keys")),
+        insecure_no_host_key_checking=bool(kw.get("insecure_no_host_key_checking")),
+        limit=kw.get("limit"),
+        forks=kw.get("forks"),
+        resume=bool(kw.get("resume")),
+        progress=not kw.get("quiet"),
+        argv=["sb-fleet", *sys.argv[1:]],
+        **extra,
     )
 
 
@@ -103,7 +123,9 @@ def _stage(kw: dict[str, Any], stage: str, create: bool = True) -> int:
 
 @main.command()
 @_common
-@click.option("--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host.")
+@click.option(
+    "--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host."
+)
 @_guard
 def deploy(**kw: Any) -> int:
     """Push the suite to every host, build its environment, record system facts."""
@@ -112,7 +134,9 @@ def deploy(**kw: Any) -> int:
 
 @main.command()
 @_common
-@click.option("--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host.")
+@click.option(
+    "--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host."
+)
 @click.option("--resume", is_flag=True, help="in an existing run directory, run only what has not finished.")
 @_guard
 def run(**kw: Any) -> int:
@@ -132,7 +156,9 @@ def collect(**kw: Any) -> int:
 
 @main.command()
 @_common
-@click.option("--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host.")
+@click.option(
+    "--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host."
+)
 @_guard
 def validate(**kw: Any) -> int:
     """deploy, run, collect and report in one command."""

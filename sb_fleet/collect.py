@@ -119,8 +119,10 @@ def store_member(root: Path, rel: str, stream: IO[bytes], want: str) -> bool:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.errno == 28:
-            raise InfraError(f"{dest}: no space left on the device while collecting; free space and "
-                             f"re-run collect (it fetches only what is missing)") from exc
+            raise InfraError(
+                f"{dest}: no space left on the device while collecting; free space and "
+                f"re-run collect (it fetches only what is missing)"
+            ) from exc
         raise
 
 
@@ -152,10 +154,16 @@ def connect(host: Host, ssh: SshSettings):  # noqa: ANN201 - paramiko.SSHClient
     key = host.vars.get("ansible_ssh_private_key_file") or host.vars.get("ansible_private_key_file")
     password = host.vars.get("ansible_password") or host.vars.get("ansible_ssh_pass")
     client.connect(
-        hostname=host.address, port=host.port, username=host.user or None,
-        key_filename=os.path.expanduser(str(key)) if key else None, password=str(password) if password else None,
-        timeout=ssh.connect_timeout, banner_timeout=ssh.connect_timeout, auth_timeout=ssh.connect_timeout,
-        allow_agent=True, look_for_keys=not key,
+        hostname=host.address,
+        port=host.port,
+        username=host.user or None,
+        key_filename=os.path.expanduser(str(key)) if key else None,
+        password=str(password) if password else None,
+        timeout=ssh.connect_timeout,
+        banner_timeout=ssh.connect_timeout,
+        auth_timeout=ssh.connect_timeout,
+        allow_agent=True,
+        look_for_keys=not key,
     )
     return client
 
@@ -168,8 +176,9 @@ def _exec(client, command: str, timeout: float) -> tuple[int, bytes, bytes]:  # 
 
 
 def listing_command(remote_dir: str) -> str:
-    return (f"cd {sh_path(remote_dir)} 2>/dev/null || exit 3; "
-            "find . -type f ! -name '.*' -exec sha256sum {} +")
+    return (
+        f"cd {sh_path(remote_dir)} 2>/dev/null || exit 3; find . -type f ! -name '.*' -exec sha256sum {{}} +"
+    )
 
 
 def collect_remote(t: CollectTarget, ssh: SshSettings, timeout: float) -> tuple[int, int]:
@@ -223,39 +232,68 @@ def collect_host(t: CollectTarget, ssh: SshSettings, timeout: float) -> HostOutc
     name = t.host.name
     try:
         fetched, listed = collect_local(t) if t.host.is_local else collect_remote(t, ssh, timeout)
-        return HostOutcome(name, "collect", Outcome.OK, f"fetched {fetched} of {listed} file(s)",
-                           round(time.monotonic() - t0, 3), {"fetched": fetched, "listed": listed})
+        return HostOutcome(
+            name,
+            "collect",
+            Outcome.OK,
+            f"fetched {fetched} of {listed} file(s)",
+            round(time.monotonic() - t0, 3),
+            {"fetched": fetched, "listed": listed},
+        )
     except InfraError:
         raise
     except paramiko.BadHostKeyException:
-        return HostOutcome(name, "collect", Outcome.HOSTKEY,
-                           f"host key of {t.host.address}:{t.host.port} does not match known_hosts "
-                           f"({ssh.known_hosts}): refused; if the host was re-imaged, remove its old key "
-                           f"(ssh-keygen -R) and re-run")
+        return HostOutcome(
+            name,
+            "collect",
+            Outcome.HOSTKEY,
+            f"host key of {t.host.address}:{t.host.port} does not match known_hosts "
+            f"({ssh.known_hosts}): refused; if the host was re-imaged, remove its old key "
+            f"(ssh-keygen -R) and re-run",
+        )
     except paramiko.SSHException as exc:
         text = str(exc)
         if "not found in known_hosts" in text:
-            return HostOutcome(name, "collect", Outcome.HOSTKEY,
-                               f"host {t.host.address}:{t.host.port} is not in {ssh.known_hosts}: refused "
-                               f"(first contact: --accept-new-host-keys)")
-        return HostOutcome(name, "collect", Outcome.UNREACHABLE, f"SSH: {text[:300]}",
-                           round(time.monotonic() - t0, 3), _kept(t.local_dir))
+            return HostOutcome(
+                name,
+                "collect",
+                Outcome.HOSTKEY,
+                f"host {t.host.address}:{t.host.port} is not in {ssh.known_hosts}: refused "
+                f"(first contact: --accept-new-host-keys)",
+            )
+        return HostOutcome(
+            name,
+            "collect",
+            Outcome.UNREACHABLE,
+            f"SSH: {text[:300]}",
+            round(time.monotonic() - t0, 3),
+            _kept(t.local_dir),
+        )
     except FileNotFoundError as exc:
         return HostOutcome(name, "collect", Outcome.FAILED, str(exc), round(time.monotonic() - t0, 3))
     except (OSError, EOFError, tarfile.TarError) as exc:
-        return HostOutcome(name, "collect", Outcome.UNREACHABLE,
-                           f"{type(exc).__name__}: {str(exc)[:300] or 'connection lost'}",
-                           round(time.monotonic() - t0, 3), _kept(t.local_dir))
+        return HostOutcome(
+            name,
+            "collect",
+            Outcome.UNREACHABLE,
+            f"{type(exc).__name__}: {str(exc)[:300] or 'connection lost'}",
+            round(time.monotonic() - t0, 3),
+            _kept(t.local_dir),
+        )
 
 
 def _kept(local_dir: Path) -> dict:
-    n = sum(1 for p in local_dir.rglob("*") if p.is_file() and not p.name.startswith(".")) if local_dir.exists() else 0
+    n = (
+        sum(1 for p in local_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
+        if local_dir.exists()
+        else 0
+    )
     return {"kept_files": n}
 
 
 def _batches(items: list[str], n: int) -> Iterable[list[str]]:
     for i in range(0, len(items), n):
-        yield items[i:i + n]
+        yield items[i : i + n]
 
 
 class CollectAborted(InfraError):
@@ -267,8 +305,13 @@ class CollectAborted(InfraError):
         self.outcomes = outcomes
 
 
-def collect_all(targets: list[CollectTarget], ssh: SshSettings, parallel: int, timeout: float,
-                progress: Callable[[str, str, str], None] | None = None) -> dict[str, HostOutcome]:
+def collect_all(
+    targets: list[CollectTarget],
+    ssh: SshSettings,
+    parallel: int,
+    timeout: float,
+    progress: Callable[[str, str, str], None] | None = None,
+) -> dict[str, HostOutcome]:
     """Collect every target in parallel (bounded); one outcome per host.
 
     A host's own trouble (unreachable, refused key, connection lost) is its outcome; trouble of the
@@ -287,7 +330,9 @@ def collect_all(targets: list[CollectTarget], ssh: SshSettings, parallel: int, t
             o = collect_host(t, ssh, timeout)
         except InfraError as exc:
             abort.append(exc)
-            o = HostOutcome(name, "collect", Outcome.PENDING, f"collect stopped: {exc}", details=_kept(t.local_dir))
+            o = HostOutcome(
+                name, "collect", Outcome.PENDING, f"collect stopped: {exc}", details=_kept(t.local_dir)
+            )
         if progress:
             progress(name, o.outcome.value, o.reason)
         return o
@@ -322,8 +367,9 @@ fi
 """
 
 
-def stop_runners(targets: list[CollectTarget], ssh: SshSettings, parallel: int,
-                 timeout: float = 30) -> dict[str, str]:
+def stop_runners(
+    targets: list[CollectTarget], ssh: SshSettings, parallel: int, timeout: float = 30
+) -> dict[str, str]:
     """Stop this run's runner on every target host, in parallel; host -> stopped|killed|finished|absent|error."""
     import subprocess
 
@@ -336,7 +382,9 @@ def stop_runners(targets: list[CollectTarget], ssh: SshSettings, parallel: int,
             client = connect(t.host, ssh)
             try:
                 rc, out, err = _exec(client, cmd, timeout)
-                return t.host.name, (out.decode(errors="replace").strip() or f"error: {err.decode(errors='replace')[:200]}")
+                return t.host.name, (
+                    out.decode(errors="replace").strip() or f"error: {err.decode(errors='replace')[:200]}"
+                )
             finally:
                 client.close()
         except Exception as exc:  # noqa: BLE001 - one host's trouble is its own line

@@ -133,8 +133,12 @@ def load_config(path: Path) -> Config:
     """Load and validate a config file; any problem is a :class:`ConfigError` naming file, line and field."""
     data, lines = load_yaml(Path(path), "config")
     if not isinstance(data, dict):
-        raise ConfigError(path, None, "the config must be a YAML mapping with a 'superbench' key",
-                          "see configs/cpu.yaml for an example")
+        raise ConfigError(
+            path,
+            None,
+            "the config must be a YAML mapping with a 'superbench' key",
+            "see configs/cpu.yaml for an example",
+        )
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

@@ -23,9 +23,15 @@ from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.rundir import atomic_write_text
 from sb_fleet.ssh import SshSettings
 
-HOSTKEY_MARKERS = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED",
-                   "No ED25519 host key is known", "No ECDSA host key is known", "No RSA host key is known",
-                   "host key for", "Host key for")
+HOSTKEY_MARKERS = (
+    "Host key verification failed",
+    "REMOTE HOST IDENTIFICATION HAS CHANGED",
+    "No ED25519 host key is known",
+    "No ECDSA host key is known",
+    "No RSA host key is known",
+    "host key for",
+    "Host key for",
+)
 
 # event -> progress word, for the live display
 ProgressFn = Callable[[str, str, str], None]  # (host, status, detail)
@@ -68,8 +74,10 @@ def classify(event: str, res: dict[str, Any]) -> tuple[Outcome, str]:
     text = f"{msg} {stderr}"
     if event == "runner_on_unreachable":
         if any(m in text for m in HOSTKEY_MARKERS):
-            return Outcome.HOSTKEY, ("host key unknown or changed: refused (check the host; if it was "
-                                     "re-imaged, update known_hosts; first contact: --accept-new-host-keys)")
+            return Outcome.HOSTKEY, (
+                "host key unknown or changed: refused (check the host; if it was "
+                "re-imaged, update known_hosts; first contact: --accept-new-host-keys)"
+            )
         return Outcome.UNREACHABLE, _one_line(msg or "unreachable")
     if "timed out" in text.lower() and "task" in text.lower():
         return Outcome.TIMEOUT, _one_line(msg)
@@ -172,8 +180,10 @@ def run_playbook(
         except Exception:
             pass
         if rc not in (2, 4):  # 2/4: some host failed/unreachable; anything else is ansible itself
-            raise InfraError(f"ansible-playbook failed to run {playbook.name} (rc={rc}): {tail}; "
-                             f"see {private_dir}/artifacts/{stage}/stdout")
+            raise InfraError(
+                f"ansible-playbook failed to run {playbook.name} (rc={rc}): {tail}; "
+                f"see {private_dir}/artifacts/{stage}/stdout"
+            )
     outcomes: dict[str, HostOutcome] = {}
     for h in hosts:
         if h in seen:

@@ -13,8 +13,10 @@ STAGES = ("deploy", "run", "collect", "benchmarks")
 
 
 def save_stage(rd: RunDir, stage: str, outcomes: dict[str, HostOutcome]) -> None:
-    rd.write_json(f"outcomes/{stage}.json", {"schema_version": 1, "stage": stage,
-                                              "hosts": [o.to_json() for o in outcomes.values()]})
+    rd.write_json(
+        f"outcomes/{stage}.json",
+        {"schema_version": 1, "stage": stage, "hosts": [o.to_json() for o in outcomes.values()]},
+    )
 
 
 def load_stage(rd: RunDir, stage: str) -> dict[str, HostOutcome] | None:
@@ -31,7 +33,11 @@ def merge(rd: RunDir, hosts: list[str]) -> dict[str, dict]:
     for h in hosts:
         stages = {s: per_stage[s][h] for s in STAGES if h in per_stage[s]}
         if not stages:
-            merged[h] = {"outcome": Outcome.PENDING.value, "reason": "no stage has run on this host", "stages": {}}
+            merged[h] = {
+                "outcome": Outcome.PENDING.value,
+                "reason": "no stage has run on this host",
+                "stages": {},
+            }
             continue
         w = worst([o.outcome for o in stages.values()])
         first_bad = next((o for o in stages.values() if o.outcome == w), None)

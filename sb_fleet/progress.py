@@ -95,7 +95,9 @@ class Progress:
         from rich.console import Console
         from rich.live import Live
 
-        self.live = Live(self._table(), console=Console(file=self.stream), refresh_per_second=4, transient=True)
+        self.live = Live(
+            self._table(), console=Console(file=self.stream), refresh_per_second=4, transient=True
+        )
         self.live.start()
 
     def _refresh(self) -> None:

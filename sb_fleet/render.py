@@ -40,17 +40,27 @@ class Rendered:
 def _env() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(playbooks_dir())),
-        variable_start_string="[[", variable_end_string="]]",
-        block_start_string="[%", block_end_string="%]",
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+        variable_start_string="[[",
+        variable_end_string="]]",
+        block_start_string="[%",
+        block_end_string="%]",
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
     )
 
 
 def suite_archive_bytes(src: Path | None = None) -> tuple[bytes, str]:
     """A reproducible tar.gz of the suite (sorted, fixed mtimes) and its digest, named by content."""
     src = src or suite_dir()
-    files = sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                   and not p.name.endswith((".pyc", ".egg-info")) and ".egg-info" not in str(p))
+    files = sorted(
+        p
+        for p in src.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and not p.name.endswith((".pyc", ".egg-info"))
+        and ".egg-info" not in str(p)
+    )
     h = hashlib.sha256()
     for p in files:
         h.update(str(p.relative_to(src)).encode() + b"\0" + p.read_bytes())
@@ -114,16 +124,28 @@ def needs_torch(plan: Plan) -> bool:
 
 
 def step_spec(run_id: str, step: Step) -> dict:
-    return {"schema_version": SPEC_VERSION, "run_id": run_id, "step": step.id,
-            "entries": [e.spec() for e in step.entries]}
+    return {
+        "schema_version": SPEC_VERSION,
+        "run_id": run_id,
+        "step": step.id,
+        "entries": [e.spec() for e in step.entries],
+    }
 
 
 def runner_args(run_id: str, step: Step, master_port: int) -> list[str]:
     # The spec travels inline in argv (no secrets in it): one task per host and step, no file copy.
     # Base64, so neither Ansible's templating nor any shell can read anything into it.
     spec = json.dumps(step_spec(run_id, step), separators=(",", ":"), sort_keys=True)
-    return ["-m", "sb_bench.runner", "--spec-b64", base64.b64encode(spec.encode()).decode(), "--results", f"runs/{run_id}/results",
-            "--master-port", str(master_port)]
+    return [
+        "-m",
+        "sb_bench.runner",
+        "--spec-b64",
+        base64.b64encode(spec.encode()).decode(),
+        "--results",
+        f"runs/{run_id}/results",
+        "--master-port",
+        str(master_port),
+    ]
 
 
 def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: str, out: Path) -> Rendered:
@@ -141,9 +163,18 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
     if config.fleet.runtime != "none":  # the image brings torch: the host needs neither a venv nor torch
         fleet["venv"] = False
     deploy = out / "deploy.yml"
-    atomic_write_text(deploy, env.get_template("deploy.yml.j2").render(
-        run_id=run_id, fleet=fleet, suite_archive=str(archive.resolve()), suite_digest=digest,
-        suite_b64=str(b64.resolve()), bootstrap=DEPLOY_BOOTSTRAP, needs_torch=needs_torch(plan) and config.fleet.runtime == "none"))
+    atomic_write_text(
+        deploy,
+        env.get_template("deploy.yml.j2").render(
+            run_id=run_id,
+            fleet=fleet,
+            suite_archive=str(archive.resolve()),
+            suite_digest=digest,
+            suite_b64=str(b64.resolve()),
+            bootstrap=DEPLOY_BOOTSTRAP,
+            needs_torch=needs_torch(plan) and config.fleet.runtime == "none",
+        ),
+    )
     runs = {}
     for step in plan.steps:
         spec = out / f"{step.id}.json"
@@ -156,13 +187,22 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
             node_file = out / f"{step.id}-nodes.yml"
             atomic_write_text(node_file, yaml.safe_dump({"sb_node_args": node_args}, default_flow_style=None))
         pb = out / f"{step.id}.yml"
-        atomic_write_text(pb, env.get_template("run.yml.j2").render(
-            run_id=run_id, fleet=fleet, step=step,
-            node_args_file=str(node_file.resolve()) if node_file else None,
-            runner_args=runner_args(run_id, step, config.fleet.master_port), run_env=run_env(config)))
+        atomic_write_text(
+            pb,
+            env.get_template("run.yml.j2").render(
+                run_id=run_id,
+                fleet=fleet,
+                step=step,
+                node_args_file=str(node_file.resolve()) if node_file else None,
+                runner_args=runner_args(run_id, step, config.fleet.master_port),
+                run_env=run_env(config),
+            ),
+        )
         runs[step.id] = pb
     extra = []
-    if config.fleet.runtime != "none":  # the steps run in the image; container-deploy.yml puts it on the hosts
+    if (
+        config.fleet.runtime != "none"
+    ):  # the steps run in the image; container-deploy.yml puts it on the hosts
         from sb_fleet.container_stage import render_container
 
         extra.append(render_container(plan, config, run_id, out, runs))

@@ -23,7 +23,9 @@ class SshSettings:
     connect_timeout: int = 10
 
     @classmethod
-    def from_fleet(cls, fleet: FleetSettings, accept_new: bool = False, insecure_off: bool = False) -> SshSettings:
+    def from_fleet(
+        cls, fleet: FleetSettings, accept_new: bool = False, insecure_off: bool = False
+    ) -> SshSettings:
         kh = Path(os.path.expanduser(fleet.known_hosts or "~/.ssh/known_hosts")).resolve()
         policy = "off" if insecure_off else ("accept-new" if accept_new else fleet.host_key_checking)
         return cls(kh, policy, fleet.ssh_connect_timeout)
@@ -31,9 +33,13 @@ class SshSettings:
     def openssh_args(self) -> str:
         strict = {"strict": "yes", "accept-new": "accept-new", "off": "no"}[self.policy]
         args = [
-            "-o ControlMaster=auto", "-o ControlPersist=120s",
-            f"-o StrictHostKeyChecking={strict}", f"-o UserKnownHostsFile={self.known_hosts}",
-            f"-o ConnectTimeout={self.connect_timeout}", "-o ServerAliveInterval=5", "-o ServerAliveCountMax=3",
+            "-o ControlMaster=auto",
+            "-o ControlPersist=120s",
+            f"-o StrictHostKeyChecking={strict}",
+            f"-o UserKnownHostsFile={self.known_hosts}",
+            f"-o ConnectTimeout={self.connect_timeout}",
+            "-o ServerAliveInterval=5",
+            "-o ServerAliveCountMax=3",
         ]
         return " ".join(args)
 

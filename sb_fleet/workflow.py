@@ -92,7 +92,11 @@ def _inputs(opts: Options, rd_path: Path | None) -> tuple[Path, Path]:
     if inv is None:
         inv = default_inventory()
     if cfg is None:
-        cfg = default_config() if Path(inv).resolve() == default_inventory().resolve() else root() / "configs" / "default.yaml"
+        cfg = (
+            default_config()
+            if Path(inv).resolve() == default_inventory().resolve()
+            else root() / "configs" / "default.yaml"
+        )
     return Path(cfg), Path(inv)
 
 
@@ -117,27 +121,42 @@ def open_session(opts: Options, create: bool = True) -> Session:
     _save_inputs(rd, cfg_path, inv_path, config, inventory, plan)
     ssh = SshSettings.from_fleet(config.fleet, opts.accept_new_host_keys, opts.insecure_no_host_key_checking)
     if ssh.policy == "off":
-        log.warning("HOST KEY CHECKING IS OFF (--insecure-no-host-key-checking): any host can impersonate "
-                    "any other; never use this on a production fleet")
+        log.warning(
+            "HOST KEY CHECKING IS OFF (--insecure-no-host-key-checking): any host can impersonate "
+            "any other; never use this on a production fleet"
+        )
         print("sb-fleet: WARNING: host key checking is OFF for this run", file=sys.stderr)
     rendered = render_playbooks(plan, config, inventory, rd.run_id, rd.sub("playbooks"))
     return Session(opts, rd, config, inventory, plan, ssh, rendered, Progress(enabled=opts.progress))
 
 
-def _save_inputs(rd: RunDir, cfg_path: Path, inv_path: Path, config: Config, inv: Inventory, plan: Plan) -> None:
+def _save_inputs(
+    rd: RunDir, cfg_path: Path, inv_path: Path, config: Config, inv: Inventory, plan: Plan
+) -> None:
     if cfg_path.resolve() != (rd.path / "config.yaml").resolve():
         atomic_write_bytes(rd.path / "config.yaml", cfg_path.read_bytes())
     rd.write_json("config.json", config.model_dump(mode="json"))
     inv_dir = rd.sub("inventory")
     # An inventory holding secrets is not copied; hosts.json keeps the hosts with secrets masked.
-    if not any(h.has_secrets() for h in inv.hosts) and inv_path.is_file() and inv_path.parent.resolve() != inv_dir.resolve():
+    if (
+        not any(h.has_secrets() for h in inv.hosts)
+        and inv_path.is_file()
+        and inv_path.parent.resolve() != inv_dir.resolve()
+    ):
         atomic_write_bytes(inv_dir / inv_path.name, inv_path.read_bytes())
     rd.write_json("inventory/hosts.json", inv.to_json())
-    rd.write_json("hosts.json", {"schema_version": 1,
-                                 "hosts": [{"name": h.name, "groups": list(h.groups)} for h in inv.hosts]})
+    rd.write_json(
+        "hosts.json",
+        {"schema_version": 1, "hosts": [{"name": h.name, "groups": list(h.groups)} for h in inv.hosts]},
+    )
     rd.write_json("plan.json", plan.to_json())
-    rd.update_manifest(config_source=str(cfg_path.resolve()), inventory_sources=[str(Path(s).resolve()) for s in inv.sources],
-                       python=sys.version.split()[0], sb_fleet_version=__version__, ansible_core=_ansible_version())
+    rd.update_manifest(
+        config_source=str(cfg_path.resolve()),
+        inventory_sources=[str(Path(s).resolve()) for s in inv.sources],
+        python=sys.version.split()[0],
+        sb_fleet_version=__version__,
+        ansible_core=_ansible_version(),
+    )
 
 
 def _ansible_version() -> str | None:
@@ -155,16 +174,26 @@ def _python_for_ansible() -> str:
 
 def dry_run(s: Session) -> str:
     pb = s.rd.path / "playbooks"
-    return (f"{s.plan.describe()}\n\nrendered into {pb}:\n" +
-            "\n".join(f"  {p.name}" for p in sorted(pb.iterdir()) if p.suffix in (".yml", ".json")))
+    return f"{s.plan.describe()}\n\nrendered into {pb}:\n" + "\n".join(
+        f"  {p.name}" for p in sorted(pb.iterdir()) if p.suffix in (".yml", ".json")
+    )
 
 
 # -- stages -----------------------------------------------------------------------------------------
 def deploy(s: Session) -> dict[str, HostOutcome]:
     hosts = list(s.plan.hosts)
     with s.progress.stage("deploy", hosts):
-        res = run_playbook("deploy", s.rendered.deploy, s.inventory, hosts, s.rd.sub("ansible", "deploy"), s.ssh,
-                           s.forks, _python_for_ansible(), s.progress.update)
+        res = run_playbook(
+            "deploy",
+            s.rendered.deploy,
+            s.inventory,
+            hosts,
+            s.rd.sub("ansible", "deploy"),
+            s.ssh,
+            s.forks,
+            _python_for_ansible(),
+            s.progress.update,
+        )
     for h, out in res.results.items():
         facts = _facts(out.get(HOSTPREP_TASK, {}))
         if facts:
@@ -226,8 +255,12 @@ class Interrupts:
         if self.signal is not None:
             raise KeyboardInterrupt
         self.signal = signal.Signals(signum).name
-        print(f"sb-fleet: {self.signal}: stopping; cleaning up the benchmarks still running on the hosts "
-              f"(again to abort at once)", file=sys.stderr, flush=True)
+        print(
+            f"sb-fleet: {self.signal}: stopping; cleaning up the benchmarks still running on the hosts "
+            f"(again to abort at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def fired(self) -> bool:
         return self.signal is not None
@@ -249,7 +282,9 @@ def run(s: Session) -> dict[str, HostOutcome]:
     hosts, skipped = _eligible(s, "deploy")
     prev = (load_stage(s.rd, "run") or {}) if s.opts.resume else {}
     done = {h: _steps_done(prev.get(h)) for h in hosts}
-    outcomes: dict[str, HostOutcome] = {h: HostOutcome(h, "run", o.outcome, o.reason) for h, o in skipped.items()}
+    outcomes: dict[str, HostOutcome] = {
+        h: HostOutcome(h, "run", o.outcome, o.reason) for h, o in skipped.items()
+    }
     live = list(hosts)
     with s.progress.stage("run", hosts), Interrupts() as intr:
         for step in s.plan.steps:
@@ -258,13 +293,19 @@ def run(s: Session) -> dict[str, HostOutcome]:
             todo = [h for h in live if step.id not in done[h]]
             targets = todo
             if step.multi_node:
-                in_groups = [g for g in step.groups if all(h in live for h in g.hosts)
-                             and any(h in todo for h in g.hosts)]
+                in_groups = [
+                    g
+                    for g in step.groups
+                    if all(h in live for h in g.hosts) and any(h in todo for h in g.hosts)
+                ]
                 targets = [h for g in in_groups for h in g.hosts]
                 for h in todo:
                     if h not in targets and h not in outcomes:
-                        why = ("fits no full node group" if h in step.left_out
-                               else "a host of its node group is not available")
+                        why = (
+                            "fits no full node group"
+                            if h in step.left_out
+                            else "a host of its node group is not available"
+                        )
                         outcomes.setdefault(h, HostOutcome(h, "run", Outcome.SKIPPED, f"{step.id}: {why}"))
             for h in live:
                 if h not in targets and step.id in done[h]:
@@ -273,10 +314,22 @@ def run(s: Session) -> dict[str, HostOutcome]:
             if s.opts.resume:
                 from sb_fleet.render import runner_args
 
-                extra = {"sb_runner_args": [*runner_args(s.run_id, step, s.config.fleet.master_port), "--resume"]}
-            res = run_playbook(f"run-{step.id}", s.rendered.runs[step.id], s.inventory, targets,
-                               s.rd.sub("ansible", f"run-{step.id}"), s.ssh, s.forks, _python_for_ansible(),
-                               s.progress.update, cancel=intr.fired, extravars=extra)
+                extra = {
+                    "sb_runner_args": [*runner_args(s.run_id, step, s.config.fleet.master_port), "--resume"]
+                }
+            res = run_playbook(
+                f"run-{step.id}",
+                s.rendered.runs[step.id],
+                s.inventory,
+                targets,
+                s.rd.sub("ansible", f"run-{step.id}"),
+                s.ssh,
+                s.forks,
+                _python_for_ansible(),
+                s.progress.update,
+                cancel=intr.fired,
+                extravars=extra,
+            )
             if s.config.fleet.runtime != "none":
                 from sb_fleet.container_stage import record_run
 
@@ -290,8 +343,15 @@ def run(s: Session) -> dict[str, HostOutcome]:
                         live.remove(h)
             if intr.fired():
                 unfinished = [h for h in targets if res.outcomes[h].outcome == Outcome.PENDING]
-                s.rd.write_json("interrupted.json", {"signal": intr.signal, "at": utcnow(), "step": step.id,
-                                                     "cleanup": _stop_remote(s, unfinished)})
+                s.rd.write_json(
+                    "interrupted.json",
+                    {
+                        "signal": intr.signal,
+                        "at": utcnow(),
+                        "step": step.id,
+                        "cleanup": _stop_remote(s, unfinished),
+                    },
+                )
     steps = [st.id for st in s.plan.steps]
     for h in hosts:
         missing = [st for st in steps if st not in done[h]]
@@ -301,16 +361,24 @@ def run(s: Session) -> dict[str, HostOutcome]:
         elif not missing:
             outcomes[h] = HostOutcome(h, "run", Outcome.OK, details={"steps_done": sorted(done[h])})
         else:
-            why = (f"interrupted ({intr.signal}) before {', '.join(missing)} finished; "
-                   f"sb-fleet run --resume --run-dir {s.rd.path} runs what is missing") if intr.fired() \
+            why = (
+                (
+                    f"interrupted ({intr.signal}) before {', '.join(missing)} finished; "
+                    f"sb-fleet run --resume --run-dir {s.rd.path} runs what is missing"
+                )
+                if intr.fired()
                 else f"{', '.join(missing)} not run"
+            )
             outcomes[h] = HostOutcome(h, "run", Outcome.PENDING, why, details={"steps_done": sorted(done[h])})
     save_stage(s.rd, "run", outcomes)
     s.interrupted = intr.signal
     if intr.fired():
         n = sum(1 for o in outcomes.values() if o.outcome == Outcome.PENDING)
-        print(f"sb-fleet: interrupted: {n} host(s) did not finish (see {s.rd.path}/outcomes.md); "
-              f"sb-fleet run --resume --run-dir {s.rd.path} does only what is missing", file=sys.stderr)
+        print(
+            f"sb-fleet: interrupted: {n} host(s) did not finish (see {s.rd.path}/outcomes.md); "
+            f"sb-fleet run --resume --run-dir {s.rd.path} does only what is missing",
+            file=sys.stderr,
+        )
     return outcomes
 
 
@@ -320,8 +388,14 @@ def _stop_remote(s: Session, hosts: list[str]) -> dict[str, str]:
         return {}
     from sb_fleet.collect import stop_runners
 
-    targets = [CollectTarget(s.inventory.get(h), f"{s.plan.host_setup[h].workspace.rstrip('/')}/runs/{s.run_id}/results",
-                             s.rd.raw_host(h) / "results") for h in hosts]
+    targets = [
+        CollectTarget(
+            s.inventory.get(h),
+            f"{s.plan.host_setup[h].workspace.rstrip('/')}/runs/{s.run_id}/results",
+            s.rd.raw_host(h) / "results",
+        )
+        for h in hosts
+    ]
     return stop_runners(targets, s.ssh, s.forks, timeout=30)
 
 
@@ -331,12 +405,22 @@ def collect(s: Session) -> dict[str, HostOutcome]:
     targets_hosts = [h for h in s.plan.hosts if h not in prev or prev[h].outcome != Outcome.SKIPPED]
     outcomes: dict[str, HostOutcome] = {
         h: HostOutcome(h, "collect", Outcome.SKIPPED, f"run skipped: {prev[h].reason}")
-        for h in s.plan.hosts if h not in targets_hosts}
-    targets = [CollectTarget(s.inventory.get(h), f"{s.plan.host_setup[h].workspace.rstrip('/')}/runs/{s.run_id}/results",
-                             s.rd.raw_host(h) / "results") for h in targets_hosts]
+        for h in s.plan.hosts
+        if h not in targets_hosts
+    }
+    targets = [
+        CollectTarget(
+            s.inventory.get(h),
+            f"{s.plan.host_setup[h].workspace.rstrip('/')}/runs/{s.run_id}/results",
+            s.rd.raw_host(h) / "results",
+        )
+        for h in targets_hosts
+    ]
     try:
         with s.progress.stage("collect", targets_hosts):
-            outcomes.update(collect_all(targets, s.ssh, s.forks, s.config.fleet.collect_timeout, s.progress.update))
+            outcomes.update(
+                collect_all(targets, s.ssh, s.forks, s.config.fleet.collect_timeout, s.progress.update)
+            )
     except CollectAborted as exc:
         # The control node's disk is full: record who was collected if the disk still takes it, then stop.
         outcomes.update(exc.outcomes)
@@ -367,14 +451,22 @@ def normalize(rd: RunDir, plan: Plan) -> dict[str, HostOutcome]:
             problems[h] = hr.problems
         if any(st["status"] == "timeout" for _, st in bad):
             k, st = next((k, st) for k, st in bad if st["status"] == "timeout")
-            outcomes[h] = HostOutcome(h, "benchmarks", Outcome.TIMEOUT, f"{k}: {st['reason']}",
-                                      details={"entries": hr.statuses})
+            outcomes[h] = HostOutcome(
+                h, "benchmarks", Outcome.TIMEOUT, f"{k}: {st['reason']}", details={"entries": hr.statuses}
+            )
         elif bad or hr.problems:
             reason = f"{bad[0][0]}: {bad[0][1]['reason']}" if bad else hr.problems[0]
-            outcomes[h] = HostOutcome(h, "benchmarks", Outcome.FAILED, reason, details={"entries": hr.statuses})
+            outcomes[h] = HostOutcome(
+                h, "benchmarks", Outcome.FAILED, reason, details={"entries": hr.statuses}
+            )
         elif absent:
-            outcomes[h] = HostOutcome(h, "benchmarks", Outcome.FAILED, f"no result for {', '.join(absent)}",
-                                      details={"entries": hr.statuses})
+            outcomes[h] = HostOutcome(
+                h,
+                "benchmarks",
+                Outcome.FAILED,
+                f"no result for {', '.join(absent)}",
+                details={"entries": hr.statuses},
+            )
         else:
             outcomes[h] = HostOutcome(h, "benchmarks", Outcome.OK, details={"entries": hr.statuses})
     atomic_write_text(rd.path / "results-summary.jsonl", "".join(ln + "\n" for ln in lines))

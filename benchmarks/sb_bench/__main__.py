@@ -1,9 +1,9 @@
 """Command line of the on-host suite.
 
-    python -m sb_bench list [--json]            every benchmark, its parameters and metrics
-    python -m sb_bench exec NAME --params JSON --out DIR
-                                                run one benchmark on this rank (used by the runner)
-    python -m sb_bench.micro.gemm_flops --help  any benchmark module standalone
+python -m sb_bench list [--json]            every benchmark, its parameters and metrics
+python -m sb_bench exec NAME --params JSON --out DIR
+                                            run one benchmark on this rank (used by the runner)
+python -m sb_bench.micro.gemm_flops --help  any benchmark module standalone
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ def describe(name: str) -> dict[str, Any]:
         "type": cls.kind,
         "description": cls.description,
         "parameters": {
-            k: {"type": p.type, "default": p.default, "help": p.help, **({"choices": list(p.choices)} if p.choices else {})}
+            k: {
+                "type": p.type,
+                "default": p.default,
+                "help": p.help,
+                **({"choices": list(p.choices)} if p.choices else {}),
+            }
             for k, p in cls.all_params().items()
         },
         "metrics": metrics,

@@ -52,7 +52,9 @@ COMMON_PARAMS: dict[str, Param] = {
     "num_steps": Param("int", 64, "timed steps per run (ignored when duration > 0)"),
     "duration": Param("float", 0.0, "seconds to run each case instead of num_steps (0: use num_steps)"),
     "run_count": Param("int", 1, "how many times to repeat the measurement (the spread is reported)"),
-    "device": Param("str", "auto", "where to run: auto (cuda if present), cuda or cpu", ("auto", "cuda", "cpu")),
+    "device": Param(
+        "str", "auto", "where to run: auto (cuda if present), cuda or cpu", ("auto", "cuda", "cpu")
+    ),
 }
 
 
@@ -89,7 +91,9 @@ class Benchmark:
         norm = {str(k).replace("-", "_"): v for k, v in (given or {}).items()}
         unknown = sorted(set(norm) - set(spec))
         if unknown:
-            raise ValueError(f"unknown parameter {unknown[0]!r} for {cls.name}; known: {', '.join(sorted(spec))}")
+            raise ValueError(
+                f"unknown parameter {unknown[0]!r} for {cls.name}; known: {', '.join(sorted(spec))}"
+            )
         out = {}
         for pname, p in spec.items():
             out[pname] = p.parse(pname, norm[pname]) if pname in norm else p.default

@@ -79,17 +79,38 @@ def run_benchmark(name: str, given: Mapping[str, Any] | None = None, ctx: RankCo
     try:
         cls = registry.get(name)
     except KeyError as exc:
-        return failure(name, "micro", ReturnCode.INVALID_BENCHMARK_TYPE, str(exc).strip("'\""), rank=rank,
-                       world_size=world, start_time=start)
+        return failure(
+            name,
+            "micro",
+            ReturnCode.INVALID_BENCHMARK_TYPE,
+            str(exc).strip("'\""),
+            rank=rank,
+            world_size=world,
+            start_time=start,
+        )
     except Exception as exc:  # the module failed to import: a broken host environment
-        return failure(name, "micro", ReturnCode.RUNTIME_EXCEPTION_ERROR,
-                       f"cannot import benchmark module: {type(exc).__name__}: {exc}", rank=rank,
-                       world_size=world, start_time=start)
+        return failure(
+            name,
+            "micro",
+            ReturnCode.RUNTIME_EXCEPTION_ERROR,
+            f"cannot import benchmark module: {type(exc).__name__}: {exc}",
+            rank=rank,
+            world_size=world,
+            start_time=start,
+        )
     try:
         args = cls.parse_params(dict(given or {}))
     except ValueError as exc:
-        return failure(name, cls.kind, ReturnCode.INVALID_ARGUMENT, str(exc), rank=rank, world_size=world,
-                       start_time=start, params=dict(given or {}))
+        return failure(
+            name,
+            cls.kind,
+            ReturnCode.INVALID_ARGUMENT,
+            str(exc),
+            rank=rank,
+            world_size=world,
+            start_time=start,
+            params=dict(given or {}),
+        )
     # System health alongside (SB_MONITOR_INTERVAL seconds; off by default): the summary goes into
     # the result, failed or not — an XID or a power cap explains a slow or failed run.
     from sb_bench import monitor
@@ -118,8 +139,17 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
     world = ctx.world_size if ctx else int(os.environ.get("WORLD_SIZE", "1") or 1)
 
     def fail(code: int, reason: str, status: str = "failed") -> dict:
-        return failure(cls.name, cls.kind, code, reason, rank=rank, world_size=world, status=status,
-                       start_time=start, params=args)
+        return failure(
+            cls.name,
+            cls.kind,
+            code,
+            reason,
+            rank=rank,
+            world_size=world,
+            status=status,
+            start_time=start,
+            params=args,
+        )
 
     try:
         if ctx is None:
@@ -128,7 +158,9 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
             try:
                 ctx.init_distributed()
             except Exception as exc:
-                return fail(ReturnCode.DISTRIBUTED_SETTING_INIT_FAILURE, f"torch.distributed init failed: {exc}")
+                return fail(
+                    ReturnCode.DISTRIBUTED_SETTING_INIT_FAILURE, f"torch.distributed init failed: {exc}"
+                )
         metrics = bench.metrics()
         harness = Harness(args)
         bench.setup(ctx)
@@ -150,7 +182,10 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         if isinstance(exc, KeyboardInterrupt):
             return fail(ReturnCode.KILLED, "interrupted")
         if _is_oom(exc):
-            return fail(ReturnCode.OUT_OF_MEMORY, f"out of memory: {(str(exc).splitlines() or [type(exc).__name__])[0][:300]}")
+            return fail(
+                ReturnCode.OUT_OF_MEMORY,
+                f"out of memory: {(str(exc).splitlines() or [type(exc).__name__])[0][:300]}",
+            )
         tb = traceback.extract_tb(exc.__traceback__)
         where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
         return fail(ReturnCode.RUNTIME_EXCEPTION_ERROR, f"{type(exc).__name__}: {exc}{where}")

@@ -52,8 +52,11 @@ def cpu_facts() -> dict:
                 mem_kb = int(line.split()[1])
     except OSError:
         pass
-    return {"cpu_model": model or platform.processor(), "cpu_count": os.cpu_count(),
-            "memory_gb": round(mem_kb / 1024 / 1024, 2)}
+    return {
+        "cpu_model": model or platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "memory_gb": round(mem_kb / 1024 / 1024, 2),
+    }
 
 
 def gpu_facts() -> dict:
@@ -64,28 +67,50 @@ def gpu_facts() -> dict:
         head = run(["nvidia-smi"])
         if "CUDA Version:" in head:
             cuda = head.split("CUDA Version:", 1)[1].split()[0]
-        return {"gpu_vendor": "nvidia", "gpu_count": len(rows), "gpu_model": rows[0][0],
-                "gpu_models": sorted({r[0] for r in rows}), "driver_version": rows[0][1], "cuda_version": cuda}
+        return {
+            "gpu_vendor": "nvidia",
+            "gpu_count": len(rows),
+            "gpu_model": rows[0][0],
+            "gpu_models": sorted({r[0] for r in rows}),
+            "driver_version": rows[0][1],
+            "cuda_version": cuda,
+        }
     out = run(["rocm-smi", "--showproductname", "--json"])
     if out:
         try:
             data = json.loads(out)
             names = [v.get("Card series") or v.get("Card SKU") or "AMD GPU" for v in data.values()]
-            return {"gpu_vendor": "amd", "gpu_count": len(names), "gpu_model": names[0],
-                    "gpu_models": sorted(set(names)), "driver_version": "", "cuda_version": ""}
+            return {
+                "gpu_vendor": "amd",
+                "gpu_count": len(names),
+                "gpu_model": names[0],
+                "gpu_models": sorted(set(names)),
+                "driver_version": "",
+                "cuda_version": "",
+            }
         except (ValueError, AttributeError):
             pass
     devs = glob.glob("/dev/nvidia[0-9]*")
-    return {"gpu_vendor": "nvidia" if devs else None, "gpu_count": len(devs), "gpu_model": None,
-            "gpu_models": [], "driver_version": None, "cuda_version": None}
+    return {
+        "gpu_vendor": "nvidia" if devs else None,
+        "gpu_count": len(devs),
+        "gpu_model": None,
+        "gpu_models": [],
+        "driver_version": None,
+        "cuda_version": None,
+    }
 
 
 def make_venv(base: str, venv: Path) -> str:
     """A venv on top of ``base`` that sees base's packages, even when base is itself a venv."""
     py = venv / "bin" / "python"
     if not py.exists():
-        subprocess.run([base, "-m", "venv", "--system-site-packages", str(venv)], check=True,
-                       capture_output=True, text=True)
+        subprocess.run(
+            [base, "-m", "venv", "--system-site-packages", str(venv)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     # --system-site-packages reaches only the *base interpreter's* site-packages; when base is a
     # venv (or conda env) its own site-packages are linked with a .pth file.
     base_site = run([base, "-c", "import sysconfig;print(sysconfig.get_paths()['purelib'])"])
@@ -96,16 +121,20 @@ def make_venv(base: str, venv: Path) -> str:
 
 
 def missing_imports(py: str) -> list[str]:
-    code = ("import importlib.util,json;"
-            f"print(json.dumps([m for m in {list(REQUIRED_IMPORTS)!r} if importlib.util.find_spec(m) is None]))")
+    code = (
+        "import importlib.util,json;"
+        f"print(json.dumps([m for m in {list(REQUIRED_IMPORTS)!r} if importlib.util.find_spec(m) is None]))"
+    )
     out = run([py, "-c", code], timeout=120)
     return json.loads(out) if out else list(REQUIRED_IMPORTS)
 
 
 def torch_facts(py: str) -> dict:
-    code = ("import json\ntry:\n import torch\n d={'torch_version':torch.__version__,"
-            "'torch_cuda':torch.version.cuda,'torch_gpu_count':torch.cuda.device_count() if torch.cuda.is_available() else 0}\n"
-            "except Exception as e:\n d={'torch_version':None,'torch_error':repr(e)[:200]}\nprint(json.dumps(d))")
+    code = (
+        "import json\ntry:\n import torch\n d={'torch_version':torch.__version__,"
+        "'torch_cuda':torch.version.cuda,'torch_gpu_count':torch.cuda.device_count() if torch.cuda.is_available() else 0}\n"
+        "except Exception as e:\n d={'torch_version':None,'torch_error':repr(e)[:200]}\nprint(json.dumps(d))"
+    )
     out = run([py, "-c", code], timeout=180)
     return json.loads(out) if out else {"torch_version": None, "torch_error": "could not run python"}
 
@@ -117,12 +146,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requirements", default="suite/requirements.txt")
     ap.add_argument("--min-free-gb", type=float, default=1.0)
     ap.add_argument("--require-gpu", action="store_true")
-    ap.add_argument("--no-torch", action="store_true",
-                    help="the plan runs only host benchmarks (noop): skip the torch checks (no torch import)")
+    ap.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="the plan runs only host benchmarks (noop): skip the torch checks (no torch import)",
+    )
     args = ap.parse_args(argv)
-    facts: dict = {"hostname": platform.node(), "os": platform.platform(), "python": sys.version.split()[0],
-                   "base_python": sys.executable, "workspace": os.getcwd(),
-                   "purelib": sysconfig.get_paths()["purelib"]}
+    facts: dict = {
+        "hostname": platform.node(),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "base_python": sys.executable,
+        "workspace": os.getcwd(),
+        "purelib": sysconfig.get_paths()["purelib"],
+    }
     facts.update(cpu_facts())
     facts.update(gpu_facts())
     facts["free_disk_gb"] = round(shutil.disk_usage(".").free / 1e9, 2)
@@ -133,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     if sys.version_info < MIN_PY:
-        return fail(f"python {facts['python']} is too old; the suite needs {'.'.join(map(str, MIN_PY))}+ "
-                    f"(set sb_python to a newer interpreter)")
+        return fail(
+            f"python {facts['python']} is too old; the suite needs {'.'.join(map(str, MIN_PY))}+ "
+            f"(set sb_python to a newer interpreter)"
+        )
     if facts["free_disk_gb"] < args.min_free_gb:
         return fail(f"only {facts['free_disk_gb']} GB free in the workspace, {args.min_free_gb} GB needed")
     if args.require_gpu and not facts.get("gpu_count"):
@@ -150,15 +189,21 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         missing = missing_imports(py)
         if args.install == "always" or (args.install == "auto" and missing):
-            r = subprocess.run([py, "-m", "pip", "install", "-q", "-r", args.requirements],
-                               capture_output=True, text=True, check=False)
+            r = subprocess.run(
+                [py, "-m", "pip", "install", "-q", "-r", args.requirements],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if r.returncode != 0:
                 tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
                 return fail(f"pip install of the suite's requirements failed: {tail[0][:300]}")
             missing = missing_imports(py)
         if missing:
-            return fail(f"missing on the host: {', '.join(missing)} (install them, or set "
-                        f"fleet.install_requirements to auto)")
+            return fail(
+                f"missing on the host: {', '.join(missing)} (install them, or set "
+                f"fleet.install_requirements to auto)"
+            )
     except subprocess.CalledProcessError as exc:
         return fail(f"cannot build the venv: {(exc.stderr or str(exc)).strip()[:300]}")
     facts.update(torch_facts(py))

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from sb_bench.benchmark import Benchmark
 
 
-
 def _modules() -> dict[str, str]:
     """Benchmark name -> the module that defines and registers it.
 

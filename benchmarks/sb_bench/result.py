@@ -91,11 +91,30 @@ def envelope(
     }
 
 
-def failure(name: str, kind: str, code: int, reason: str, *, rank: int = 0, world_size: int = 1,
-            status: str = "failed", start_time: str | None = None, params: dict | None = None) -> dict:
+def failure(
+    name: str,
+    kind: str,
+    code: int,
+    reason: str,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    status: str = "failed",
+    start_time: str | None = None,
+    params: dict | None = None,
+) -> dict:
     """A result file for a benchmark that produced no numbers: failed, timed out, killed or skipped."""
-    return envelope(name, kind, return_code=code, status=status, reason=reason, rank=rank,
-                    world_size=world_size, start_time=start_time, params=params)
+    return envelope(
+        name,
+        kind,
+        return_code=code,
+        status=status,
+        reason=reason,
+        rank=rank,
+        world_size=world_size,
+        start_time=start_time,
+        params=params,
+    )
 
 
 def _json_safe(obj: Any) -> Any:

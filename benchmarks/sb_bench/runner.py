@@ -121,7 +121,13 @@ class Runner:
             t0 = time.monotonic()
             er = self.run_entry(entry)
             st = summarize(er, self.interrupted)
-            st.update({"start": entries[key]["start"], "end": now_iso(), "duration_s": round(time.monotonic() - t0, 3)})
+            st.update(
+                {
+                    "start": entries[key]["start"],
+                    "end": now_iso(),
+                    "duration_s": round(time.monotonic() - t0, 3),
+                }
+            )
             entries[key] = st
             self.save_status(status)
             if st["status"] not in ("ok", "skipped"):
@@ -160,8 +166,17 @@ class Runner:
         return er
 
     def _exec_argv(self, entry: dict, out: Path) -> list[str]:
-        return [self.python, "-m", "sb_bench", "exec", entry["benchmark"], "--params",
-                json.dumps(entry.get("params") or {}), "--out", str(out)]
+        return [
+            self.python,
+            "-m",
+            "sb_bench",
+            "exec",
+            entry["benchmark"],
+            "--params",
+            json.dumps(entry.get("params") or {}),
+            "--out",
+            str(out),
+        ]
 
     def run_local(self, er: EntryRun, mode: dict, ranks: list[int], deadline: float) -> None:
         n = len(ranks)
@@ -200,12 +215,24 @@ class Runner:
                 raise SpecError(f"{er.key}: node_num {nnodes} needs --master-addr and --node-rank")
             node_rank = a.node_rank
             port = int(a.master_port) + int(er.entry.get("port_offset", 0))
-            argv += [f"--nnodes={nnodes}", f"--node_rank={node_rank}", f"--master_addr={a.master_addr}",
-                     f"--master_port={port}"]
+            argv += [
+                f"--nnodes={nnodes}",
+                f"--node_rank={node_rank}",
+                f"--master_addr={a.master_addr}",
+                f"--master_port={port}",
+            ]
             if a.local_addr:
                 argv.append(f"--local_addr={a.local_addr}")
-        argv += ["-m", "sb_bench", "exec", er.entry["benchmark"], "--params",
-                 json.dumps(er.entry.get("params") or {}), "--out", str(er.out)]
+        argv += [
+            "-m",
+            "sb_bench",
+            "exec",
+            er.entry["benchmark"],
+            "--params",
+            json.dumps(er.entry.get("params") or {}),
+            "--out",
+            str(er.out),
+        ]
         er.expected_ranks += [node_rank * nproc + i for i in range(nproc)]
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in (mode.get("env") or {}).items()})
@@ -217,8 +244,14 @@ class Runner:
     def spawn(self, argv: list[str], env: dict, log: Path, ranks: list[int]) -> Proc:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as f:
-            popen = subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+            popen = subprocess.Popen(
+                argv,
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         p = Proc(popen, ranks, log)
         self.live.append(p)
         with open(self.results / "runner.pgids", "a") as f:
@@ -262,14 +295,28 @@ class Runner:
             if f.exists():
                 continue
             if er.timed_out:
-                code, reason, st = ReturnCode.TIMEOUT, f"killed at its timeout of {er.entry.get('timeout')} s", "timeout"
+                code, reason, st = (
+                    ReturnCode.TIMEOUT,
+                    f"killed at its timeout of {er.entry.get('timeout')} s",
+                    "timeout",
+                )
             elif self.interrupted:
                 code, reason, st = ReturnCode.KILLED, f"interrupted ({self.interrupted})", "failed"
             else:
                 note = "; ".join(er.exit_notes)[:500] or "the process ended without writing a result"
                 code, reason, st = ReturnCode.NO_RESULT, note, "failed"
-            write_result(f, failure(name, er.entry.get("type", "micro"), code, reason, rank=rank, status=st,
-                                    params=er.entry.get("params")))
+            write_result(
+                f,
+                failure(
+                    name,
+                    er.entry.get("type", "micro"),
+                    code,
+                    reason,
+                    rank=rank,
+                    status=st,
+                    params=er.entry.get("params"),
+                ),
+            )
 
 
 def summarize(er: EntryRun, interrupted: str | None) -> dict:
@@ -279,8 +326,13 @@ def summarize(er: EntryRun, interrupted: str | None) -> dict:
         try:
             results.append(json.loads(f.read_text()))
         except (OSError, ValueError) as exc:
-            results.append({"return_code": int(ReturnCode.INVALID_BENCHMARK_RESULT), "status": "failed",
-                            "reason": f"{f.name}: unreadable ({exc})"})
+            results.append(
+                {
+                    "return_code": int(ReturnCode.INVALID_BENCHMARK_RESULT),
+                    "status": "failed",
+                    "reason": f"{f.name}: unreadable ({exc})",
+                }
+            )
     codes = [int(r.get("return_code", 1)) for r in results]
     statuses = [r.get("status", "failed") for r in results]
     bad = [r for r in results if int(r.get("return_code", 1)) != 0]
@@ -295,9 +347,14 @@ def summarize(er: EntryRun, interrupted: str | None) -> dict:
     else:
         st = "ok"
     reason = next((r.get("reason", "") for r in bad), "") or next(
-        (r.get("reason", "") for r in results if r.get("reason")), "")
-    return {"status": st, "return_code": max(codes, default=int(ReturnCode.NO_RESULT)), "reason": reason,
-            "ranks": len(results)}
+        (r.get("reason", "") for r in results if r.get("reason")), ""
+    )
+    return {
+        "status": st,
+        "return_code": max(codes, default=int(ReturnCode.NO_RESULT)),
+        "reason": reason,
+        "ranks": len(results),
+    }
 
 
 def _killpg(p: subprocess.Popen, sig: int) -> None:
@@ -331,7 +388,9 @@ def parse_spec(text: str, path: str) -> dict:
     if not isinstance(spec, dict):
         raise SpecError(f"{path}: the step spec must be a JSON object")
     if spec.get("schema_version") != SPEC_VERSION:
-        raise SpecError(f"{path}: spec schema_version {spec.get('schema_version')!r}, this runner reads {SPEC_VERSION}")
+        raise SpecError(
+            f"{path}: spec schema_version {spec.get('schema_version')!r}, this runner reads {SPEC_VERSION}"
+        )
     entries = spec.get("entries", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise SpecError(f"{path}: entries must be a list of objects")
@@ -347,8 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--spec", type=Path, help="the step spec (JSON file) rendered by sb-fleet")
     src.add_argument("--spec-json", help="the step spec inline (saves a file transfer per host and step)")
-    src.add_argument("--spec-b64", help="the step spec inline, base64 of its JSON (no characters any template "
-                                        "engine or shell could interpret)")
+    src.add_argument(
+        "--spec-b64",
+        help="the step spec inline, base64 of its JSON (no characters any template "
+        "engine or shell could interpret)",
+    )
     ap.add_argument("--results", required=True, type=Path, help="directory for results and status.json")
     ap.add_argument("--host", default="", help="inventory name of this host (recorded in status.json)")
     ap.add_argument("--resume", action="store_true", help="skip entries that already finished ok")

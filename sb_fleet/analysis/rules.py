@@ -94,7 +94,9 @@ def load_rules(path: Path) -> RuleSet:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
-        raise RulesError(path, where, f"not valid YAML ({' '.join(str(getattr(exc, 'problem', None) or exc).split())})") from exc
+        raise RulesError(
+            path, where, f"not valid YAML ({' '.join(str(getattr(exc, 'problem', None) or exc).split())})"
+        ) from exc
     try:
         model = RulesFile.model_validate(data)
     except ValidationError as exc:

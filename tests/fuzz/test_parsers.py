@@ -26,25 +26,100 @@ from sb_fleet.errors import SbFleetError
 pytestmark = pytest.mark.long
 
 N = int(os.environ.get("SB_FLEET_FUZZ_EXAMPLES", "10000"))
-SETTINGS = settings(max_examples=N, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    max_examples=N, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 REF = Path("/work/shared/reference/superbench-ndv4-quickscan")
 ROOT = Path(__file__).resolve().parents[2]
 
-WORDS = ["version", "fleet", "superbench", "gates", "enable", "benchmarks", "modes", "name", "proc_num",
-         "node_num", "prefix", "parallel", "env", "parameters", "timeout", "models", "frameworks", "var",
-         "monitor", "workspace", "forks", "runtime", "known_hosts", "host_key_checking", "limits", "baseline",
-         "policy", "local", "torch.distributed", "mpi", "gemm-flops", "noop", "rules", "function", "criteria",
-         "categories", "metrics", "store", "value", "variance", "multi_rules", "all", "node", "return_code",
-         "ansible_host", "ansible_port", "ansible_user", "ansible_connection", "sb_workspace", "sb_python",
-         "lambda x:x>1", "lambda x:__import__('os')", "{{ lookup('pipe','id') }}", "$(id)", "a;b", "~", "..",
-         "-1", "0", "1e309", "nan", "inf", "null", "true", "yes", "off", "8G", "\x00", "\n", ":", "- ", "&a", "*a"]
+WORDS = [
+    "version",
+    "fleet",
+    "superbench",
+    "gates",
+    "enable",
+    "benchmarks",
+    "modes",
+    "name",
+    "proc_num",
+    "node_num",
+    "prefix",
+    "parallel",
+    "env",
+    "parameters",
+    "timeout",
+    "models",
+    "frameworks",
+    "var",
+    "monitor",
+    "workspace",
+    "forks",
+    "runtime",
+    "known_hosts",
+    "host_key_checking",
+    "limits",
+    "baseline",
+    "policy",
+    "local",
+    "torch.distributed",
+    "mpi",
+    "gemm-flops",
+    "noop",
+    "rules",
+    "function",
+    "criteria",
+    "categories",
+    "metrics",
+    "store",
+    "value",
+    "variance",
+    "multi_rules",
+    "all",
+    "node",
+    "return_code",
+    "ansible_host",
+    "ansible_port",
+    "ansible_user",
+    "ansible_connection",
+    "sb_workspace",
+    "sb_python",
+    "lambda x:x>1",
+    "lambda x:__import__('os')",
+    "{{ lookup('pipe','id') }}",
+    "$(id)",
+    "a;b",
+    "~",
+    "..",
+    "-1",
+    "0",
+    "1e309",
+    "nan",
+    "inf",
+    "null",
+    "true",
+    "yes",
+    "off",
+    "8G",
+    "\x00",
+    "\n",
+    ":",
+    "- ",
+    "&a",
+    "*a",
+]
 
-scalars = st.one_of(st.sampled_from(WORDS), st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
-                    st.text(max_size=12))
+scalars = st.one_of(
+    st.sampled_from(WORDS),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+)
 # Small containers: generation must stay cheap (10,000 examples per parser within CI's budget).
-values = st.one_of(scalars, st.lists(scalars, max_size=3),
-                   st.dictionaries(st.sampled_from(WORDS), scalars, max_size=3))
+values = st.one_of(
+    scalars, st.lists(scalars, max_size=3), st.dictionaries(st.sampled_from(WORDS), scalars, max_size=3)
+)
 
 
 def mutate(draw, obj):  # noqa: ANN001, ANN201 - a hypothesis helper
@@ -78,7 +153,9 @@ def documents(draw, seeds: list, as_json: bool = False):  # noqa: ANN001, ANN201
     """Text of a mutated seed document, sometimes cut or spliced, sometimes garbage."""
     kind = draw(st.integers(0, 9))
     if kind == 0:
-        return draw(st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1"))))
+        return draw(
+            st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1")))
+        )
     doc = draw(st.sampled_from(seeds))
     for _ in range(draw(st.integers(1, 4))):
         doc = mutate(draw, doc)
@@ -93,7 +170,7 @@ def documents(draw, seeds: list, as_json: bool = False):  # noqa: ANN001, ANN201
         text = repr(doc)
     if kind == 1 and text:
         i = draw(st.integers(0, len(text)))
-        text = text[:i] + draw(st.text(max_size=10)) + text[i + draw(st.integers(0, 10)):]
+        text = text[:i] + draw(st.text(max_size=10)) + text[i + draw(st.integers(0, 10)) :]
     elif kind == 2 and text:
         text = text[: draw(st.integers(0, len(text)))]
     return text
@@ -122,10 +199,22 @@ _cpu = yaml.safe_load((ROOT / "configs" / "cpu.yaml").read_text())
 _cpu["superbench"]["benchmarks"] = dict(list(_cpu["superbench"]["benchmarks"].items())[:2])
 _cpu["superbench"].pop("var", None)
 CONFIG_SEEDS = [_cpu]
-CONFIG_SEEDS.append({"version": "v0.4", "fleet": {"forks": 8, "venv": False, "known_hosts": "/x"},
-                     "superbench": {"benchmarks": {"noop": {"timeout": 5, "modes": [{"name": "local", "proc_num": 2}],
-                                                            "parameters": {"sleep": 1}}}},
-                     "gates": {"fleet": {"enabled": False}, "policy": {}}})
+CONFIG_SEEDS.append(
+    {
+        "version": "v0.4",
+        "fleet": {"forks": 8, "venv": False, "known_hosts": "/x"},
+        "superbench": {
+            "benchmarks": {
+                "noop": {
+                    "timeout": 5,
+                    "modes": [{"name": "local", "proc_num": 2}],
+                    "parameters": {"sleep": 1},
+                }
+            }
+        },
+        "gates": {"fleet": {"enabled": False}, "policy": {}},
+    }
+)
 
 
 @given(st.data())
@@ -146,16 +235,39 @@ def test_config(work, data):
 
 # -- inventory ------------------------------------------------------------------------------------------
 inv_vars = st.dictionaries(
-    st.one_of(st.sampled_from(["ansible_host", "ansible_port", "ansible_user", "ansible_connection",
-                               "sb_workspace", "sb_python", "ansible_ssh_private_key_file", "ansible_password",
-                               "ansible_python_interpreter"]), st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True)),
-    values, max_size=5)
-host_names = st.one_of(st.sampled_from(["h1", "a;touch x", "$(id)", "q'\"", "gpu[01:02]", "ä", "-x", "a b"]),
-                       st.text(min_size=1, max_size=12))
+    st.one_of(
+        st.sampled_from(
+            [
+                "ansible_host",
+                "ansible_port",
+                "ansible_user",
+                "ansible_connection",
+                "sb_workspace",
+                "sb_python",
+                "ansible_ssh_private_key_file",
+                "ansible_password",
+                "ansible_python_interpreter",
+            ]
+        ),
+        st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True),
+    ),
+    values,
+    max_size=5,
+)
+host_names = st.one_of(
+    st.sampled_from(["h1", "a;touch x", "$(id)", "q'\"", "gpu[01:02]", "ä", "-x", "a b"]),
+    st.text(min_size=1, max_size=12),
+)
 
 
 @given(st.lists(st.tuples(host_names, inv_vars), min_size=1, max_size=10), st.booleans(), st.data())
-@settings(max_examples=N // 10, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=N // 10,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 def test_inventory(work, hosts, as_ini, data):
     """Ansible reads the file (slow: ~40 ms each), so each example is a file of up to 10 hosts."""
     from sb_fleet.inventory import load_inventory
@@ -163,7 +275,9 @@ def test_inventory(work, hosts, as_ini, data):
 
     if as_ini:
         p = work / "inv.ini"
-        lines = ["[gpu]"] + [f"{n} " + " ".join(f"{k}={json.dumps(v)}" for k, v in hv.items()) for n, hv in hosts]
+        lines = ["[gpu]"] + [
+            f"{n} " + " ".join(f"{k}={json.dumps(v)}" for k, v in hv.items()) for n, hv in hosts
+        ]
         text = "\n".join(lines)
     else:
         p = work / "inv.yml"
@@ -187,14 +301,35 @@ def test_inventory(work, hosts, as_ini, data):
 
 
 # -- rules and baseline -----------------------------------------------------------------------------------
-RULE_SEEDS = [{"version": "v0.4", "superbench": {"rules": {
-    "gflops": {"function": "variance", "criteria": "lambda x:x<-0.1", "categories": "GFLOPS",
-               "metrics": ["gemm-flops/fp64_flops:\\d*", "gemm-flops/fp32_flops"]},
-    "launch": {"function": "value", "criteria": "lambda x:x>1", "categories": "KernelLaunch",
-               "metrics": ["kernel-launch/.*_time:\\d*"]},
-    "all": {"function": "multi_rules", "criteria": "lambda label:True if label['gflops']+label['launch']>1 else False",
-            "categories": "FailedTest"}}}}]
-BASELINE_SEEDS = [{"gemm-flops/fp32_flops": 1.5e4, "mem-bw/h2d_bw:0": 24.1, "kernel-launch/event_time": 0.005}]
+RULE_SEEDS = [
+    {
+        "version": "v0.4",
+        "superbench": {
+            "rules": {
+                "gflops": {
+                    "function": "variance",
+                    "criteria": "lambda x:x<-0.1",
+                    "categories": "GFLOPS",
+                    "metrics": ["gemm-flops/fp64_flops:\\d*", "gemm-flops/fp32_flops"],
+                },
+                "launch": {
+                    "function": "value",
+                    "criteria": "lambda x:x>1",
+                    "categories": "KernelLaunch",
+                    "metrics": ["kernel-launch/.*_time:\\d*"],
+                },
+                "all": {
+                    "function": "multi_rules",
+                    "criteria": "lambda label:True if label['gflops']+label['launch']>1 else False",
+                    "categories": "FailedTest",
+                },
+            }
+        },
+    }
+]
+BASELINE_SEEDS = [
+    {"gemm-flops/fp32_flops": 1.5e4, "mem-bw/h2d_bw:0": 24.1, "kernel-launch/event_time": 0.005}
+]
 
 
 @given(st.data())
@@ -218,8 +353,13 @@ def test_baseline(work, data):
 
 
 # -- results files ------------------------------------------------------------------------------------------
-SUMMARY_LINE = {"node": "h1", "gemm-flops/fp32_flops": 1.2e4, "gemm-flops/return_code": 0,
-                "mem-bw/h2d_bw:0": 24.0, "mem-bw/h2d_bw:1": 23.9}
+SUMMARY_LINE = {
+    "node": "h1",
+    "gemm-flops/fp32_flops": 1.2e4,
+    "gemm-flops/return_code": 0,
+    "mem-bw/h2d_bw:0": 24.0,
+    "mem-bw/h2d_bw:1": 23.9,
+}
 
 
 @given(st.lists(st.data(), min_size=1, max_size=1), st.integers(1, 6))
@@ -230,7 +370,9 @@ def test_results_summary(work, datas, nlines):
     data = datas[0]
     lines = [data.draw(documents([SUMMARY_LINE], as_json=True)).replace("\n", " ") for _ in range(nlines)]
     p = work / "results-summary.jsonl"
-    p.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass") + data.draw(st.sampled_from([b"", b"\n", b"\xff"])))
+    p.write_bytes(
+        "\n".join(lines).encode("utf-8", "surrogatepass") + data.draw(st.sampled_from([b"", b"\n", b"\xff"]))
+    )
     res = one_line_error(parse_summary, p)
     if res is not None:
         hosts, cols, matrix, problems = res
@@ -238,11 +380,25 @@ def test_results_summary(work, datas, nlines):
         assert all("\n" not in str(getattr(pr, "message", "")) for pr in problems)
 
 
-ENVELOPE = {"schema_version": 1, "name": "noop", "type": "micro", "run_count": 1, "return_code": 0, "status": "ok",
-            "reason": "", "start_time": "2026-01-01 00:00:00", "end_time": "2026-01-01 00:00:01", "rank": 0,
-            "world_size": 1, "raw_data": {"step_time": [[0.1]]}, "result": {"step_time": [0.1], "return_code": [0]},
-            "reduce_op": {"step_time": "max", "return_code": None}, "metrics": {"step_time": {
-                "name": "step_time", "unit": "ms", "higher_is_better": False, "reduce_op": "max"}}}
+ENVELOPE = {
+    "schema_version": 1,
+    "name": "noop",
+    "type": "micro",
+    "run_count": 1,
+    "return_code": 0,
+    "status": "ok",
+    "reason": "",
+    "start_time": "2026-01-01 00:00:00",
+    "end_time": "2026-01-01 00:00:01",
+    "rank": 0,
+    "world_size": 1,
+    "raw_data": {"step_time": [[0.1]]},
+    "result": {"step_time": [0.1], "return_code": [0]},
+    "reduce_op": {"step_time": "max", "return_code": None},
+    "metrics": {
+        "step_time": {"name": "step_time", "unit": "ms", "higher_is_better": False, "reduce_op": "max"}
+    },
+}
 
 
 @given(st.data())
@@ -257,7 +413,9 @@ def test_on_host_result_json(work, data):
     for rank in range(data.draw(st.integers(1, 3))):
         d = raw / "results" / data.draw(st.sampled_from(["noop", "noop:b", "m/pytorch-x"]))
         d.mkdir(parents=True, exist_ok=True)
-        (d / f"rank{rank}.json").write_text(data.draw(documents([ENVELOPE], as_json=True)), errors="surrogatepass")
+        (d / f"rank{rank}.json").write_text(
+            data.draw(documents([ENVELOPE], as_json=True)), errors="surrogatepass"
+        )
     hr = summarize_host("h1", raw)
     json.loads(summary_line(hr))  # the summary line is valid JSON (no NaN/inf)
     for key, st_ in hr.statuses.items():
@@ -265,8 +423,20 @@ def test_on_host_result_json(work, data):
     assert all(isinstance(p, str) and "\n" not in p for p in hr.problems)
 
 
-SPEC = {"schema_version": 1, "run_id": "r", "step": "step01", "entries": [
-    {"key": "noop", "benchmark": "noop", "params": {}, "timeout": 5, "modes": [{"name": "local", "proc_num": 1}]}]}
+SPEC = {
+    "schema_version": 1,
+    "run_id": "r",
+    "step": "step01",
+    "entries": [
+        {
+            "key": "noop",
+            "benchmark": "noop",
+            "params": {},
+            "timeout": 5,
+            "modes": [{"name": "local", "proc_num": 1}],
+        }
+    ],
+}
 
 
 @given(st.data())
@@ -284,12 +454,32 @@ def test_runner_spec(data):
         assert "\n" not in str(exc)
 
 
-@given(st.lists(st.one_of(
-    st.tuples(st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
-              st.one_of(st.sampled_from(["./noop/rank0.json", "../../etc/passwd", "/abs", "./.x.part", "./a//b",
-                                         "-rf", "./ok/file", "./a/../b"]), st.text(max_size=30))).map(
-        lambda t: f"{t[0]}  {t[1]}"),
-    st.text(max_size=80)), max_size=8))
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+                st.one_of(
+                    st.sampled_from(
+                        [
+                            "./noop/rank0.json",
+                            "../../etc/passwd",
+                            "/abs",
+                            "./.x.part",
+                            "./a//b",
+                            "-rf",
+                            "./ok/file",
+                            "./a/../b",
+                        ]
+                    ),
+                    st.text(max_size=30),
+                ),
+            ).map(lambda t: f"{t[0]}  {t[1]}"),
+            st.text(max_size=80),
+        ),
+        max_size=8,
+    )
+)
 @SETTINGS
 def test_collect_listing(lines):
     """A host's checksum listing can never make the collector write outside the results directory."""

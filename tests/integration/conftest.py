@@ -65,7 +65,13 @@ def fleet_config(fleet: SshFleet):
 
 def sb_fleet(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the real console script, as a user would."""
-    return subprocess.run([SB_FLEET, *args, "--quiet"] if args and args[0] in
-                          ("deploy", "run", "collect", "validate") else [SB_FLEET, *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [SB_FLEET, *args, "--quiet"]
+        if args and args[0] in ("deploy", "run", "collect", "validate")
+        else [SB_FLEET, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(ROOT),
+        env={**os.environ, **(env or {})},
+    )

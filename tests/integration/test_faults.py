@@ -123,7 +123,10 @@ def _verified(local: Path, remote: Path) -> int:
     for p in local.rglob("*"):
         if p.is_file():
             rel = p.relative_to(local)
-            assert hashlib.sha256(p.read_bytes()).digest() == hashlib.sha256((remote / rel).read_bytes()).digest(), rel
+            assert (
+                hashlib.sha256(p.read_bytes()).digest()
+                == hashlib.sha256((remote / rel).read_bytes()).digest()
+            ), rel
             n += 1
     return n
 
@@ -135,8 +138,12 @@ def test_host_down_before_start_and_host_lost_mid_run(ffleet, tmp_path):
     run_dir = tmp_path / _rid()
     victim = ffleet.hosts[1].name
     t0 = time.monotonic()
-    p = subprocess.Popen([SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait(lambda: ffleet.processes(victim, b"noop:b"), 90, "the victim's benchmark")
     ffleet.cut(victim)
     out, err = p.communicate(timeout=120)
@@ -214,8 +221,12 @@ def test_partition_mid_collect_keeps_what_was_fetched(ffleet, tmp_path):
     box: dict = {}
 
     def cut_when_started() -> None:
-        _wait(lambda: (local / "bulk").is_dir() and any((local / "bulk").glob("part*.bin")), 60, "first file",
-              step=0.005)
+        _wait(
+            lambda: (local / "bulk").is_dir() and any((local / "bulk").glob("part*.bin")),
+            60,
+            "first file",
+            step=0.005,
+        )
         ffleet.partition(victim)
         box["cut"] = time.monotonic()
 
@@ -325,8 +336,15 @@ def test_full_output_disk(ffleet, tmp_path):
 def test_no_room_for_the_run_directory_is_a_clean_error(ffleet, tmp_path):
     mnt = ffleet.small_disk(64)
     rd = mnt / _rid()
-    r = sb_fleet("validate", "-i", str(ffleet.inventory(name="inv-nodisk.ini")),
-                 "-c", str(_cfg(ffleet, name="cfg-nodisk.yaml")), "--run-dir", str(rd))
+    r = sb_fleet(
+        "validate",
+        "-i",
+        str(ffleet.inventory(name="inv-nodisk.ini")),
+        "-c",
+        str(_cfg(ffleet, name="cfg-nodisk.yaml")),
+        "--run-dir",
+        str(rd),
+    )
     assert r.returncode == 3, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "no space left" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -340,16 +358,25 @@ def test_sigint_during_run_cleans_up_and_resume_does_only_what_is_missing(ffleet
     names = [h.name for h in ffleet.hosts]
     r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir))
     assert r.returncode == 0, r.stdout + r.stderr
-    p = subprocess.Popen([SB_FLEET, "run", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [SB_FLEET, "run", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait(lambda: all(ffleet.processes(n, b"noop:b") for n in names), 90, "noop:b running on every host")
     # One host finishes its step before the interrupt (its benchmark dies: a result, not a gap).
     early = names[0]
     for pid in ffleet.processes(early, b"noop:b"):
         if b"exec" in Path(f"/proc/{pid}/cmdline").read_bytes():
             os.kill(pid, signal.SIGKILL)
-    _wait(lambda: json.loads((_results_dir(ffleet, early, run_dir) / "status.json").read_text())
-          .get("finished"), 30, "the early host's runner to finish")
+    _wait(
+        lambda: json.loads((_results_dir(ffleet, early, run_dir) / "status.json").read_text()).get(
+            "finished"
+        ),
+        30,
+        "the early host's runner to finish",
+    )
     time.sleep(1.0)  # let Ansible report the early host
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
@@ -368,10 +395,14 @@ def test_sigint_during_run_cleans_up_and_resume_does_only_what_is_missing(ffleet
         st = json.loads((_results_dir(ffleet, n, run_dir) / "status.json").read_text())
         assert st["interrupted"] and st["entries"]["noop:a"]["status"] == "ok"
     cleanup = json.loads((run_dir / "interrupted.json").read_text())["cleanup"]
-    assert set(cleanup) == set(names[1:]) and all(v in ("stopped", "killed") for v in cleanup.values()), cleanup
+    assert set(cleanup) == set(names[1:]) and all(v in ("stopped", "killed") for v in cleanup.values()), (
+        cleanup
+    )
     assert set(_outcomes(run_dir)) == set(names)
-    a_start = {n: json.loads((_results_dir(ffleet, n, run_dir) / "noop:a" / "rank0.json").read_text())["start_time"]
-               for n in names}
+    a_start = {
+        n: json.loads((_results_dir(ffleet, n, run_dir) / "noop:a" / "rank0.json").read_text())["start_time"]
+        for n in names
+    }
     early_b = (_results_dir(ffleet, early, run_dir) / "noop:b" / "rank0.json").read_bytes()
     time.sleep(1.1)  # start times have one-second resolution
     # Resume: only the interrupted hosts, and on them only noop:b.

@@ -83,41 +83,92 @@ def test_unknown_host_keys_are_refused_unless_accepted_and_changed_ones_always(s
     r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / "r1"))
     assert r.returncode == 3, r.stdout + r.stderr
     dep = _stage(tmp_path / "r1", "deploy")
-    assert all(o["outcome"] == "hostkey-mismatch" and "--accept-new-host-keys" in o["reason"] for o in dep.values())
+    assert all(
+        o["outcome"] == "hostkey-mismatch" and "--accept-new-host-keys" in o["reason"] for o in dep.values()
+    )
     assert kh.read_text() == ""  # nothing was recorded
-    r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / "r2"), "--accept-new-host-keys")
+    r = sb_fleet(
+        "validate",
+        "-i",
+        str(inv),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(tmp_path / "r2"),
+        "--accept-new-host-keys",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     for x in sfleet.hosts:  # OpenSSH may hash the names it records: look them up as ssh does
-        assert subprocess.run(["ssh-keygen", "-F", f"[{x.addr}]:{x.port}", "-f", str(kh)],
-                              capture_output=True).returncode == 0, x.name
+        assert (
+            subprocess.run(
+                ["ssh-keygen", "-F", f"[{x.addr}]:{x.port}", "-f", str(kh)], capture_output=True
+            ).returncode
+            == 0
+        ), x.name
     # Now one host presents another key: refused even with --accept-new-host-keys, named, nothing written.
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k2")], check=True)
     other = (tmp_path / "k2.pub").read_text().split()
     h = sfleet.hosts[0]
-    subprocess.run(["ssh-keygen", "-R", f"[{h.addr}]:{h.port}", "-f", str(kh)], check=True, capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-R", f"[{h.addr}]:{h.port}", "-f", str(kh)], check=True, capture_output=True
+    )
     kh.write_text(kh.read_text() + f"[{h.addr}]:{h.port} {other[0]} {other[1]}\n")
     before = kh.read_text()
-    r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / "r3"), "--accept-new-host-keys")
+    r = sb_fleet(
+        "validate",
+        "-i",
+        str(inv),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(tmp_path / "r3"),
+        "--accept-new-host-keys",
+    )
     assert r.returncode == 3
     oc = json.loads((tmp_path / "r3" / "outcomes.json").read_text())["hosts"]
     assert oc[h.name]["outcome"] == "hostkey-mismatch"
     assert all(oc[x.name]["outcome"] == "ok" for x in sfleet.hosts[1:])
     assert kh.read_text() == before
     # Off only when asked, and loudly.
-    r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / "r4"),
-                 "--insecure-no-host-key-checking", "--limit", h.name)
+    r = sb_fleet(
+        "deploy",
+        "-i",
+        str(inv),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(tmp_path / "r4"),
+        "--insecure-no-host-key-checking",
+        "--limit",
+        h.name,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "WARNING: host key checking is OFF" in r.stderr
 
 
 def test_no_secret_in_argv_logs_artifacts_or_run_dir(sfleet, tmp_path):
     inv = tmp_path / "inventory.yml"
-    hosts = {h.name: {"ansible_host": h.addr, "ansible_port": h.port, "sb_workspace": h.workspace}
-             for h in sfleet.hosts}
-    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {
-        "ansible_user": "sbtest", "ansible_ssh_private_key_file": str(sfleet.client_key),
-        "ansible_python_interpreter": "/usr/bin/python3", "sb_python": sfleet.python,
-        "ansible_become_password": SECRET_PW, "registry_token": SECRET_TOKEN}}}))
+    hosts = {
+        h.name: {"ansible_host": h.addr, "ansible_port": h.port, "sb_workspace": h.workspace}
+        for h in sfleet.hosts
+    }
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": hosts,
+                    "vars": {
+                        "ansible_user": "sbtest",
+                        "ansible_ssh_private_key_file": str(sfleet.client_key),
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                        "sb_python": sfleet.python,
+                        "ansible_become_password": SECRET_PW,
+                        "registry_token": SECRET_TOKEN,
+                    },
+                }
+            }
+        )
+    )
     cfg = sfleet.config(CONFIG, "cfg-secret.yaml")
     run_dir = tmp_path / _rid()
     seen: list[str] = []
@@ -139,8 +190,12 @@ def test_no_secret_in_argv_logs_artifacts_or_run_dir(sfleet, tmp_path):
     t = threading.Thread(target=watch_ps, daemon=True)
     t.start()
     try:
-        r = subprocess.run([SB_FLEET, "-vv", "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir)],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [SB_FLEET, "-vv", "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         stop.set()
         t.join()
@@ -148,14 +203,22 @@ def test_no_secret_in_argv_logs_artifacts_or_run_dir(sfleet, tmp_path):
     assert not seen, seen
     for out in (r.stdout, r.stderr):
         assert SECRET_PW not in out and SECRET_TOKEN not in out
-    leaks = [str(p) for p in run_dir.rglob("*") if p.is_file()
-             and (SECRET_PW.encode() in p.read_bytes() or SECRET_TOKEN.encode() in p.read_bytes())]
+    leaks = [
+        str(p)
+        for p in run_dir.rglob("*")
+        if p.is_file() and (SECRET_PW.encode() in p.read_bytes() or SECRET_TOKEN.encode() in p.read_bytes())
+    ]
     assert not leaks, leaks
     for h in sfleet.hosts:  # nor on the hosts
         ws = Path(h.workspace)
-        assert not [p for p in ws.rglob("*") if p.is_file() and not p.is_symlink()
-                    and SECRET_PW.encode() in p.read_bytes()]
-    assert (run_dir / "ansible").is_dir() and any(run_dir.rglob("job_events/*.json"))  # the artifacts were grepped
+        assert not [
+            p
+            for p in ws.rglob("*")
+            if p.is_file() and not p.is_symlink() and SECRET_PW.encode() in p.read_bytes()
+        ]
+    assert (run_dir / "ansible").is_dir() and any(
+        run_dir.rglob("job_events/*.json")
+    )  # the artifacts were grepped
     masked = json.loads((run_dir / "inventory" / "hosts.json").read_text())
     assert SECRET_PW not in json.dumps(masked)
 
@@ -165,13 +228,28 @@ def test_shell_metacharacters_in_inventory_never_execute(sfleet, tmp_path):
     names = [f"m;touch {marker}-1", f"m$(touch {marker}-2)", f"m`touch {marker}-3`"]
     hosts = {}
     for name, h in zip(names, sfleet.hosts, strict=True):
-        hosts[name] = {"ansible_host": h.addr, "ansible_port": h.port,
-                       "sb_workspace": f"{h.workspace}-meta/$(touch {marker}-ws)';touch {marker}-q'\"x",
-                       "sb_note": f"a\nb; touch {marker}-nl"}
+        hosts[name] = {
+            "ansible_host": h.addr,
+            "ansible_port": h.port,
+            "sb_workspace": f"{h.workspace}-meta/$(touch {marker}-ws)';touch {marker}-q'\"x",
+            "sb_note": f"a\nb; touch {marker}-nl",
+        }
     inv = tmp_path / "inventory.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {
-        "ansible_user": "sbtest", "ansible_ssh_private_key_file": str(sfleet.client_key),
-        "ansible_python_interpreter": "/usr/bin/python3", "sb_python": sfleet.python}}}))
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": hosts,
+                    "vars": {
+                        "ansible_user": "sbtest",
+                        "ansible_ssh_private_key_file": str(sfleet.client_key),
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                        "sb_python": sfleet.python,
+                    },
+                }
+            }
+        )
+    )
     cfg = sfleet.config(CONFIG, "cfg-meta.yaml")
     run_dir = tmp_path / _rid()
     r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir))
@@ -193,8 +271,15 @@ def test_shell_metacharacters_in_inventory_never_execute(sfleet, tmp_path):
 
 def test_no_become_and_private_permissions(sfleet, tmp_path):
     run_dir = tmp_path / _rid()
-    r = sb_fleet("validate", "-i", str(sfleet.inventory(name="inv-perm.ini")), "-c",
-                 str(sfleet.config(CONFIG, "cfg-perm.yaml")), "--run-dir", str(run_dir))
+    r = sb_fleet(
+        "validate",
+        "-i",
+        str(sfleet.inventory(name="inv-perm.ini")),
+        "-c",
+        str(sfleet.config(CONFIG, "cfg-perm.yaml")),
+        "--run-dir",
+        str(run_dir),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     for pb in (run_dir / "playbooks").glob("*.yml"):
         doc = yaml.safe_load(pb.read_text())

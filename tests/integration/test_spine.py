@@ -229,7 +229,9 @@ def test_collective_across_two_hosts_with_torchrun(fleet, tmp_path):
     cfg = fleet.config(MULTI_NODE, "cfg-multi.yaml")
     inv = fleet.inventory(name="inv-multi.ini")
     run_dir = tmp_path / "run"
-    r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--limit", "host001,host002")
+    r = sb_fleet(
+        "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--limit", "host001,host002"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["steps"][0]["groups"][0]["hosts"] == ["host001", "host002"]
@@ -239,6 +241,14 @@ def test_collective_across_two_hosts_with_torchrun(fleet, tmp_path):
         assert rec["nccl-bw/return_code"] == 0
         # 2 ranks in the world: all-reduce busbw = algbw * 2(n-1)/n = algbw
         assert rec["nccl-bw/allreduce_65536_busbw"] == pytest.approx(rec["nccl-bw/allreduce_65536_algbw"])
-        ranks = json.loads((run_dir / "raw" / node / "results" / "nccl-bw" /
-                            ("rank0.json" if node == "host001" else "rank1.json")).read_text())
+        ranks = json.loads(
+            (
+                run_dir
+                / "raw"
+                / node
+                / "results"
+                / "nccl-bw"
+                / ("rank0.json" if node == "host001" else "rank1.json")
+            ).read_text()
+        )
         assert ranks["world_size"] == 2
