@@ -51,6 +51,11 @@ gates:
 """
 
 
+def _run_id(run_dir: Path) -> str:
+    """The id naming the run on the hosts (unique even when run directories share a name)."""
+    return json.loads((run_dir / "manifest.json").read_text())["run_id"]
+
+
 @pytest.fixture(scope="module")
 def ffleet():
     _need_root()
@@ -103,7 +108,7 @@ def _wait(pred, timeout: float, what: str, step: float = 0.05):  # noqa: ANN001,
 
 
 def _results_dir(fleet, host: str, run_dir: Path) -> Path:
-    return Path(fleet.host(host).workspace) / "runs" / run_dir.name / "results"
+    return Path(fleet.host(host).workspace) / "runs" / _run_id(run_dir) / "results"
 
 
 def _deploy_and_run(inv: Path, cfg: Path, run_dir: Path) -> None:
@@ -386,7 +391,7 @@ def test_sigint_during_run_cleans_up_and_resume_does_only_what_is_missing(ffleet
     assert "interrupted" in err and "--resume" in err
     assert stop_s < 30, stop_s
     for n in names:  # nothing of this run is left running on any host
-        assert not ffleet.processes(n, run_dir.name.encode()), n
+        assert not ffleet.processes(n, _run_id(run_dir).encode()), n
         assert not ffleet.processes(n, b"noop:b"), n
     run = _stage(run_dir, "run")
     assert run[early]["outcome"] == "ok"

@@ -262,7 +262,8 @@ def test_shell_metacharacters_in_inventory_never_execute(sfleet, tmp_path):
     # The odd workspace was created literally, as one directory name, on each host.
     for name in names:
         ws = Path(hosts[name]["sb_workspace"])
-        assert (ws / "runs" / run_dir.name / "results" / "noop" / "rank0.json").is_file(), name
+        run_id = json.loads((run_dir / "manifest.json").read_text())["run_id"]
+        assert (ws / "runs" / run_id / "results" / "noop" / "rank0.json").is_file(), name
     summary = [json.loads(ln)["node"] for ln in (run_dir / "results-summary.jsonl").read_text().splitlines()]
     assert sorted(summary) == sorted(names)
     raw = sorted(p.name for p in (run_dir / "raw").iterdir())
