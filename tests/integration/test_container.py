@@ -233,7 +233,8 @@ def test_tarball_deploy_run_in_container_digest_check_and_cleanup(ctr_fleet, cpu
     for h in names:
         assert summary[h]["gemm-flops/return_code"] == 0
         assert summary[h]["gemm-flops/fp32_flops"] > 0
-        rank0 = Path(fleet.host(h).workspace) / "runs" / rd2.name / "results" / "gemm-flops" / "rank0.json"
+        run_id = _json(rd2 / "manifest.json")["run_id"]
+        rank0 = Path(fleet.host(h).workspace) / "runs" / run_id / "results" / "gemm-flops" / "rank0.json"
         assert rank0.stat().st_uid == fleet.user.pw_uid  # written as the login user, not root
     table = _json(rd2 / "containers.json")
     run_digests = {h: table["hosts"][h]["run_digest"] for h in names}
