@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -47,15 +49,24 @@ def _need_root() -> None:
         pytest.skip("the loopback SSH fleet needs root (useradd, sshd); CI runs as root")
 
 
+@contextmanager
+def started_fleet(n: int, subnet: str, **kw) -> Iterator[SshFleet]:
+    """A real sshd fleet of ``n`` hosts on ``<subnet>.10`` onwards, stopped (its own processes only) after."""
+    _need_root()
+    # Not under pytest's tmp dir: that is private to root, and sshd reads authorized_keys as the user.
+    f = SshFleet(n, base=10, subnet=subnet, **kw)
+    f.start()
+    try:
+        yield f
+    finally:
+        f.cleanup()
+
+
 @pytest.fixture(scope="session")
 def fleet():
     """Four real sshd hosts on 127.0.1.10-13, one sshd each, as an unprivileged user."""
-    _need_root()
-    # Not under pytest's tmp dir: that is private to root, and sshd reads authorized_keys as the user.
-    f = SshFleet(4, base=10)
-    f.start()
-    yield f
-    f.cleanup()
+    with started_fleet(4, "127.0.1") as f:
+        yield f
 
 
 @pytest.fixture

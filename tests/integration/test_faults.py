@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SB_FLEET, _need_root, sb_fleet
+from .conftest import SB_FLEET, sb_fleet, started_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -58,16 +58,8 @@ def _run_id(run_dir: Path) -> str:
 
 @pytest.fixture(scope="module")
 def ffleet():
-    _need_root()
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fleetlib import SshFleet
-
-    f = SshFleet(4, base=10, subnet="127.0.7", check_torch=False)
-    f.start()
-    yield f
-    f.cleanup()
+    with started_fleet(4, "127.0.7", check_torch=False) as f:
+        yield f
 
 
 def _cfg(fleet, sleep: float = 0, name: str = "cfg.yaml", known_hosts: Path | None = None) -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import SB_FLEET, _need_root, sb_fleet
+from .conftest import SB_FLEET, sb_fleet, started_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -51,16 +51,8 @@ SECRET_TOKEN = "PLANTED-token-a7c4f2e8"
 
 @pytest.fixture(scope="module")
 def sfleet():
-    _need_root()
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from fleetlib import SshFleet
-
-    f = SshFleet(3, base=10, subnet="127.0.8", check_torch=False)
-    f.start()
-    yield f
-    f.cleanup()
+    with started_fleet(3, "127.0.8", check_torch=False) as f:
+        yield f
 
 
 def _rid() -> str:
