@@ -724,3 +724,32 @@ def transformer_forward_flops(
     """Forward FLOPs of one sequence: 2 per multiply-add of every weight matrix applied to each token,
     plus attention's two ``seq x seq`` products per layer (QK^T and AV, counted in full)."""
     return 2.0 * seq_len * per_token_weights + 2.0 * per_sample_weights + 4.0 * layers * seq_len**2 * hidden
+
+
+def transformer_class(
+    base: type, name: str, size: tuple[int, int, int], class_name: str, head: str, module: str
+) -> type:
+    """A registered-ready class for one published size of a transformer family (GPT-2, BERT)."""
+    hidden, layers, heads = size
+    params = {
+        **model_params(optimizer="adamw", lr=1e-4, batch_size=32),
+        "seq_len": Param("int", 512, "tokens per sample"),
+        "num_classes": Param("int", 100, f"classes of the classifier on {head}"),
+    }
+    attrs = {
+        "name": f"pytorch-{name}",
+        "size": size,
+        "description": f"{name} (hidden {hidden}, {layers} layers, {heads} heads): training/inference on "
+        "synthetic tokens",
+        "params": params,
+        "__module__": module,
+    }
+    return type(class_name, (base,), attrs)
+
+
+def family_main(default: str) -> int:
+    """``python -m sb_bench.model.<family> [pytorch-<model>] [--flags]``: one model of a family standalone."""
+    from sb_bench.__main__ import standalone_main
+
+    name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else default
+    return standalone_main(name, [a for a in sys.argv[1:] if a != name])

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sb_bench.metric import Param
-from sb_bench.model.base import ModelBenchmark, matmul_weights, model_params, transformer_forward_flops
+from sb_bench.model.base import (
+    ModelBenchmark,
+    family_main,
+    matmul_weights,
+    transformer_class,
+    transformer_forward_flops,
+)
 from sb_bench.model.catalog import BERT_SIZES
 from sb_bench.registry import register
 
@@ -78,21 +83,15 @@ class BertBenchmark(ModelBenchmark):
 
 
 def _bert_class(name: str) -> type[BertBenchmark]:
-    params = {
-        **model_params(optimizer="adamw", lr=1e-4, batch_size=32),
-        "seq_len": Param("int", 512, "tokens per sample"),
-        "num_classes": Param("int", 100, "classes of the classifier on the pooled output"),
-    }
-    hidden, layers, heads = BERT_SIZES[name]
-    attrs = {
-        "name": f"pytorch-{name}",
-        "size": BERT_SIZES[name],
-        "description": f"{name} (hidden {hidden}, {layers} layers, {heads} heads): training/inference on "
-        "synthetic tokens",
-        "params": params,
-        "__module__": __name__,
-    }
-    return register(type(f"PytorchBert_{name.split('-')[1]}", (BertBenchmark,), attrs))
+    cls = transformer_class(
+        BertBenchmark,
+        name,
+        BERT_SIZES[name],
+        f"PytorchBert_{name.split('-')[1]}",
+        "the pooled output",
+        __name__,
+    )
+    return register(cls)
 
 
 CLASSES = {f"pytorch-{n}": _bert_class(n) for n in BERT_SIZES}
@@ -101,7 +100,4 @@ CLASSES = {f"pytorch-{n}": _bert_class(n) for n in BERT_SIZES}
 if __name__ == "__main__":
     import sys
 
-    from sb_bench.__main__ import standalone_main
-
-    name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "pytorch-bert-base"
-    sys.exit(standalone_main(name, [a for a in sys.argv[1:] if a != name]))
+    sys.exit(family_main("pytorch-bert-base"))

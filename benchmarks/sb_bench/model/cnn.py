@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from sb_bench.metric import Param
-from sb_bench.model.base import ModelBenchmark, model_params
+from sb_bench.model.base import ModelBenchmark, family_main, model_params
 from sb_bench.model.catalog import CNN_MODELS
 from sb_bench.registry import register
 
@@ -87,7 +87,4 @@ CLASSES: dict[str, type[TorchvisionCNN]] = {f"pytorch-{a}": _cnn_class(a) for a 
 if __name__ == "__main__":
     import sys
 
-    from sb_bench.__main__ import standalone_main
-
-    name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "pytorch-resnet50"
-    sys.exit(standalone_main(name, [a for a in sys.argv[1:] if a != name]))
+    sys.exit(family_main("pytorch-resnet50"))

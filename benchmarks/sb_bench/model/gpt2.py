@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sb_bench.metric import Param
-from sb_bench.model.base import ModelBenchmark, matmul_weights, model_params, transformer_forward_flops
+from sb_bench.model.base import (
+    ModelBenchmark,
+    family_main,
+    matmul_weights,
+    transformer_class,
+    transformer_forward_flops,
+)
 from sb_bench.model.catalog import GPT2_SIZES
 from sb_bench.registry import register
 
@@ -76,21 +81,10 @@ class GPT2Benchmark(ModelBenchmark):
 
 
 def _gpt2_class(name: str) -> type[GPT2Benchmark]:
-    params = {
-        **model_params(optimizer="adamw", lr=1e-4, batch_size=32),
-        "seq_len": Param("int", 512, "tokens per sample"),
-        "num_classes": Param("int", 100, "classes of the classifier on the last token"),
-    }
-    hidden, layers, heads = GPT2_SIZES[name]
-    attrs = {
-        "name": f"pytorch-{name}",
-        "size": GPT2_SIZES[name],
-        "description": f"{name} (hidden {hidden}, {layers} layers, {heads} heads): training/inference on "
-        "synthetic tokens",
-        "params": params,
-        "__module__": __name__,
-    }
-    return register(type(f"PytorchGPT2_{name.split('-')[1]}", (GPT2Benchmark,), attrs))
+    cls = transformer_class(
+        GPT2Benchmark, name, GPT2_SIZES[name], f"PytorchGPT2_{name.split('-')[1]}", "the last token", __name__
+    )
+    return register(cls)
 
 
 CLASSES = {f"pytorch-{n}": _gpt2_class(n) for n in GPT2_SIZES}
@@ -99,7 +93,4 @@ CLASSES = {f"pytorch-{n}": _gpt2_class(n) for n in GPT2_SIZES}
 if __name__ == "__main__":
     import sys
 
-    from sb_bench.__main__ import standalone_main
-
-    name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "pytorch-gpt2-small"
-    sys.exit(standalone_main(name, [a for a in sys.argv[1:] if a != name]))
+    sys.exit(family_main("pytorch-gpt2-small"))
