@@ -138,28 +138,29 @@ def test_unknown_host_keys_are_refused_unless_accepted_and_changed_ones_always(s
     assert "WARNING: host key checking is OFF" in r.stderr
 
 
+def _yaml_inventory(fleet, path: Path, hosts: dict, **extra_vars: str) -> Path:
+    """A YAML inventory of ``hosts`` logging in to the fleet as its test user, plus ``extra_vars``."""
+    common = {
+        "ansible_user": "sbtest",
+        "ansible_ssh_private_key_file": str(fleet.client_key),
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "sb_python": fleet.python,
+    }
+    path.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {**common, **extra_vars}}}))
+    return path
+
+
 def test_no_secret_in_argv_logs_artifacts_or_run_dir(sfleet, tmp_path):
-    inv = tmp_path / "inventory.yml"
     hosts = {
         h.name: {"ansible_host": h.addr, "ansible_port": h.port, "sb_workspace": h.workspace}
         for h in sfleet.hosts
     }
-    inv.write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": hosts,
-                    "vars": {
-                        "ansible_user": "sbtest",
-                        "ansible_ssh_private_key_file": str(sfleet.client_key),
-                        "ansible_python_interpreter": "/usr/bin/python3",
-                        "sb_python": sfleet.python,
-                        "ansible_become_password": SECRET_PW,
-                        "registry_token": SECRET_TOKEN,
-                    },
-                }
-            }
-        )
+    inv = _yaml_inventory(
+        sfleet,
+        tmp_path / "inventory.yml",
+        hosts,
+        ansible_become_password=SECRET_PW,
+        registry_token=SECRET_TOKEN,
     )
     cfg = sfleet.config(CONFIG, "cfg-secret.yaml")
     run_dir = tmp_path / _rid()
@@ -226,22 +227,7 @@ def test_shell_metacharacters_in_inventory_never_execute(sfleet, tmp_path):
             "sb_workspace": f"{h.workspace}-meta/$(touch {marker}-ws)';touch {marker}-q'\"x",
             "sb_note": f"a\nb; touch {marker}-nl",
         }
-    inv = tmp_path / "inventory.yml"
-    inv.write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": hosts,
-                    "vars": {
-                        "ansible_user": "sbtest",
-                        "ansible_ssh_private_key_file": str(sfleet.client_key),
-                        "ansible_python_interpreter": "/usr/bin/python3",
-                        "sb_python": sfleet.python,
-                    },
-                }
-            }
-        )
-    )
+    inv = _yaml_inventory(sfleet, tmp_path / "inventory.yml", hosts)
     cfg = sfleet.config(CONFIG, "cfg-meta.yaml")
     run_dir = tmp_path / _rid()
     r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir))
