@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sb_fleet.analysis.api import report  # noqa: E402
-from sb_fleet.analysis.gates import Gates  # noqa: E402
-from sb_fleet.analysis.synth import FAULTS, generate  # noqa: E402
+from sb_fleet.gatespec import Gates  # noqa: E402
+from tests.synth.fleet import FAULTS, generate  # noqa: E402
 
 
 def score(

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sb_fleet.analysis.synth import generate  # noqa: E402
+from tests.synth.fleet import generate  # noqa: E402
 
 
 def command() -> list[str]:

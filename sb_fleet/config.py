@@ -27,9 +27,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sb_fleet.analysis.gates import Gates
 from sb_fleet.container import ContainerSettings
 from sb_fleet.errors import ConfigError
+from sb_fleet.gatespec import Gates
 from sb_fleet.yamlsrc import load_yaml, pydantic_error
 
 

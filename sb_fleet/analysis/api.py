@@ -16,14 +16,7 @@ import numpy as np
 from sb_fleet.analysis.baseline import load_baseline
 from sb_fleet.analysis.completeness import check_completeness
 from sb_fleet.analysis.detect import Detection, FamilyStats, detect
-from sb_fleet.analysis.gates import (
-    DEFAULT_BASELINE_REGRESSION,
-    GateResult,
-    Gates,
-    apply_baseline_gate,
-    apply_limits,
-    decide,
-)
+from sb_fleet.analysis.gates import GateResult, apply_baseline_gate, apply_limits, decide
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.results import Fleet, HostInfo, LineProblem, load_fleet
 from sb_fleet.analysis.rules import RuleSummary, apply_rules, load_rules
@@ -31,6 +24,7 @@ from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import ColumnStats, column_stats
 from sb_fleet.analysis.verdict import VERDICTS, HostReport, judge
 from sb_fleet.errors import ResultsError
+from sb_fleet.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
 
 REPORT_SCHEMA_VERSION = 1
 

@@ -35,23 +35,12 @@ import numpy as np
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.names import Directions, parse_metric
 from sb_fleet.analysis.stats import MAD_TO_SIGMA
+from sb_fleet.gatespec import DetectionSettings
 
 TAIL_Q = 0.02
 TAIL_Z = 2.0537  # the standard normal's 98% quantile
 GROSS_SIGMAS = 8.0
 MIN_SIBLINGS = 3
-
-
-@dataclass(frozen=True)
-class DetectionSettings:
-    threshold: float = 5.5  # robust sigmas, single metric
-    combined_threshold: float = 5.0  # robust sigmas, combined score
-    min_deviation: float = 0.03  # fleet check: at least 3% worse than the fleet median
-    sibling_min_deviation: float = 0.025  # sibling check: at least 2.5% worse than the siblings
-    combined_min_deviation: float = (
-        0.02  # combined sibling check: mean deviation at least 2% (fleet: min_deviation)
-    )
-    min_hosts: int = 8  # fewer hosts than this: no fleet statistics
 
 
 @dataclass(frozen=True)
@@ -149,8 +138,9 @@ def detect(
     columns: list[str],
     values: np.ndarray,
     directions: Directions,
-    settings: DetectionSettings = DetectionSettings(),
+    settings: DetectionSettings | None = None,
 ) -> Detection:
+    settings = settings or DetectionSettings()
     n_hosts = values.shape[0]
     out = Detection(issues={})
     if n_hosts < settings.min_hosts:

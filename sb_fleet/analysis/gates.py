@@ -1,34 +1,4 @@
-"""Performance gates: the ``gates:`` section of the config, and the pass/fail decision of a run.
-
-::
-
-    gates:
-      limits:                         # absolute floors and ceilings
-        - metric: gemm-flops/fp16_tc_flops    # regex, matched against the name without :rank
-          min: 250000
-          gpu_model: "A100*"          # only hosts whose GPU model matches (glob); omit for all
-        - metric: kernel-launch/event_time
-          max: 0.008
-      baseline:                       # relative to --baseline
-        max_regression: 0.05          # worse than the baseline by more than 5% fails
-        metrics: ["gemm-flops/.*", "nccl-bw/.*"]
-      fleet:                          # fleet-relative detection
-        enabled: true
-        threshold: 5.0                # robust sigmas
-        min_deviation: 0.03           # and at least 3% off the fleet median
-        sibling_min_deviation: 0.025
-        combined_min_deviation: 0.02
-      policy:                         # when the run passes
-        max_failed_hosts: 0           # at most this many hosts counted as failing ...
-        max_failed_percent: null      # ... and at most this share of all hosts
-        count: [fail, incomplete, missing]
-
-An absent section means the default policy: fleet-relative detection on,
-no absolute limits, and the run passes only if no host fails, is
-incomplete or is missing. ``baseline.max_regression`` applies whenever a
-baseline is given and no rules file is (then the rules use the baseline);
-set it explicitly to apply it alongside rules too.
-"""
+"""Gate evaluation: absolute limits, baseline regression and the pass/fail policy (schema: sb_fleet.gatespec)."""
 
 from __future__ import annotations
 
@@ -36,104 +6,13 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sb_fleet.analysis.detect import DetectionSettings
 from sb_fleet.analysis.issues import FAIL, Issue, relative
 from sb_fleet.analysis.names import Directions, parse_metric
 from sb_fleet.analysis.rules import baseline_of
-
-Verdict = Literal["pass", "fail", "incomplete", "missing"]
-DEFAULT_BASELINE_REGRESSION = 0.05
-
-
-def _check_regex(v: str) -> str:
-    try:
-        re.compile(v)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression: {exc}") from None
-    return v
-
-
-class Limit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    metric: str = Field(description="regex matched in full against the metric name, with or without :rank")
-    min: float | None = None
-    max: float | None = None
-    gpu_model: str | None = Field(
-        default=None, description="glob on the host's GPU model; omit for every host"
-    )
-
-    _check = field_validator("metric")(_check_regex)
-
-    @model_validator(mode="after")
-    def _one_bound(self) -> Limit:
-        if self.min is None and self.max is None:
-            raise ValueError("a limit needs 'min', 'max' or both")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError("'min' is above 'max'")
-        return self
-
-
-class BaselineGate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    max_regression: float | None = Field(default=None, ge=0, le=1)
-    metrics: list[str] = Field(default_factory=lambda: [".*"])
-
-    @field_validator("metrics")
-    @classmethod
-    def _regexes(cls, v: list[str]) -> list[str]:
-        for p in v:
-            _check_regex(p)
-        return v
-
-
-class FleetGate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
-    threshold: float = Field(default=5.5, gt=0)
-    combined_threshold: float = Field(default=5.0, gt=0)
-    min_deviation: float = Field(default=0.03, ge=0, le=1)
-    sibling_min_deviation: float = Field(default=0.025, ge=0, le=1)
-    combined_min_deviation: float = Field(default=0.02, ge=0, le=1)
-    min_hosts: int = Field(default=8, ge=3)
-
-    def settings(self) -> DetectionSettings:
-        return DetectionSettings(
-            threshold=self.threshold,
-            combined_threshold=self.combined_threshold,
-            min_deviation=self.min_deviation,
-            sibling_min_deviation=self.sibling_min_deviation,
-            combined_min_deviation=self.combined_min_deviation,
-            min_hosts=self.min_hosts,
-        )
-
-
-class Policy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    max_failed_hosts: int | None = Field(default=None, ge=0)
-    max_failed_percent: float | None = Field(default=None, ge=0, le=100)
-    count: list[Literal["fail", "incomplete", "missing"]] = Field(
-        default_factory=lambda: ["fail", "incomplete", "missing"]  # type: ignore[arg-type]
-    )
-
-
-class Gates(BaseModel):
-    """The ``gates:`` section of the config. Every field has a default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    limits: list[Limit] = Field(default_factory=list)
-    baseline: BaselineGate = Field(default_factory=BaselineGate)
-    fleet: FleetGate = Field(default_factory=FleetGate)
-    policy: Policy = Field(default_factory=Policy)
+from sb_fleet.gatespec import Gates, Policy
 
 
 @dataclass(frozen=True)

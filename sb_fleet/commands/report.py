@@ -13,13 +13,13 @@ import click
 from sb_fleet.errors import SbFleetError, UsageError
 
 if TYPE_CHECKING:
-    from sb_fleet.analysis.gates import Gates
+    from sb_fleet.gatespec import Gates
 
 DEFAULT_OUT = Path("sb-fleet-report")
 
 
 def _gates_from_config(config: Path | None) -> Gates:
-    from sb_fleet.analysis.gates import Gates
+    from sb_fleet.gatespec import Gates
 
     if config is None:
         return Gates()

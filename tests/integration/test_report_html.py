@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sb_fleet.analysis.api import report, write_reports
-from sb_fleet.analysis.synth import generate
+from tests.synth.fleet import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sb_fleet.analysis.synth import generate
+from tests.synth.fleet import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import pytest
 from sb_fleet.analysis.api import report
 from sb_fleet.analysis.detect import detect
 from sb_fleet.analysis.names import Directions
-from sb_fleet.analysis.synth import FAULTS, generate
+from tests.synth.fleet import FAULTS, generate
 
 
 def flagged_rows(columns: list[str], values: np.ndarray) -> dict[int, list]:

@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from sb_fleet.analysis.api import report
-from sb_fleet.analysis.gates import Gates, Policy, apply_limits, decide
+from sb_fleet.analysis.gates import apply_limits, decide
+from sb_fleet.gatespec import Gates, Policy
 
 
 def test_absent_section_is_the_default_policy() -> None:
