@@ -20,5 +20,7 @@ test: setup
 test-fast: setup
 	.venv/bin/python -m pytest -q tests/unit
 
+## Style: ruff (lint and format), mypy on sb_fleet/, and no import cycles in sb_fleet/ or the suite.
 lint: setup
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy \
+	  && .venv/bin/python scripts/check_imports.py sb_fleet benchmarks/sb_bench

@@ -1,8 +1,7 @@
 """The command line. Parses arguments and calls one function per command; nothing else.
 
-Exit codes: 0 every host passed; 1 some host failed (or the report's gate
-failed); 2 bad usage, config, inventory, rules or results file; 3
-infrastructure trouble (hosts unreachable, host keys refused, disk full).
+Exit codes: see :mod:`sb_fleet.exits` (the policy) and :mod:`sb_fleet.commands.guard`
+(the one place exceptions become exit codes).
 """
 
 from __future__ import annotations
@@ -11,14 +10,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
 import click
 
 from sb_fleet import __version__
-from sb_fleet.errors import EXIT_INFRA, EXIT_USAGE, SbFleetError
+from sb_fleet.commands.guard import guarded
+from sb_fleet.errors import UsageError
 
 PathArg = click.Path(path_type=Path)
 
@@ -54,7 +53,7 @@ def _common(f: Callable) -> Callable:
     return f
 
 
-def _options(kw: dict[str, Any], **extra: Any):  # noqa: ANN202
+def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.workflow.Options, imported late (startup time)
     from sb_fleet.workflow import Options
 
     return Options(
@@ -68,27 +67,8 @@ def _options(kw: dict[str, Any], **extra: Any):  # noqa: ANN202
         forks=kw.get("forks"),
         resume=bool(kw.get("resume")),
         progress=not kw.get("quiet"),
-        argv=["sb-fleet", *sys.argv[1:]],
-        **extra,
+        argv=("sb-fleet", *sys.argv[1:]),
     )
-
-
-def _guard(f: Callable[..., int]) -> Callable[..., None]:
-    """Map sb-fleet's exceptions to one line on stderr and the documented exit code."""
-
-    @wraps(f)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            code = f(*args, **kwargs)
-        except SbFleetError as exc:
-            click.echo(f"sb-fleet: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("sb-fleet: interrupted", err=True)
-            sys.exit(130)
-        sys.exit(code or 0)
-
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -101,23 +81,17 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _print_rundir(s: Any) -> None:
-    click.echo(f"run directory: {s.rd.path}")
-
-
-def _stage(kw: dict[str, Any], stage: str, create: bool = True) -> int:
+def _stage(kw: dict[str, Any], name: str) -> int:
     """One stage (deploy, run or collect) on a new or existing run directory."""
     from sb_fleet import workflow as wf
 
-    s = wf.open_session(_options(kw), create=create)
-    if kw.get("dry_run"):
-        click.echo(wf.dry_run(s))
+    opts = _options(kw)
+    if opts.dry_run:
+        run = wf.inputs_for(opts)
+        click.echo(wf.dry_run(run, run.select(opts.limit)))
         return 0
-    start = wf.utcnow()
-    getattr(wf, stage)(s)
-    code = wf.exit_code(wf.outcome_table(s.rd, list(s.plan.hosts)))
-    wf.finish(s, start, code)
-    _print_rundir(s)
+    code, run = wf.stage(opts, name)
+    click.echo(f"run directory: {run.rd.path}")
     return code
 
 
@@ -126,7 +100,7 @@ def _stage(kw: dict[str, Any], stage: str, create: bool = True) -> int:
 @click.option(
     "--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host."
 )
-@_guard
+@guarded
 def deploy(**kw: Any) -> int:
     """Push the suite to every host, build its environment, record system facts."""
     return _stage(kw, "deploy")
@@ -138,7 +112,7 @@ def deploy(**kw: Any) -> int:
     "--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host."
 )
 @click.option("--resume", is_flag=True, help="in an existing run directory, run only what has not finished.")
-@_guard
+@guarded
 def run(**kw: Any) -> int:
     """Launch the configured benchmarks on every host in parallel."""
     return _stage(kw, "run")
@@ -146,12 +120,12 @@ def run(**kw: Any) -> int:
 
 @main.command()
 @_common
-@_guard
+@guarded
 def collect(**kw: Any) -> int:
     """Fetch every host's results over SSH (only what is missing) and write results-summary.jsonl."""
     if not kw.get("run_dir"):
-        raise SbFleetError("collect needs --run-dir (the directory of the run to collect)")
-    return _stage(kw, "collect", create=False)
+        raise UsageError("collect needs --run-dir (the directory of the run to collect)")
+    return _stage(kw, "collect")
 
 
 @main.command()
@@ -159,20 +133,21 @@ def collect(**kw: Any) -> int:
 @click.option(
     "--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host."
 )
-@_guard
+@guarded
 def validate(**kw: Any) -> int:
     """deploy, run, collect and report in one command."""
     from sb_fleet import workflow as wf
 
     opts = _options(kw)
-    if kw["dry_run"]:
-        s = wf.open_session(opts)
-        click.echo(wf.dry_run(s))
+    if opts.dry_run:
+        run = wf.inputs_for(opts)
+        click.echo(wf.dry_run(run, run.select(opts.limit)))
         return 0
-    code, s = wf.validate(opts)
-    click.echo((s.rd.path / "report.md").read_text() if (s.rd.path / "report.md").exists() else "")
-    click.echo(f"report: {s.rd.path / 'report.md'} (also report.json, report.html, junit.xml)")
-    _print_rundir(s)
+    code, run = wf.validate(opts)
+    report = run.rd.path / "report.md"
+    click.echo(report.read_text() if report.exists() else "")
+    click.echo(f"report: {report} (also report.json, report.html, junit.xml)")
+    click.echo(f"run directory: {run.rd.path}")
     return code
 
 
@@ -181,12 +156,14 @@ def validate(**kw: Any) -> int:
 @click.option("--images", is_flag=True, help="also remove the benchmark image (fleet.container.image).")
 @click.option("--workspaces", is_flag=True, help="also delete each host's workspace (suite, venv, results).")
 @click.option("--dry-run", is_flag=True, help="print the cleanup playbook; touch no host.")
-@_guard
+@guarded
 def cleanup(**kw: Any) -> int:
     """Remove sb-fleet's containers from every host; on request the image and the workspaces."""
-    from sb_fleet.container_stage import cleanup as do_cleanup
+    from sb_fleet.workflow import cleanup as do_cleanup
 
-    return do_cleanup(_options(kw), kw["images"], kw["workspaces"])
+    code, text = do_cleanup(_options(kw), kw["images"], kw["workspaces"])
+    click.echo(text)
+    return code
 
 
 @main.group()
@@ -196,7 +173,7 @@ def bench() -> None:
 
 @bench.command("list")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output.")
-@_guard
+@guarded
 def bench_list(as_json: bool) -> int:
     """List every benchmark with its parameters and metrics (units, higher or lower is better)."""
     from sb_fleet.benchlist import list_benchmarks
@@ -205,16 +182,13 @@ def bench_list(as_json: bool) -> int:
     return 0
 
 
-def _register_analysis() -> None:
-    try:
-        from sb_fleet.commands.report import baseline_cmd, report_cmd
-    except ImportError as exc:  # pragma: no cover - only while the analysis package is incomplete
-        logging.getLogger("sb_fleet").debug("analysis commands unavailable: %s", exc)
-        return
+def _register_commands() -> None:
+    from sb_fleet.commands.report import baseline_cmd, report_cmd
+
     main.add_command(report_cmd)
     main.add_command(baseline_cmd)
 
 
-_register_analysis()
+_register_commands()
 
-__all__ = ["main", "EXIT_INFRA", "EXIT_USAGE"]
+__all__ = ["main"]

@@ -31,6 +31,8 @@ from typing import IO
 from sb_fleet.errors import InfraError
 from sb_fleet.inventory import Host
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.progress import RUNNING
+from sb_fleet.rundir import sha256_file
 from sb_fleet.ssh import SshSettings
 
 _KH_LOCK = threading.Lock()
@@ -81,16 +83,8 @@ def local_digests(root: Path) -> dict[str, str]:
     if root.is_dir():
         for p in root.rglob("*"):
             if p.is_file() and not p.name.startswith("."):
-                out[str(p.relative_to(root))] = _sha(p)
+                out[str(p.relative_to(root))] = sha256_file(p)
     return out
-
-
-def _sha(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def missing(remote: dict[str, str], local: dict[str, str]) -> list[str]:
@@ -126,7 +120,7 @@ def store_member(root: Path, rel: str, stream: IO[bytes], want: str) -> bool:
         raise
 
 
-class _AcceptNew:
+class _AcceptNew:  # a paramiko.MissingHostKeyPolicy (paramiko is imported late)
     """paramiko policy: record an unknown host's key (first contact), as OpenSSH's accept-new."""
 
     def __init__(self, path: Path):
@@ -148,7 +142,7 @@ def connect(host: Host, ssh: SshSettings):  # noqa: ANN201 - paramiko.SSHClient
         if ssh.known_hosts.exists():
             client.load_host_keys(str(ssh.known_hosts))
         policy = _AcceptNew(ssh.known_hosts) if ssh.policy == "accept-new" else paramiko.RejectPolicy()
-        client.set_missing_host_key_policy(policy)
+        client.set_missing_host_key_policy(policy)  # type: ignore[arg-type]
     else:
         client.set_missing_host_key_policy(paramiko.WarningPolicy())
     key = host.vars.get("ansible_ssh_private_key_file") or host.vars.get("ansible_private_key_file")
@@ -310,7 +304,7 @@ def collect_all(
     ssh: SshSettings,
     parallel: int,
     timeout: float,
-    progress: Callable[[str, str, str], None] | None = None,
+    progress: Callable[[str, Outcome | str, str], None] | None = None,
 ) -> dict[str, HostOutcome]:
     """Collect every target in parallel (bounded); one outcome per host.
 
@@ -325,7 +319,7 @@ def collect_all(
         if abort:
             return HostOutcome(name, "collect", Outcome.PENDING, f"not collected: {abort[0]}")
         if progress:
-            progress(name, "running", "collect")
+            progress(name, RUNNING, "collect")
         try:
             o = collect_host(t, ssh, timeout)
         except InfraError as exc:
@@ -334,7 +328,7 @@ def collect_all(
                 name, "collect", Outcome.PENDING, f"collect stopped: {exc}", details=_kept(t.local_dir)
             )
         if progress:
-            progress(name, o.outcome.value, o.reason)
+            progress(name, o.outcome, o.reason)
         return o
 
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1))) as pool:

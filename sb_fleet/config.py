@@ -64,7 +64,7 @@ class Mode(_Strict):
 
 class BenchmarkEntry(_Strict):
     enable: bool = True
-    modes: list[Mode] = Field(default_factory=lambda: [Mode(name="local")])
+    modes: list[Mode] = Field(default_factory=lambda: [Mode.model_validate({"name": "local"})])
     parameters: dict[str, Any] = Field(default_factory=dict)
     timeout: int | None = Field(None, ge=1)
     models: list[str] | None = None
@@ -124,7 +124,7 @@ class FleetSettings(_Strict):
 
 class Config(_Strict):
     version: str | None = None
-    fleet: FleetSettings = Field(default_factory=FleetSettings)
+    fleet: FleetSettings = Field(default_factory=lambda: FleetSettings.model_validate({}))
     superbench: SuperBenchSection
     gates: Gates = Field(default_factory=Gates)
 

@@ -31,12 +31,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sb_fleet.tasks import IMAGE_DIGEST, IMAGE_LOAD
+
 Runtime = Literal["docker", "podman", "enroot"]
 
 SECRET_FILE_ENV = "SB_FLEET_REGISTRY_SECRET_FILE"
 LABEL = "sb-fleet.run"
-DIGEST_TASK = "image digest"
-LOAD_TASK = "load the image"
 
 # An image reference: [registry[:port]/]path[:tag][@sha256:hex]. No braces or spaces: these strings are
 # emitted into playbooks that Ansible templates.
@@ -519,10 +519,10 @@ def host_image_facts(runtime: str, task_results: dict[str, dict[str, Any]]) -> d
     if runtime == "none":
         return {}
     out: dict[str, Any] = {}
-    d = task_results.get(DIGEST_TASK)
+    d = task_results.get(IMAGE_DIGEST)
     if d is not None and not d.get("skipped"):
         out["image_digest"] = parse_digest(runtime, str(d.get("stdout") or ""))
-    ld = task_results.get(LOAD_TASK)
+    ld = task_results.get(IMAGE_LOAD)
     if ld is not None:  # a skipped task leaves no return code
         out["image_loaded"] = "rc" in ld and not ld.get("skipped", False)
     return out

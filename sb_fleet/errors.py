@@ -8,11 +8,7 @@ at the module that calls them, so nothing above that boundary sees them.
 
 from __future__ import annotations
 
-# Exit codes, documented in the README.
-EXIT_OK = 0
-EXIT_FAILED = 1  # some host failed its benchmarks or a gate
-EXIT_USAGE = 2  # bad usage, config, inventory, rules or results file
-EXIT_INFRA = 3  # infrastructure trouble: hosts unreachable, timeouts, disk full
+from sb_fleet.exits import EXIT_INFRA, EXIT_USAGE
 
 
 class SbFleetError(Exception):
@@ -57,7 +53,8 @@ class ResultsError(InputError):
 
 
 class RunDirError(SbFleetError):
-    """The run directory is missing, foreign or unwritable."""
+    """The run directory is missing, foreign, of another schema version, or one of its files is corrupt
+    (bad input: exit 2). A run directory that cannot be *written* is an :class:`InfraError`."""
 
 
 class InfraError(SbFleetError):

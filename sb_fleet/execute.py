@@ -1,10 +1,11 @@
-"""Execution: run a rendered playbook with ansible-runner and turn its events into per-host outcomes.
+"""Execution: the one executor. It runs a rendered playbook with ansible-runner on a set of hosts and
+turns its events into per-host outcomes.
 
 This is one of the two modules that touch the network (the other is
 ``collect``). ansible-runner's private data directory lives in the run
 directory (``ansible/<stage>/``), so its artifacts (job events, stdout) can
 be inspected afterwards. Ansible's errors are mapped here to sb-fleet's
-outcomes; nothing above this module sees an ansible-runner type.
+outcomes and exceptions; nothing above this module sees an ansible-runner type.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from sb_fleet.errors import InfraError
 from sb_fleet.inventory import Inventory
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.progress import RUNNING, Progress
 from sb_fleet.rundir import atomic_write_text
 from sb_fleet.ssh import SshSettings
 
@@ -32,9 +34,6 @@ HOSTKEY_MARKERS = (
     "host key for",
     "Host key for",
 )
-
-# event -> progress word, for the live display
-ProgressFn = Callable[[str, str, str], None]  # (host, status, detail)
 
 
 @dataclass
@@ -102,22 +101,47 @@ def _one_line(s: str, n: int = 400) -> str:
     return " ".join(str(s).split())[:n]
 
 
+def python_for_ansible() -> str:
+    """The Python Ansible runs its modules with on a local host."""
+    return "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Everything a stage needs to run a playbook on hosts: handed to every stage, never rebuilt by one."""
+
+    inventory: Inventory
+    ssh: SshSettings
+    forks: int
+    ansible_root: Path  # ansible/ of the run directory: one private data dir per stage below it
+    python: str = field(default_factory=python_for_ansible)
+    progress: Progress = field(default_factory=lambda: Progress(enabled=False))
+
+    def run(
+        self,
+        stage: str,
+        playbook: Path,
+        hosts: list[str],
+        *,
+        cancel: Callable[[], bool] | None = None,
+        extravars: dict[str, Any] | None = None,
+    ) -> StageResult:
+        """Run ``playbook`` on ``hosts``; an outcome for every one of them, whatever happens."""
+        return run_playbook(self, stage, playbook, hosts, cancel, extravars)
+
+
 def run_playbook(
+    ex: Executor,
     stage: str,
     playbook: Path,
-    inventory: Inventory,
     hosts: list[str],
-    private_dir: Path,
-    ssh: SshSettings,
-    forks: int,
-    python: str,
-    progress: ProgressFn | None = None,
-    cancel: Callable[[], bool] | None = None,
-    keep_results: tuple[str, ...] = (),
-    extravars: dict[str, Any] | None = None,
+    cancel: Callable[[], bool] | None,
+    extravars: dict[str, Any] | None,
 ) -> StageResult:
-    """Run ``playbook`` on ``hosts`` and return an outcome for every one of them."""
     import ansible_runner
+
+    private_dir = ex.ansible_root / stage
+    inventory, ssh, forks, python, progress = ex.inventory, ex.ssh, ex.forks, ex.python, ex.progress.update
 
     private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     t0 = time.monotonic()
@@ -137,21 +161,20 @@ def run_playbook(
             return True
         task = str(data.get("task") or "")
         res = data.get("res") or {}
-        if name == "runner_on_start" and progress:
-            progress(host, "running", task)
+        if name == "runner_on_start":
+            progress(host, RUNNING, task)
         elif name in ("runner_on_ok", "runner_on_skipped"):
             reached.add(host)
-            if task in keep_results or not keep_results:
-                results[host][task] = _slim(res)
+            results[host][task] = _slim(res)
         elif name in ("runner_on_failed", "runner_on_unreachable", "runner_on_async_failed"):
+            reached.add(host)
             if name == "runner_on_failed" and data.get("ignore_errors"):
                 return True
             outcome, reason = classify(name, res)
             results[host][task] = _slim(res)
             if host not in seen or seen[host].outcome == Outcome.OK:
                 seen[host] = HostOutcome(host, stage, outcome, f"{task}: {reason}" if task else reason)
-            if progress:
-                progress(host, outcome.value, reason)
+            progress(host, outcome, reason)
         return True
 
     try:
@@ -190,8 +213,7 @@ def run_playbook(
             outcomes[h] = seen[h]
         elif h in reached:
             outcomes[h] = HostOutcome(h, stage, Outcome.OK)
-            if progress:
-                progress(h, "ok", "")
+            progress(h, Outcome.OK, "")
         elif status == "canceled":
             outcomes[h] = HostOutcome(h, stage, Outcome.PENDING, "interrupted before the host finished")
         else:

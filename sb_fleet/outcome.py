@@ -53,7 +53,7 @@ class HostOutcome:
     details: dict = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict:
-        d = {
+        d: dict[str, object] = {
             "host": self.host,
             "stage": self.stage,
             "outcome": self.outcome.value,

@@ -16,6 +16,7 @@ from typing import Any
 from sb_fleet.config import BenchmarkEntry, Config
 from sb_fleet.inventory import Host, Inventory
 
+PLAN_SCHEMA = 2
 STEP_MARGIN_S = 60  # on top of the entries' timeouts, for process start and result writing
 
 
@@ -101,7 +102,7 @@ class Plan:
 
     def to_json(self) -> dict:
         return {
-            "schema_version": 1,
+            "schema_version": PLAN_SCHEMA,
             "hosts": list(self.hosts),
             "benchmarks": list(self.benchmarks),
             "entries": [e.key for e in self.entries()],
@@ -111,13 +112,46 @@ class Plan:
                 {
                     "id": s.id,
                     "timeout": s.timeout,
-                    "entries": [e.spec() for e in s.entries],
+                    "entries": [
+                        {**e.spec(), "multi_node": e.multi_node, "node_num": e.node_num} for e in s.entries
+                    ],
                     "groups": [asdict(g) for g in s.groups],
                     "left_out": list(s.left_out),
                 }
                 for s in self.steps
             ],
         }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Plan:
+        """The plan as :meth:`to_json` wrote it. Raises ValueError/KeyError/TypeError on a foreign file."""
+        if d.get("schema_version") != PLAN_SCHEMA:
+            raise ValueError(f"plan schema_version {d.get('schema_version')!r}, expected {PLAN_SCHEMA}")
+        steps = []
+        for s in d["steps"]:
+            entries = tuple(
+                RunEntry(
+                    key=str(e["key"]),
+                    entry=str(e["entry"]),
+                    benchmark=str(e["benchmark"]),
+                    params=dict(e["params"]),
+                    modes=tuple(dict(m) for m in e["modes"]),
+                    timeout=int(e["timeout"]),
+                    multi_node=bool(e["multi_node"]),
+                    node_num=e["node_num"],
+                    port_offset=int(e.get("port_offset", 0)),
+                )
+                for e in s["entries"]
+            )
+            groups = tuple(NodeGroup(tuple(g["hosts"]), str(g["master"])) for g in s["groups"])
+            steps.append(Step(str(s["id"]), entries, int(s["timeout"]), groups, tuple(s["left_out"])))
+        return cls(
+            hosts=tuple(d["hosts"]),
+            host_setup={h: HostSetup(**v) for h, v in d["host_setup"].items()},
+            steps=tuple(steps),
+            benchmarks=tuple(d["benchmarks"]),
+            unsupported=dict(d["unsupported"]),
+        )
 
     def describe(self) -> str:
         """A human-readable plan for --dry-run."""

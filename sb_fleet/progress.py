@@ -12,9 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-DONE_OK = {"ok", "skipped"}
-DONE_BAD = {"failed", "timeout", "unreachable", "hostkey-mismatch", "pending"}
+from sb_fleet.outcome import Outcome
+
+RUNNING = "running"  # the one progress word that is not an outcome: a host has started a task
+DONE_OK = frozenset({Outcome.OK, Outcome.SKIPPED})
 
 
 @dataclass
@@ -47,7 +50,7 @@ class Progress:
         self.enabled = enabled
         self.stages: list[StageState] = []
         self.lock = threading.Lock()
-        self.live = None
+        self.live: Any = None
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
 
     @contextmanager
@@ -64,23 +67,27 @@ class Progress:
             if self.enabled:
                 print(st.line(), file=self.stream, flush=True)
 
-    def update(self, host: str, status: str, detail: str = "") -> None:
+    def update(self, host: str, status: Outcome | str, detail: str = "") -> None:
+        """``status``: :data:`RUNNING` or an :class:`Outcome` (or its value)."""
         with self.lock:
             if not self.stages:
                 return
             st = self.stages[-1]
-            if status == "running":
+            if status == RUNNING:
                 st.running.setdefault(host, time.monotonic())
                 return
+            outcome = Outcome(status)
             st.running.pop(host, None)
-            if status in DONE_OK:
+            if outcome in DONE_OK:
                 if host not in st.bad:
                     st.ok.add(host)
-            elif status in DONE_BAD:
+            else:
                 st.ok.discard(host)
                 st.bad[host] = detail
                 if self.enabled and not self.tty:
-                    print(f"  {st.name}: {host}: {status}: {detail[:160]}", file=self.stream, flush=True)
+                    print(
+                        f"  {st.name}: {host}: {outcome.value}: {detail[:160]}", file=self.stream, flush=True
+                    )
         self._refresh()
 
     def _table(self):  # noqa: ANN202

@@ -1,10 +1,7 @@
-"""Rendering: the plan as files Ansible and the on-host runner read.
+"""Rendering: the plan as files Ansible and the on-host runner read, written once into ``playbooks/``.
 
-Pure apart from writing into the run directory. Templates live in
-``playbooks/*.j2`` and use ``[[ ]]``/``[% %]`` so that Ansible's own
-``{{ }}`` pass through untouched; every value sb-fleet fills in goes through
-``tojson`` (a JSON literal is valid YAML), so config values cannot break
-or inject into the playbook.
+Pure apart from writing into the run directory; the values that reach the templates come from
+:mod:`sb_fleet.templates`, the container playbooks from :mod:`sb_fleet.render_container`.
 """
 
 from __future__ import annotations
@@ -12,21 +9,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
 import yaml
 
 from sb_fleet.config import Config
 from sb_fleet.inventory import Inventory
-from sb_fleet.plan import Plan, Step
-from sb_fleet.resources import playbooks_dir, suite_dir
+from sb_fleet.plan import Plan
+from sb_fleet.render_container import render_container
+from sb_fleet.resources import suite_dir
 from sb_fleet.rundir import atomic_write_bytes, atomic_write_json, atomic_write_text
+from sb_fleet.templates import run_env, runner_args, step_spec, template_env
 
-SPEC_VERSION = 1
+INDEX = "index.json"  # playbooks/index.json: what was rendered, read back by later commands
 
 
 @dataclass(frozen=True)
@@ -35,19 +32,27 @@ class Rendered:
     runs: dict[str, Path]  # step id -> playbook
     suite_archive: Path
     suite_digest: str
+    image_deploy: Path | None = None  # container-deploy.yml with fleet.runtime docker/podman/enroot
 
+    def to_json(self) -> dict:
+        return {
+            "deploy": self.deploy.name,
+            "runs": {k: v.name for k, v in self.runs.items()},
+            "suite_archive": self.suite_archive.name,
+            "suite_digest": self.suite_digest,
+            "image_deploy": self.image_deploy.name if self.image_deploy else None,
+        }
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(playbooks_dir())),
-        variable_start_string="[[",
-        variable_end_string="]]",
-        block_start_string="[%",
-        block_end_string="%]",
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
+    @classmethod
+    def from_json(cls, d: dict, out: Path) -> Rendered:
+        """The playbooks rendered into ``out`` (KeyError/TypeError on a foreign index)."""
+        return cls(
+            out / d["deploy"],
+            {str(k): out / v for k, v in d["runs"].items()},
+            out / d["suite_archive"],
+            str(d["suite_digest"]),
+            out / d["image_deploy"] if d.get("image_deploy") else None,
+        )
 
 
 def suite_archive_bytes(src: Path | None = None) -> tuple[bytes, str]:
@@ -123,35 +128,10 @@ def needs_torch(plan: Plan) -> bool:
         return True
 
 
-def step_spec(run_id: str, step: Step) -> dict:
-    return {
-        "schema_version": SPEC_VERSION,
-        "run_id": run_id,
-        "step": step.id,
-        "entries": [e.spec() for e in step.entries],
-    }
-
-
-def runner_args(run_id: str, step: Step, master_port: int) -> list[str]:
-    # The spec travels inline in argv (no secrets in it): one task per host and step, no file copy.
-    # Base64, so neither Ansible's templating nor any shell can read anything into it.
-    spec = json.dumps(step_spec(run_id, step), separators=(",", ":"), sort_keys=True)
-    return [
-        "-m",
-        "sb_bench.runner",
-        "--spec-b64",
-        base64.b64encode(spec.encode()).decode(),
-        "--results",
-        f"runs/{run_id}/results",
-        "--master-port",
-        str(master_port),
-    ]
-
-
 def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: str, out: Path) -> Rendered:
     """Write the deploy and run playbooks, step specs and the suite archive under ``out``."""
     out = Path(out)
-    env = _env()
+    env = template_env()
     data, digest = suite_archive_bytes()
     archive = out / f"suite-{digest}.tar.gz"
     if not archive.exists():
@@ -199,27 +179,14 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
             ),
         )
         runs[step.id] = pb
-    extra = []
+    image = None
     if (
         config.fleet.runtime != "none"
     ):  # the steps run in the image; container-deploy.yml puts it on the hosts
-        from sb_fleet.container_stage import render_container
-
-        extra.append(render_container(plan, config, run_id, out, runs))
+        image = render_container(plan, config, run_id, out, runs)
     # Fail here, not on 500 hosts, if a template produced invalid YAML.
-    for p in [deploy, *runs.values(), *extra]:
+    for p in [deploy, *runs.values(), *([image] if image else [])]:
         yaml.safe_load(p.read_text())
-    return Rendered(deploy, runs, archive, digest)
-
-
-def run_env(config: Config) -> dict[str, str]:
-    """Environment of the benchmark processes: ``fleet.env``, plus the monitor's interval when enabled."""
-    env = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in config.fleet.env.items()}
-    mon = config.superbench.monitor
-    if mon is not None and mon.enable:
-        env.setdefault("SB_MONITOR_INTERVAL", str(mon.sample_interval))
-    return env
-
-
-def plan_json(plan: Plan) -> str:
-    return json.dumps(plan.to_json(), indent=2)
+    rendered = Rendered(deploy, runs, archive, digest, image)
+    atomic_write_json(out / INDEX, rendered.to_json())
+    return rendered

@@ -6,7 +6,7 @@ can inspect it afterwards and ``collect``/``report`` can re-run offline::
     manifest.json          schema version, sb-fleet version, commands run, times
     config.yaml            the config as given;  config.json  as validated
     inventory/             the inventory as given; hosts.json as resolved
-    plan.json              what runs where
+    plan.json              what runs where (read back by every later command: Plan.from_json)
     playbooks/             the rendered playbooks
     ansible/<stage>/       ansible-runner's private data dir and artifacts
     facts/<host>.json      system facts recorded at deploy
@@ -18,6 +18,12 @@ can inspect it afterwards and ``collect``/``report`` can re-run offline::
 Every file is written to a temporary name and renamed into place, so a
 crash or a full disk never leaves a half-written file under its final name.
 The directory is private (0700): it may hold facts about the fleet.
+
+The inputs (config, inventory snapshot, hosts.json, plan.json, playbooks/)
+are written once, when the run is created; later commands read them back
+and never rewrite them, so a command with ``--limit`` narrows what it does
+but never what the run is. A file that cannot be read back (truncated,
+not JSON) is a :class:`RunDirError` naming it: exit 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import Any
 from sb_fleet import __version__
 from sb_fleet.errors import InfraError, RunDirError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: inputs written once, plan read back, --limit recorded per command
 MANIFEST = "manifest.json"
 
 
@@ -84,6 +90,7 @@ def atomic_write_json(path: Path, obj: Any, mode: int = 0o600) -> None:
 
 
 def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB chunks (the one file hash of sb-fleet)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -141,10 +148,7 @@ class RunDir:
             raise RunDirError(
                 f"{path}: not a run directory (no {MANIFEST}); give a directory made by sb-fleet"
             )
-        try:
-            data = json.loads(mf.read_text())
-        except (OSError, ValueError) as exc:
-            raise RunDirError(f"{mf}: unreadable manifest ({exc})") from exc
+        data = cls(path).manifest()
         ver = data.get("schema_version")
         if ver != SCHEMA_VERSION:
             newer = isinstance(ver, int) and ver > SCHEMA_VERSION
@@ -161,13 +165,22 @@ class RunDir:
 
     # -- manifest ----------------------------------------------------------------------------
     def manifest(self) -> dict:
-        return json.loads((self.path / MANIFEST).read_text())
+        data = self.read_json(MANIFEST)
+        if not isinstance(data, dict):
+            raise RunDirError(
+                f"{self.path / MANIFEST}: not a run manifest; give a directory made by sb-fleet"
+            )
+        return data
 
-    def record_command(self, argv: list[str], start: str, end: str, exit_code: int) -> None:
+    def record_command(
+        self, argv: list[str], start: str, end: str, exit_code: int, hosts: list[str] | None = None
+    ) -> None:
+        """Append one command to the manifest: its argv, times, exit code and the hosts it acted on."""
         m = self.manifest()
-        m.setdefault("commands", []).append(
-            {"argv": argv, "start": start, "end": end, "exit_code": exit_code}
-        )
+        entry: dict[str, Any] = {"argv": argv, "start": start, "end": end, "exit_code": exit_code}
+        if hosts is not None:
+            entry["hosts"] = hosts
+        m.setdefault("commands", []).append(entry)
         m["updated"] = end
         atomic_write_json(self.path / MANIFEST, m)
 
@@ -189,19 +202,27 @@ class RunDir:
     def raw_host(self, host: str) -> Path:
         return self.sub("raw", safe_name(host))
 
-    def outcomes_file(self, stage: str) -> Path:
-        return self.sub("outcomes") / f"{stage}.json"
-
     def write_json(self, rel: str, obj: Any) -> Path:
         p = self.path / rel
         atomic_write_json(p, obj)
         return p
 
     def read_json(self, rel: str, default: Any = None) -> Any:
+        """A JSON file of the run directory; ``default`` when absent; :class:`RunDirError` when corrupt."""
         p = self.path / rel
-        if not p.exists():
+        try:
+            text = p.read_text()
+        except FileNotFoundError:
             return default
-        return json.loads(p.read_text())
+        except OSError as exc:
+            raise RunDirError(f"{p}: cannot read ({exc.strerror})") from None
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise RunDirError(
+                f"{p}: corrupt or truncated ({exc}); restore it from a copy (a result file is re-made by "
+                f"re-running the command that wrote it; an input such as plan.json only by a new run)"
+            ) from None
 
 
 def safe_name(host: str) -> str:

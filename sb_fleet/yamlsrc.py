@@ -84,6 +84,7 @@ def pydantic_error(path: Path, lines: LineMap, exc: Any, cls: type[InputError] =
     where = f"line {line}, field {field}" if line else f"field {field}"
     typ = err.get("type", "")
     msg = err.get("msg", "invalid")
+    hint: str | None
     if typ == "extra_forbidden":
         msg, hint = f"unknown key {loc[-1]!r}", "remove it or fix its spelling"
     elif typ == "missing":

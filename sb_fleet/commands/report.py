@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from sb_fleet.errors import SbFleetError, UsageError
+from sb_fleet.commands.guard import guarded
+from sb_fleet.errors import UsageError
 
 if TYPE_CHECKING:
     from sb_fleet.gatespec import Gates
@@ -39,20 +38,6 @@ def _gates_from_config(config: Path | None) -> Gates:
         err = exc.errors()[0]
         loc = "gates." + ".".join(str(p) for p in err["loc"])
         raise ConfigError(config, loc, err["msg"], "see docs/analysis.md for the gates section") from None
-
-
-def _guarded(f: Callable[..., Any]) -> Callable[..., Any]:
-    """An sb-fleet error becomes one line on stderr and its exit code (2 for bad input)."""
-
-    @functools.wraps(f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return f(*args, **kwargs)
-        except SbFleetError as exc:
-            click.echo(f"sb-fleet: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-
-    return wrapper
 
 
 def _default_out(source: Path) -> Path:
@@ -151,5 +136,5 @@ def _baseline(source: Path, out: Path, summary: Path | None, statistic: str, per
         click.echo(f"warning: {p}", err=True)
 
 
-report_cmd = click.command("report")(_guarded(_report))
-baseline_cmd = click.command("baseline")(_guarded(_baseline))
+report_cmd = click.command("report")(guarded(_report))
+baseline_cmd = click.command("baseline")(guarded(_baseline))

@@ -405,7 +405,7 @@ ENVELOPE = {
 @SETTINGS
 def test_on_host_result_json(work, data):
     """A host's rank files, whatever they hold, cost at most their own benchmark: never an exception."""
-    from sb_fleet.summary import summarize_host, summary_line
+    from sb_fleet.normalize import summarize_host
 
     raw = work / "raw"
     for old in raw.rglob("rank*.json"):
@@ -417,9 +417,9 @@ def test_on_host_result_json(work, data):
             data.draw(documents([ENVELOPE], as_json=True)), errors="surrogatepass"
         )
     hr = summarize_host("h1", raw)
-    json.loads(summary_line(hr))  # the summary line is valid JSON (no NaN/inf)
+    json.loads(hr.summary_line())  # the summary line is valid JSON (no NaN/inf)
     for key, st_ in hr.statuses.items():
-        assert st_["status"] in ("ok", "skipped", "failed", "timeout") or isinstance(st_["status"], str), key
+        assert st_.status in ("ok", "skipped", "failed", "timeout") or isinstance(st_.status, str), key
     assert all(isinstance(p, str) and "\n" not in p for p in hr.problems)
 
 

@@ -84,6 +84,25 @@ def test_validate_collects_every_host_and_reports_the_unreachable_one(fleet, fle
     assert r3.returncode == 1, r3.stderr  # the missing host fails the default gate
     assert {h["name"] for h in _report(run_dir)["hosts"]} == {*summary, "host005"}
 
+    # the run directory survives later commands with --limit and --dry-run: inputs are never rewritten
+    inputs = {
+        f: (run_dir / f).read_bytes() for f in ("hosts.json", "plan.json", "config.json", "config.yaml")
+    }
+    first = fleet.hosts[0].name
+    r4 = sb_fleet("run", "--dry-run", "--limit", first, "--run-dir", str(run_dir))
+    assert r4.returncode == 0 and f"would act on: {first}" in r4.stdout, r4.stdout + r4.stderr
+    r5 = sb_fleet("collect", "--limit", first, "--run-dir", str(run_dir))
+    assert r5.returncode == 0, r5.stdout + r5.stderr  # the one host it acted on is fine
+    assert {f: (run_dir / f).read_bytes() for f in inputs} == inputs
+    assert sorted(_summary(run_dir)) == sorted(summary)  # the summary still has every host
+    r6 = sb_fleet("report", str(run_dir))
+    assert r6.returncode == 1
+    assert {h["name"] for h in _report(run_dir)["hosts"]} == {*summary, "host005"}
+    commands = json.loads((run_dir / "manifest.json").read_text())["commands"]
+    assert commands[-1]["hosts"] == [first] and len(commands[0]["hosts"]) == 5
+    r7 = sb_fleet("run", "--run-dir", str(run_dir), "-c", str(tmp_path / "other.yaml"))
+    assert r7.returncode == 2 and "inputs are fixed" in r7.stderr and len(r7.stderr.splitlines()) == 1
+
 
 def _find_bench_pid(workspace: str, deadline: float) -> int | None:
     """The benchmark process of one simulated host, found by its working directory."""

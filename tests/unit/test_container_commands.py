@@ -199,8 +199,8 @@ def test_registry_secret_missing_is_a_config_error(monkeypatch):
 @pytest.mark.parametrize("dist", sorted(SETTINGS))
 def test_rendered_container_playbooks_are_valid_yaml(runtime, dist, tmp_path):
     from sb_fleet.config import Config
-    from sb_fleet.container_stage import render_cleanup, render_container
     from sb_fleet.plan import Plan, RunEntry, Step
+    from sb_fleet.render_container import render_cleanup, render_container
 
     c = SETTINGS[dist]
     if dist == "tarball":
@@ -278,8 +278,8 @@ def test_ansible_accepts_every_rendered_container_playbook(tmp_path):
     import sys
 
     from sb_fleet.config import Config
-    from sb_fleet.container_stage import render_cleanup, render_container
     from sb_fleet.plan import Plan, RunEntry, Step
+    from sb_fleet.render_container import render_cleanup, render_container
 
     step = Step("step01", (RunEntry("g", "g", "gemm-flops", {}, ({"name": "local"},), 60),), 120)
     plan = Plan(("h1",), {}, (step,), ("g",))

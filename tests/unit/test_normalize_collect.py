@@ -1,4 +1,5 @@
-"""Normalization (raw rank files -> results-summary.jsonl) and the collector's pure parts."""
+"""The one normaliser (raw rank files -> records and results-summary.jsonl), the outcome table, the run
+directory, and the collector's pure parts."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from sb_fleet.collect import local_digests, missing, parse_listing, safe_rel, sh_path, store_member
+from sb_fleet.errors import RunDirError
+from sb_fleet.exits import exit_for
+from sb_fleet.normalize import HostRecord, benchmark_outcome, reduce_entry, summarize_host
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.outcomes import exit_code, merge, save_stage
-from sb_fleet.rundir import RunDir, atomic_write_text, safe_name
-from sb_fleet.summary import summarize_host, summary_line
+from sb_fleet.outcome_table import merge, outcomes_of, save_stage
+from sb_fleet.rundir import SCHEMA_VERSION, RunDir, atomic_write_text, safe_name
 
 
 def rank(
@@ -44,18 +47,54 @@ def test_ranks_get_suffixes_or_reduce_and_runs_are_averaged(tmp_path):
     rank(res / "nccl-bw", 1, {"allreduce_1024_busbw": [3.0]}, {"allreduce_1024_busbw": "min"})
     rank(res / "gpt_models" / "pytorch-gpt2-small", 0, {"fp32_train_throughput": [7.0]})
     hr = summarize_host("gpu01", tmp_path)
-    assert hr.record == {
+    # SuperBench's node summary: return_code has no reduce op, so several ranks keep one column each.
+    assert hr.metrics == {
         "mem-bw/h2d_bw:0": 11.0,
         "mem-bw/h2d_bw:1": 20.0,
-        "mem-bw/return_code": 0,
+        "mem-bw/return_code:0": 0,
+        "mem-bw/return_code:1": 0,
         "nccl-bw/allreduce_1024_busbw": 3.0,
-        "nccl-bw/return_code": 0,
+        "nccl-bw/return_code:0": 0,
+        "nccl-bw/return_code:1": 0,
         "gpt_models/pytorch-gpt2-small/fp32_train_throughput": 7.0,
         "gpt_models/pytorch-gpt2-small/return_code": 0,
     }
-    line = json.loads(summary_line(hr))
+    line = json.loads(hr.summary_line())
     assert line["node"] == "gpu01"
-    assert hr.metrics_meta["mem-bw/h2d_bw"] == {"unit": "GB/s", "higher_is_better": True}
+    assert hr.meta["mem-bw/h2d_bw"] == {"unit": "GB/s", "higher_is_better": True}
+
+
+def test_superbench_node_summary_rules_on_result_objects():
+    """SuperBench's runner (__merge_benchmark_metrics): reduce op None keeps ranks apart (":rank" only
+    when there are several), a known op folds them, an unknown op drops the metric (with a problem)."""
+
+    def res(rc: int, **metrics: tuple[float, str | None]) -> dict:
+        return {
+            "return_code": rc,
+            "result": {"return_code": [rc], **{k: [v] for k, (v, _) in metrics.items()}},
+            "reduce_op": {"return_code": None, **{k: op for k, (_, op) in metrics.items()}},
+        }
+
+    rec = HostRecord("n1")
+    reduce_entry("kernel-launch", {0: res(0, event_time=(5.0, None))}, rec)
+    reduce_entry(
+        "nccl-bw",
+        {r: res(0, busbw=(10.0 + r, "max"), time=(1.0, "avg"), odd=(2.0, "median")) for r in range(4)},
+        rec,
+    )
+    assert rec.metrics["kernel-launch/event_time"] == 5.0 and "kernel-launch/return_code" in rec.metrics
+    assert rec.metrics["nccl-bw/busbw"] == 13.0 and rec.metrics["nccl-bw/time"] == 1.0
+    assert [k for k in rec.metrics if k.startswith("nccl-bw/return_code")] == [
+        f"nccl-bw/return_code:{r}" for r in range(4)
+    ]
+    assert "nccl-bw/odd" not in rec.metrics and any("unknown reduce op" in p for p in rec.problems)
+
+
+def test_a_result_without_return_code_is_invalid_not_ok():
+    rec = HostRecord("n1")
+    reduce_entry("gemm-flops", {0: {"result": {"fp32_flops": [1.0]}, "reduce_op": {}}}, rec)
+    assert rec.statuses["gemm-flops"].return_code == 3 and rec.statuses["gemm-flops"].status == "failed"
+    assert benchmark_outcome(rec, ["gemm-flops"]).outcome == Outcome.FAILED
 
 
 def test_corrupt_file_costs_only_its_benchmark(tmp_path):
@@ -65,10 +104,11 @@ def test_corrupt_file_costs_only_its_benchmark(tmp_path):
     (res / "mem-bw" / "rank0.json").write_text('{"name": "mem-bw", "result": {"h2d')
     rank(res / "kernel-launch", 0, {}, rc=124, status="timeout")
     hr = summarize_host("h", tmp_path)
-    assert hr.record["gemm-flops/fp32_flops"] == 100.0
-    assert hr.record["mem-bw/return_code"] == 3
-    assert hr.record["kernel-launch/return_code"] == 124
-    assert hr.statuses["kernel-launch"]["status"] == "timeout"
+    assert hr.metrics["gemm-flops/fp32_flops"] == 100.0
+    assert hr.metrics["mem-bw/return_code"] == 3
+    assert hr.metrics["kernel-launch/return_code"] == 124
+    assert hr.statuses["kernel-launch"].status == "timeout"
+    assert benchmark_outcome(hr, ["gemm-flops", "mem-bw", "kernel-launch"]).outcome == Outcome.TIMEOUT
     assert any("mem-bw" in p and "corrupt" in p for p in hr.problems)
 
 
@@ -122,16 +162,31 @@ def test_outcomes_merge_to_the_worst_stage_and_exit_codes(tmp_path):
     assert m["a"]["outcome"] == "timeout" and m["a"]["reason"] == "slow"
     assert m["b"]["outcome"] == "unreachable"
     assert m["c"]["outcome"] == "pending"  # never silently dropped
-    assert exit_code(m) == 3
-    assert exit_code({"a": m["a"]}) == 1
-    assert exit_code({"a": {"outcome": "ok"}}, gate_passed=False) == 1
-    assert exit_code({"a": {"outcome": "ok"}}, gate_passed=True) == 0
+    assert exit_for(outcomes_of(m)) == 3
+    assert exit_for([Outcome.TIMEOUT]) == 1
+    assert exit_for([Outcome.OK], gate_passed=False) == 1
+    assert exit_for([Outcome.OK], gate_passed=True) == 0
+    # a later command on some hosts only keeps the others' outcomes (the run directory never shrinks)
+    save_stage(rd, "deploy", {"a": HostOutcome("a", "deploy", Outcome.FAILED, "again")})
+    m = merge(rd, ["a", "b", "c"])
+    assert m["b"]["outcome"] == "unreachable" and m["a"]["stages"]["deploy"]["outcome"] == "failed"
+
+
+def test_corrupt_run_directory_files_are_one_line_errors(tmp_path):
+    rd = RunDir.create(tmp_path / "run")
+    (rd.path / "outcomes").mkdir()
+    (rd.path / "outcomes" / "run.json").write_text('{"schema_version": 1, "hosts": [{"ho')
+    with pytest.raises(RunDirError, match=r"outcomes/run.json: corrupt or truncated"):
+        merge(rd, ["a"])
+    (rd.path / "manifest.json").write_text("{")
+    with pytest.raises(RunDirError, match="manifest.json"):
+        RunDir.open(rd.path)
 
 
 def test_run_dir_is_private_versioned_and_atomic(tmp_path):
     rd = RunDir.create(tmp_path / "r")
     assert oct(rd.path.stat().st_mode & 0o777) == "0o700"
-    assert RunDir.open(rd.path).manifest()["schema_version"] == 1
+    assert RunDir.open(rd.path).manifest()["schema_version"] == SCHEMA_VERSION
     m = json.loads((rd.path / "manifest.json").read_text())
     m["schema_version"] = 99
     (rd.path / "manifest.json").write_text(json.dumps(m))

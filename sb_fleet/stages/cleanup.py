@@ -1,0 +1,23 @@
+"""The cleanup stage: remove sb-fleet's containers from every host; on request the image and workspaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sb_fleet.execute import Executor
+from sb_fleet.outcome import HostOutcome
+from sb_fleet.outcome_table import save_stage
+from sb_fleet.render_container import render_cleanup
+from sb_fleet.runinputs import RunInputs
+
+
+def cleanup_playbook(run: RunInputs, images: bool, workspaces: bool) -> Path:
+    """The cleanup playbook for this run's config (rendered on demand: it is an action, not a run input)."""
+    return render_cleanup(run.config, run.rd.sub("playbooks", "cleanup"), images, workspaces)
+
+
+def cleanup(run: RunInputs, ex: Executor, hosts: list[str], playbook: Path) -> dict[str, HostOutcome]:
+    with ex.progress.stage("cleanup", hosts):
+        res = ex.run("cleanup", playbook, hosts)
+    save_stage(run.rd, "cleanup", res.outcomes)
+    return res.outcomes

@@ -1,0 +1,72 @@
+"""The collect stage: every host's result files over SSH into ``raw/<host>/`` (only what is missing), then
+the one normaliser over every host of the run into ``results-summary.jsonl``, ``metrics.json``,
+``problems.json`` and each host's ``benchmarks`` outcome."""
+
+from __future__ import annotations
+
+import contextlib
+
+from sb_fleet.collect import CollectAborted, CollectTarget, collect_all, remove_partials
+from sb_fleet.errors import InfraError
+from sb_fleet.execute import Executor
+from sb_fleet.normalize import benchmark_outcome, summarize_host
+from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.outcome_table import load_stage, save_stage
+from sb_fleet.rundir import RunDir, atomic_write_text, safe_name
+from sb_fleet.runinputs import RunInputs
+from sb_fleet.stages.run import remote_results
+
+
+def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOutcome]:
+    prev = load_stage(run.rd, "run") or {}
+    # Every host that may hold results, including one that dropped off mid-run.
+    fetch = [h for h in hosts if h not in prev or prev[h].outcome != Outcome.SKIPPED]
+    outcomes: dict[str, HostOutcome] = {
+        h: HostOutcome(h, "collect", Outcome.SKIPPED, f"run skipped: {prev[h].reason}")
+        for h in hosts
+        if h not in fetch
+    }
+    targets = []
+    for h in fetch:
+        local = run.rd.raw_host(h) / "results"
+        remove_partials(local)  # what a killed collect left half-written
+        targets.append(CollectTarget(ex.inventory.get(h), remote_results(run, h), local))
+    try:
+        with ex.progress.stage("collect", fetch):
+            outcomes.update(
+                collect_all(targets, ex.ssh, ex.forks, run.config.fleet.collect_timeout, ex.progress.update)
+            )
+    except CollectAborted as exc:
+        # The control node's disk is full: record who was collected if the disk still takes it, then stop.
+        outcomes.update(exc.outcomes)
+        with contextlib.suppress(InfraError):
+            save_stage(run.rd, "collect", outcomes)
+        raise
+    save_stage(run.rd, "collect", outcomes)
+    normalize_run(run.rd, list(run.plan.hosts), [e.key for e in run.plan.entries()])
+    return outcomes
+
+
+def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str, HostOutcome]:
+    """raw/ of every host of the run -> results-summary.jsonl, metrics.json, problems.json and each
+    collected host's benchmark outcome. Offline, and over the whole run whatever ``--limit`` said."""
+    lines: list[str] = []
+    meta: dict[str, dict] = {}
+    problems: dict[str, list[str]] = {}
+    outcomes: dict[str, HostOutcome] = {}
+    for h in hosts:
+        raw = rd.path / "raw" / safe_name(h)
+        if not raw.is_dir():
+            continue
+        rec = summarize_host(h, raw)
+        meta.update(rec.meta)
+        if rec.metrics:
+            lines.append(rec.summary_line())
+        if rec.problems:
+            problems[h] = rec.problems
+        outcomes[h] = benchmark_outcome(rec, expected)
+    atomic_write_text(rd.path / "results-summary.jsonl", "".join(ln + "\n" for ln in lines))
+    rd.write_json("metrics.json", meta)
+    rd.write_json("problems.json", problems)
+    save_stage(rd, "benchmarks", outcomes)
+    return outcomes

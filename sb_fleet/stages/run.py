@@ -1,0 +1,133 @@
+"""The run stage: every step of the plan on every ready host, in parallel.
+
+With ``--resume`` only the steps a host has not finished run (and, inside a step, only the benchmarks
+that did not finish: the runner's ``--resume``). Interrupted (Ctrl-C): the benchmarks are stopped on
+every host, each host's outcome says whether it finished, and ``run --resume`` does the rest.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from sb_fleet.collect import CollectTarget, stop_runners
+from sb_fleet.container import record_digests
+from sb_fleet.execute import Executor
+from sb_fleet.interrupts import Interrupts
+from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.outcome_table import load_stage, save_stage
+from sb_fleet.rundir import utcnow
+from sb_fleet.runinputs import RunInputs
+from sb_fleet.stages.common import eligible
+from sb_fleet.templates import runner_args
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outcomes: dict[str, HostOutcome]
+    interrupted: str | None  # the signal's name when Ctrl-C/SIGTERM stopped the stage
+
+
+def steps_done(o: HostOutcome | None) -> set[str]:
+    return set((o.details or {}).get("steps_done", [])) if o is not None else set()
+
+
+def remote_results(run: RunInputs, host: str) -> str:
+    """Where the runner of this run writes its results on ``host``."""
+    return f"{run.plan.host_setup[host].workspace.rstrip('/')}/runs/{run.run_id}/results"
+
+
+def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) -> RunResult:
+    ready, skipped = eligible(run.rd, "deploy", hosts, "run")
+    prev = (load_stage(run.rd, "run") or {}) if resume else {}
+    done = {h: steps_done(prev.get(h)) for h in ready}
+    outcomes: dict[str, HostOutcome] = dict(skipped)
+    live = list(ready)
+    with ex.progress.stage("run", ready), Interrupts() as intr:
+        for step in run.plan.steps:
+            if intr.fired():
+                break
+            todo = [h for h in live if step.id not in done[h]]
+            targets = todo
+            if step.multi_node:
+                in_groups = [
+                    g
+                    for g in step.groups
+                    if all(h in live for h in g.hosts) and any(h in todo for h in g.hosts)
+                ]
+                targets = [h for g in in_groups for h in g.hosts]
+                for h in todo:
+                    if h not in targets and h not in outcomes:
+                        why = (
+                            "fits no full node group"
+                            if h in step.left_out
+                            else "a host of its node group is not available"
+                        )
+                        outcomes[h] = HostOutcome(h, "run", Outcome.SKIPPED, f"{step.id}: {why}")
+            for h in live:
+                if h not in targets and step.id in done[h]:
+                    ex.progress.update(h, Outcome.OK, f"{step.id} done before")
+            extra = None
+            if resume:
+                args = runner_args(run.run_id, step, run.config.fleet.master_port)
+                extra = {"sb_runner_args": [*args, "--resume"]}
+            res = ex.run(
+                f"run-{step.id}", run.rendered.runs[step.id], targets, cancel=intr.fired, extravars=extra
+            )
+            if run.config.fleet.runtime != "none":
+                record_digests(run.rd, run.config.fleet.runtime, "run", res.results)
+            for h, o in res.outcomes.items():
+                if o.outcome == Outcome.OK:
+                    done[h].add(step.id)
+                elif o.outcome != Outcome.PENDING:
+                    outcomes[h] = HostOutcome(h, "run", o.outcome, f"{step.id}: {o.reason}")
+                    if h in live:
+                        live.remove(h)
+            if intr.fired():
+                unfinished = [h for h in targets if res.outcomes[h].outcome == Outcome.PENDING]
+                run.rd.write_json(
+                    "interrupted.json",
+                    {
+                        "signal": intr.signal,
+                        "at": utcnow(),
+                        "step": step.id,
+                        "cleanup": stop_remote(run, ex, unfinished),
+                    },
+                )
+    steps = [st.id for st in run.plan.steps]
+    for h in ready:
+        missing = [st for st in steps if st not in done[h]]
+        details = {"steps_done": sorted(done[h])}
+        if h in outcomes:
+            o = outcomes[h]
+            outcomes[h] = HostOutcome(h, "run", o.outcome, o.reason, details=details)
+        elif not missing:
+            outcomes[h] = HostOutcome(h, "run", Outcome.OK, details=details)
+        else:
+            why = (
+                f"interrupted ({intr.signal}) before {', '.join(missing)} finished; "
+                f"sb-fleet run --resume --run-dir {run.rd.path} runs what is missing"
+                if intr.fired()
+                else f"{', '.join(missing)} not run"
+            )
+            outcomes[h] = HostOutcome(h, "run", Outcome.PENDING, why, details=details)
+    save_stage(run.rd, "run", outcomes)
+    if intr.fired():
+        n = sum(1 for o in outcomes.values() if o.outcome == Outcome.PENDING)
+        print(
+            f"sb-fleet: interrupted: {n} host(s) did not finish (see {run.rd.path}/outcomes.md); "
+            f"sb-fleet run --resume --run-dir {run.rd.path} does only what is missing",
+            file=sys.stderr,
+        )
+    return RunResult(outcomes, intr.signal)
+
+
+def stop_remote(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, str]:
+    """Stop the runner (and with it every benchmark it started) on each host; host -> what happened."""
+    if not hosts:
+        return {}
+    targets = [
+        CollectTarget(ex.inventory.get(h), remote_results(run, h), run.rd.raw_host(h) / "results")
+        for h in hosts
+    ]
+    return stop_runners(targets, ex.ssh, ex.forks, timeout=30)

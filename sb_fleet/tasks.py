@@ -1,0 +1,24 @@
+"""Names of the playbook tasks whose results sb-fleet reads back.
+
+The templates get these through the ``tasks`` variable (``[[ tasks.hostprep | tojson ]]``) and the
+code reads results by the same constants, so renaming one renames both; a unit test renders every
+playbook and checks each name is there.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+HOSTPREP = "check prerequisites, build the venv, record facts"  # deploy.yml: facts on stdout
+IMAGE_DIGEST = "image digest"  # container-deploy.yml / container run: the image's digest
+IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creating an enroot image
+IMAGE_CHECK = "the suite runs in the image"  # container-deploy.yml: the image's torch facts
+
+TASKS = MappingProxyType(
+    {
+        "hostprep": HOSTPREP,
+        "image_digest": IMAGE_DIGEST,
+        "image_load": IMAGE_LOAD,
+        "image_check": IMAGE_CHECK,
+    }
+)

@@ -1,0 +1,45 @@
+"""Task names are shared by the templates and the code through one table (sb_fleet.tasks)."""
+
+from __future__ import annotations
+
+import yaml
+
+from sb_fleet.resources import playbooks_dir
+from sb_fleet.tasks import HOSTPREP, TASKS
+from sb_fleet.templates import template_env
+
+
+def test_every_task_id_is_used_by_a_template_and_no_template_spells_one_out():
+    sources = {p.name: p.read_text() for p in playbooks_dir().glob("*.j2")}
+    for key, name in TASKS.items():
+        assert any(f"tasks.{key}" in text for text in sources.values()), f"no template names tasks.{key}"
+        for fname, text in sources.items():
+            assert f"name: {name}\n" not in text, (
+                f"{fname} spells out the task name {name!r}: use tasks.{key}"
+            )
+
+
+def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
+    text = (
+        template_env()
+        .get_template("deploy.yml.j2")
+        .render(
+            run_id="r",
+            fleet={
+                "workspace": "~/w",
+                "python": "/usr/bin/python3",
+                "install_requirements": "auto",
+                "min_free_disk_gb": 1.0,
+                "venv": True,
+                "require_gpu": False,
+                "deploy_timeout": 60,
+            },
+            suite_archive="/a",
+            suite_digest="d",
+            suite_b64="/b",
+            bootstrap="true",
+            needs_torch=True,
+        )
+    )
+    names = [t["name"] for play in yaml.safe_load(text) for t in play["tasks"]]
+    assert HOSTPREP in names
