@@ -15,7 +15,6 @@ shell only through :func:`sh_path`, which quotes them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import shutil
@@ -32,7 +31,7 @@ from sb_fleet.errors import InfraError
 from sb_fleet.inventory import Host
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.progress import RUNNING
-from sb_fleet.rundir import sha256_file
+from sb_fleet.rundir import ChecksumMismatch, atomic_write_stream, sha256_file
 from sb_fleet.ssh import SshSettings
 
 _KH_LOCK = threading.Lock()
@@ -93,31 +92,11 @@ def missing(remote: dict[str, str], local: dict[str, str]) -> list[str]:
 
 def store_member(root: Path, rel: str, stream: IO[bytes], want: str) -> bool:
     """Write one file via temp + checksum + rename; False (and nothing written) on a mismatch."""
-    dest = root / rel
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = dest.parent / f".{dest.name}.part"
-    h = hashlib.sha256()
     try:
-        with open(tmp, "wb") as f:
-            os.fchmod(f.fileno(), 0o600)
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                h.update(chunk)
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        if h.hexdigest() != want:
-            tmp.unlink()
-            return False
-        os.replace(tmp, dest)
-        return True
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        if exc.errno == 28:
-            raise InfraError(
-                f"{dest}: no space left on the device while collecting; free space and "
-                f"re-run collect (it fetches only what is missing)"
-            ) from exc
-        raise
+        atomic_write_stream(root / rel, iter(lambda: stream.read(1 << 20), b""), 0o600, sha256=want)
+    except ChecksumMismatch:
+        return False
+    return True
 
 
 class _AcceptNew:  # a paramiko.MissingHostKeyPolicy (paramiko is imported late)
@@ -389,8 +368,8 @@ def stop_runners(
 
 
 def remove_partials(root: Path) -> None:
-    """Drop leftover ``.part`` files of an interrupted collect."""
-    for p in root.rglob(".*.part"):
+    """Drop the temp files (``.<name>.<random>.tmp``) an interrupted collect left behind."""
+    for p in root.rglob(".*.tmp"):
         p.unlink(missing_ok=True)
     if not any(root.iterdir()) if root.exists() else False:
         shutil.rmtree(root, ignore_errors=True)

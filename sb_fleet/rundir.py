@@ -36,6 +36,7 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -51,34 +52,54 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write ``data`` to ``path`` via a temp file + fsync + rename.
+class ChecksumMismatch(Exception):
+    """What :func:`atomic_write_stream` was given does not have the expected sha256 (nothing was written)."""
 
-    A full disk raises :class:`InfraError` naming the file, and leaves no
-    partial file behind under either name.
+
+def atomic_write_stream(
+    path: Path, chunks: Iterable[bytes], mode: int = 0o600, sha256: str | None = None
+) -> None:
+    """Write ``chunks`` to ``path`` via a temp file (``.<name>.<random>.tmp`` beside it) + fsync + rename;
+    the one atomic writer of sb-fleet.
+
+    With ``sha256``, the content must hash to it, else :class:`ChecksumMismatch` and nothing is written.
+    A full disk raises :class:`InfraError` naming the file, and leaves no partial file behind under
+    either name.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    h = hashlib.sha256()
     try:
         try:
             os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            for chunk in chunks:
+                if sha256 is not None:
+                    h.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
             os.fsync(fd)
         finally:
             os.close(fd)
+        if sha256 is not None and h.hexdigest() != sha256:
+            os.unlink(tmp)
+            raise ChecksumMismatch(f"{path}: sha256 {h.hexdigest()} is not {sha256}")
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise InfraError(
-                f"{path}: no space left on the device; free space or use --run-dir elsewhere"
+                f"{path}: no space left on the device; free space (or use --run-dir elsewhere) and re-run: "
+                f"collect fetches only what is missing"
             ) from exc
         raise InfraError(f"{path}: cannot write ({exc.strerror})") from exc
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
+    atomic_write_stream(path, [data], mode)
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:

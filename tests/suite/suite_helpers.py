@@ -63,3 +63,14 @@ def run_runner(
 
 def rank_results(results: Path, key: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((results / key).glob("rank*.json"))]
+
+
+def node_summary(results: list[dict], prefix: str | None = None) -> dict[str, float]:
+    """One node's summary columns of one benchmark's rank results, by the control node's one normaliser
+    (sb_fleet.normalize): the producer's output goes through the code that collect runs on it."""
+    from sb_fleet.normalize import HostRecord, reduce_entry
+
+    rec = HostRecord("node")
+    name = prefix or str(results[0].get("name", ""))
+    reduce_entry(name, {int(r.get("rank", 0)): r for r in results}, rec)
+    return rec.metrics

@@ -143,7 +143,7 @@ def test_store_member_verifies_checksum_and_leaves_nothing_on_mismatch(tmp_path)
     assert (tmp_path / "a" / "b.json").read_bytes() == data
     assert not store_member(tmp_path, "a/c.json", io.BytesIO(b"truncat"), good)
     assert not (tmp_path / "a" / "c.json").exists()
-    assert not list(tmp_path.rglob("*.part"))
+    assert not list(tmp_path.rglob(".*.tmp"))
     assert missing({"a/b.json": good, "a/c.json": good}, local_digests(tmp_path)) == ["a/c.json"]
 
 
