@@ -114,6 +114,7 @@ class FleetSettings(_Strict):
     # GLOO_SOCKET_IFNAME (set it to the interface the hosts reach each other on for multi-node runs).
     env: dict[str, str | int | float | bool] = Field(default_factory=dict)
     container: ContainerSettings | None = None  # with runtime docker/podman/enroot: see sb_fleet/container.py
+    history: str | None = None  # the history store (a DuckDB file) every validate/report records into
 
     @model_validator(mode="after")
     def _container(self) -> FleetSettings:

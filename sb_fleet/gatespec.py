@@ -21,6 +21,11 @@ declared once, in :class:`DetectionSettings`, and the schema takes them from the
         min_deviation: 0.03           # and at least 3% off the fleet median
         sibling_min_deviation: 0.025
         combined_min_deviation: 0.02
+      history:                        # with --history: against each host's own past
+        window: 10                    # the last 10 runs; min_runs: 5 healthy ones needed
+        threshold: 6.0                # own robust sigmas, and min_deviation: 0.02
+        regression: fail              # fail | warn | off; drift: warn (fleet medians)
+        offenders: warn               # k of n failed runs: warn | quarantine
       policy:                         # when the run passes
         max_failed_hosts: 0           # at most this many hosts counted as failing ...
         max_failed_percent: null      # ... and at most this share of all hosts
@@ -58,6 +63,27 @@ class DetectionSettings:
 
 
 _D = DetectionSettings()
+
+
+@dataclass(frozen=True)
+class HistorySettings:
+    """The history checks' knobs (``gates.history``, with ``--history``); their defaults are the only ones."""
+
+    window: int = 10  # the last N runs before this one
+    min_runs: int = 5  # healthy runs a component needs in the window before it is judged
+    threshold: float = 6.0  # own robust sigmas
+    min_deviation: float = 0.02  # and at least 2% off its own median
+    regression: Literal["fail", "warn", "off"] = "fail"  # own-history regression
+    drift: Literal["fail", "warn", "off"] = "warn"  # fleet-median drift
+    drift_threshold: float = 5.0  # robust sigmas of the window's fleet medians
+    drift_min_deviation: float = 0.02
+    offenders_k: int = 3  # a repeat offender failed in k ...
+    offenders_n: int = 5  # ... of its last n runs (tonight included)
+    offenders: Literal["warn", "quarantine"] = "warn"  # quarantine: also listed in quarantine.txt
+    flapping_min_flips: int = 3  # pass<->fail switches within the last offenders_n runs
+
+
+_H = HistorySettings()
 
 
 def _check_regex(v: str) -> str:
@@ -125,6 +151,36 @@ class FleetGate(BaseModel):
         )
 
 
+class HistoryGate(BaseModel):
+    """``gates.history``: how regressions against history count (used only with ``--history``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: int = Field(default=_H.window, ge=2, le=1000)
+    min_runs: int = Field(default=_H.min_runs, ge=2)
+    threshold: float = Field(default=_H.threshold, gt=0)
+    min_deviation: float = Field(default=_H.min_deviation, ge=0, le=1)
+    regression: Literal["fail", "warn", "off"] = _H.regression
+    drift: Literal["fail", "warn", "off"] = _H.drift
+    drift_threshold: float = Field(default=_H.drift_threshold, gt=0)
+    drift_min_deviation: float = Field(default=_H.drift_min_deviation, ge=0, le=1)
+    offenders_k: int = Field(default=_H.offenders_k, ge=1)
+    offenders_n: int = Field(default=_H.offenders_n, ge=1)
+    offenders: Literal["warn", "quarantine"] = _H.offenders
+    flapping_min_flips: int = Field(default=_H.flapping_min_flips, ge=1)
+
+    @model_validator(mode="after")
+    def _k_of_n(self) -> HistoryGate:
+        if self.offenders_k > self.offenders_n:
+            raise ValueError("offenders_k is above offenders_n")
+        if self.min_runs > self.window:
+            raise ValueError("min_runs is above window")
+        return self
+
+    def settings(self) -> HistorySettings:
+        return HistorySettings(**self.model_dump())
+
+
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -144,3 +200,6 @@ class Gates(BaseModel):
     baseline: BaselineGate = Field(default_factory=BaselineGate)
     fleet: FleetGate = Field(default_factory=FleetGate)
     policy: Policy = Field(default_factory=Policy)
+    # Not in the gates' dump: a report without --history stays as it was; with it, report.json's
+    # "history" section shows the settings used.
+    history: HistoryGate = Field(default_factory=HistoryGate, exclude=True)
