@@ -6,10 +6,16 @@ tree and only a small, closed language is accepted:
 
 - ``lambda NAME: EXPR`` with one parameter;
 - numbers, ``True``/``False``, the parameter, and for ``multi_rules``
-  ``NAME["rule"]`` (the stored count of another rule's violations);
+  ``NAME["rule"]``: the stored count of another rule's violations, or, for a
+  rule with ``store: true`` and no criteria, its stored ``{metric: value}``;
 - ``+ - * / // %``, ``**`` with a constant exponent of at most 64 in size,
   unary ``- + not``, comparisons (chained too), ``and``/``or``,
-  ``A if C else B``, and the functions ``abs``, ``min``, ``max``.
+  ``A if C else B``, and the functions ``abs``, ``min``, ``max``, ``bool``;
+- on stored values: ``.values()``, ``.keys()``, ``len``, ``sum``, ``min``,
+  ``max``, ``any``, ``all`` and ``bool`` (``min(label["r"].values())``).
+  ``min``/``max`` skip missing values (all missing: NaN, so no violation);
+  ``sum`` of a missing value is NaN; ``any``/``all``/``bool`` take a number's
+  truth as Python does (non-zero, and NaN, are true).
 
 Everything else (attribute access, other calls, names, comprehensions,
 strings outside a subscript) is rejected with a message naming the rule.
@@ -23,7 +29,8 @@ import ast
 import functools
 import math
 import operator
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +45,29 @@ class CriteriaError(ValueError):
     """The criteria text is outside the accepted language; the message says why."""
 
 
+# Kinds of sub-expression: a number, a truth value, the multi_rules mapping, a rule's stored
+# {metric: value} ("values"), the numbers of .values() ("sequence"), and the names of .keys().
 _NUM, _BOOL, _MAP = "number", "truth value", "mapping"
+_VALS, _SEQ, _KEYS = "stored values", "sequence", "sequence of names"
 Node = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class StoredValues:
+    """The ``{metric: value}`` a store-only rule keeps: one row per host, one column per metric."""
+
+    names: tuple[str, ...]
+    values: np.ndarray  # (hosts, metrics)
+
+    @classmethod
+    def of(cls, v: Any) -> StoredValues:
+        if isinstance(v, StoredValues):
+            return v
+        if isinstance(v, Mapping):
+            vals = np.asarray([float(x) if x is not None else np.nan for x in v.values()], dtype=float)
+            return cls(tuple(str(k) for k in v), vals.reshape(1, -1))
+        raise TypeError(f"{v!r} is not a rule's stored values")
+
 
 _BIN = {
     ast.Add: operator.add,
@@ -58,10 +86,40 @@ _CMP = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
 }
-_FUNCS: dict[str, Callable[..., Any]] = {
+_NUM_FUNCS: dict[str, Callable[..., Any]] = {
     "abs": np.abs,
     "min": lambda *xs: functools.reduce(np.minimum, xs),
     "max": lambda *xs: functools.reduce(np.maximum, xs),
+}
+FUNCTIONS = ("abs", "min", "max", "bool", "len", "sum", "any", "all")
+
+
+def _truth(x: Any) -> Any:
+    """Python's truth of a number: non-zero, and NaN, are true."""
+    x = np.asarray(x, dtype=float)
+    return (x != 0) | np.isnan(x)
+
+
+def _quiet(fn: Callable[..., Any], *a: Any, **kw: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(*a, **kw)
+
+
+def _seq_min(v: np.ndarray) -> Any:
+    return np.full(v.shape[:-1], np.nan) if v.shape[-1] == 0 else _quiet(np.nanmin, v, axis=-1)
+
+
+def _seq_max(v: np.ndarray) -> Any:
+    return np.full(v.shape[:-1], np.nan) if v.shape[-1] == 0 else _quiet(np.nanmax, v, axis=-1)
+
+
+_SEQ_FUNCS: dict[str, tuple[Callable[[np.ndarray], Any], str]] = {
+    "min": (_seq_min, _NUM),
+    "max": (_seq_max, _NUM),
+    "sum": (lambda v: np.sum(v, axis=-1), _NUM),
+    "any": (lambda v: np.any(_truth(v), axis=-1), _BOOL),
+    "all": (lambda v: np.all(_truth(v), axis=-1), _BOOL),
 }
 
 
@@ -74,8 +132,8 @@ class Criteria:
     keys: tuple[str, ...]  # the names subscripted, for multi_rules
     _fn: Node
 
-    def __call__(self, arg: float | Mapping[str, float]) -> bool:
-        return bool(self.evaluate(arg))
+    def __call__(self, arg: float | Mapping[str, Any]) -> bool:
+        return bool(np.all(self.evaluate(arg)))
 
     def evaluate(self, arg: Any) -> Any:
         """Evaluate on a number or a whole array of numbers (or a mapping of arrays) at once.
@@ -96,11 +154,12 @@ class Criteria:
 
 
 class _Compiler:
-    def __init__(self, text: str):
+    def __init__(self, text: str, value_rules: frozenset[str]):
         self.text = text
         self.param = ""
         self.param_kind: str | None = None
         self.keys: list[str] = []
+        self.value_rules = value_rules
 
     def fail(self, node: ast.AST | None, what: str) -> CriteriaError:
         col = getattr(node, "col_offset", None)
@@ -112,6 +171,18 @@ class _Compiler:
             self.param_kind = kind
         elif self.param_kind != kind:
             raise self.fail(node, f"'{self.param}' is used both as a number and as a mapping")
+
+    def number(self, node: ast.expr) -> Node:
+        """Compile an operand that must be a number (a truth value counts as 0 or 1, as in Python)."""
+        fn, kind = self.compile(node)
+        if kind == _BOOL:
+
+            def as_float(a: Any, f: Node = fn) -> Any:
+                return np.asarray(f(a), dtype=float)
+
+            return as_float
+        self._need(kind, _NUM, node)
+        return fn
 
     def compile(self, node: ast.expr) -> tuple[Node, str]:
         if isinstance(node, ast.Constant):
@@ -145,12 +216,15 @@ class _Compiler:
             self._use_param(_MAP, node)
             name = key.value
             self.keys.append(name)
+            if name in self.value_rules:
+                return (lambda a, k=name: StoredValues.of(a[k])), _VALS
             return (lambda a, k=name: _as_number(a[k])), _NUM
         if isinstance(node, ast.UnaryOp):
-            inner, kind = self.compile(node.operand)
             if isinstance(node.op, ast.Not):
+                inner, kind = self.compile(node.operand)
+                self._need(kind, _BOOL, node.operand)
                 return (lambda a, f=inner: np.logical_not(f(a))), _BOOL
-            self._need(kind, _NUM, node.operand)
+            inner = self.number(node.operand)
             if isinstance(node.op, ast.USub):
                 return (lambda a, f=inner: -f(a)), _NUM
             if isinstance(node.op, ast.UAdd):
@@ -160,8 +234,7 @@ class _Compiler:
             op = _BIN.get(type(node.op))
             if op is None:
                 raise self.fail(node, f"operator {type(node.op).__name__} is not allowed")
-            left, lk = self.compile(node.left)
-            self._need(lk, _NUM, node.left)
+            left = self.number(node.left)
             if isinstance(node.op, ast.Pow):
                 exp = _constant_number(node.right)
                 if exp is None:
@@ -169,22 +242,16 @@ class _Compiler:
                 if abs(exp) > MAX_EXPONENT:
                     raise self.fail(node, f"exponent {exp:g} is too large (at most {MAX_EXPONENT})")
                 return (lambda a, f=left, e=exp: _pow(f(a), e)), _NUM
-            right, rk = self.compile(node.right)
-            self._need(rk, _NUM, node.right)
+            right = self.number(node.right)
             return (lambda a, f=left, g=right, o=op: o(f(a), g(a))), _NUM
         if isinstance(node, ast.Compare):
-            parts = [self.compile(node.left)]
-            for c in node.comparators:
-                parts.append(self.compile(c))
-            for (_, k), n in zip(parts, [node.left, *node.comparators], strict=True):
-                self._need(k, _NUM, n)
+            fns = [self.number(node.left)] + [self.number(c) for c in node.comparators]
             ops = []
             for o in node.ops:
                 cmp_fn = _CMP.get(type(o))
                 if cmp_fn is None:
                     raise self.fail(node, f"comparison {type(o).__name__} is not allowed")
                 ops.append(cmp_fn)
-            fns = [p[0] for p in parts]
 
             def compare(a: Any, fns: list[Node] = fns, ops: list = ops) -> Any:
                 left = fns[0](a)
@@ -211,31 +278,80 @@ class _Compiler:
             self._need(tk, _BOOL, node.test)
             body, bk = self.compile(node.body)
             orelse, ok = self.compile(node.orelse)
-            if bk != ok:
-                raise self.fail(node, "both branches of 'if ... else' must be of the same kind")
+            if bk != ok or bk not in (_NUM, _BOOL):
+                raise self.fail(node, "both branches of 'if ... else' must be numbers, or both truth values")
             return (lambda a, t=test, b=body, o=orelse: np.where(t(a), b(a), o(a))), bk
         if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS:
-                what = ast.unparse(node.func) if hasattr(ast, "unparse") else "function"
-                raise self.fail(node, f"call of {what!r} is not allowed (only abs, min, max)")
-            if node.keywords or not node.args:
-                raise self.fail(node, f"{node.func.id}() takes plain numeric arguments")
-            if node.func.id == "abs" and len(node.args) != 1:
-                raise self.fail(node, "abs() takes one argument")
-            if node.func.id in ("min", "max") and len(node.args) < 2:
-                raise self.fail(node, f"{node.func.id}() takes at least two arguments")
-            args = []
-            for arg in node.args:
-                if isinstance(arg, ast.Starred):
-                    raise self.fail(arg, "*arguments are not allowed")
-                fn, k = self.compile(arg)
-                self._need(k, _NUM, arg)
-                args.append(fn)
-            func = _FUNCS[node.func.id]
-            return (lambda a, fs=args, fn=func: fn(*(f(a) for f in fs))), _NUM
+            return self.call(node)
         if isinstance(node, ast.Attribute):
             raise self.fail(node, f"attribute access '.{node.attr}' is not allowed")
         raise self.fail(node, f"{type(node).__name__} is not allowed")
+
+    def call(self, node: ast.Call) -> tuple[Node, str]:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            # label["rule"].values() / .keys(): the only method calls there are.
+            target, kind = self.compile(func.value)
+            if kind != _VALS or func.attr not in ("values", "keys"):
+                raise self.fail(
+                    func,
+                    f"attribute access '.{func.attr}' is not allowed (only .values() and .keys() of stored values)",
+                )
+            if node.args or node.keywords:
+                raise self.fail(node, f".{func.attr}() takes no arguments")
+            if func.attr == "values":
+                return (lambda a, t=target: t(a).values), _SEQ
+            return (lambda a, t=target: t(a).names), _KEYS
+        if not isinstance(func, ast.Name) or func.id not in FUNCTIONS:
+            what = ast.unparse(func) if hasattr(ast, "unparse") else "function"
+            raise self.fail(node, f"call of {what!r} is not allowed (only {', '.join(FUNCTIONS)})")
+        name = func.id
+        if node.keywords:
+            raise self.fail(node, f"{name}() takes no keyword arguments")
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                raise self.fail(arg, "*arguments are not allowed")
+        if len(node.args) == 1 and name != "abs":
+            inner, kind = self.compile(node.args[0])
+            if kind in (_VALS, _SEQ, _KEYS):
+                return self._on_collection(node, name, inner, kind)
+            if name == "bool":
+                if kind == _BOOL:
+                    return inner, _BOOL
+                self._need(kind, _NUM, node.args[0])
+                return (lambda a, f=inner: _truth(f(a))), _BOOL
+            raise self.fail(
+                node,
+                f"{name}() of one {kind} is not allowed (it takes stored values, e.g. {name}(label['r'].values()))",
+            )
+        if name == "abs":
+            if len(node.args) != 1:
+                raise self.fail(node, "abs() takes one argument")
+        elif name in ("min", "max"):
+            if len(node.args) < 2:
+                raise self.fail(node, f"{name}() takes at least two numbers, or one rule's .values()")
+        else:
+            raise self.fail(node, f"{name}() takes one argument")
+        args = [self.number(arg) for arg in node.args]
+        fn = _NUM_FUNCS[name]
+        return (lambda a, fs=args, fn=fn: fn(*(f(a) for f in fs))), _NUM
+
+    def _on_collection(self, node: ast.Call, name: str, inner: Node, kind: str) -> tuple[Node, str]:
+        if name == "len":
+            if kind == _VALS:
+                return (lambda a, f=inner: np.float64(len(f(a).names))), _NUM
+            return (lambda a, f=inner: np.float64(np.shape(f(a))[-1] if np.ndim(f(a)) else len(f(a)))), _NUM
+        if name == "bool":
+            if kind == _VALS:
+                return (lambda a, f=inner: np.bool_(len(f(a).names) > 0)), _BOOL
+            return (
+                lambda a, f=inner: np.bool_(np.shape(f(a))[-1] > 0 if np.ndim(f(a)) else len(f(a)) > 0)
+            ), _BOOL
+        if kind != _SEQ or name not in _SEQ_FUNCS:
+            hint = "use .values()" if kind == _VALS else "only len() of names"
+            raise self.fail(node, f"{name}() of {kind} is not allowed ({hint})")
+        red, out_kind = _SEQ_FUNCS[name]
+        return (lambda a, f=inner, r=red: r(np.asarray(f(a), dtype=float))), out_kind
 
     def _need(self, got: str, want: str, node: ast.AST) -> None:
         if got != want:
@@ -275,8 +391,11 @@ def _as_number(v: Any) -> Any:
     return np.asarray(v, dtype=float)
 
 
-def parse_criteria(text: str) -> Criteria:
-    """Compile a criteria string. Raises :class:`CriteriaError` with the reason."""
+def parse_criteria(text: str, value_rules: Collection[str] = ()) -> Criteria:
+    """Compile a criteria string. Raises :class:`CriteriaError` with the reason.
+
+    ``value_rules`` names the store-only rules: their ``label["name"]`` is a ``{metric: value}``.
+    """
     if not isinstance(text, str):
         raise CriteriaError(f"criteria must be a string like 'lambda x: x < -0.1', not {type(text).__name__}")
     if len(text) > MAX_LENGTH:
@@ -306,7 +425,7 @@ def parse_criteria(text: str) -> Criteria:
         or a.kw_defaults
     ):
         raise CriteriaError(f"the lambda must take exactly one plain parameter in {text!r}")
-    comp = _Compiler(text)
+    comp = _Compiler(text, frozenset(value_rules))
     comp.param = a.args[0].arg
     try:
         fn, kind = comp.compile(lam.body)

@@ -117,3 +117,62 @@ def test_arbitrary_text_never_escapes(text: str) -> None:
 def test_variance_criteria_agrees_with_python(x: float) -> None:
     assert parse_criteria("lambda x:x<-0.1")(x) == (x < -0.1)
     assert parse_criteria("lambda x: abs(x) >= 2 and not x == 5")(x) == (abs(x) >= 2 and x != 5)
+
+
+def stored(*rows: list[float]):
+    from sb_fleet.analysis.criteria import StoredValues
+
+    return StoredValues(tuple(f"b/m{i}" for i in range(len(rows[0]))), np.array(rows, dtype=float))
+
+
+@pytest.mark.parametrize(
+    ("text", "rows", "expected"),
+    [
+        (
+            'lambda l: bool(min(l["v"].values()) / max(l["v"].values()) < 0.95)',
+            [[10, 23, 22], [22, 23, 22]],
+            [True, False],
+        ),
+        # min/max skip a missing value; all missing is NaN, which is no violation
+        (
+            'lambda l: min(l["v"].values()) < 11',
+            [[10, np.nan, np.nan], [np.nan, np.nan, np.nan]],
+            [True, False],
+        ),
+        ('lambda l: sum(l["v"].values()) > 50', [[10, 23, 22], [10, np.nan, 22]], [True, False]),
+        ('lambda l: len(l["v"]) == 3 and len(l["v"].keys()) == 3', [[1, 2, 3]], [True]),
+        ('lambda l: any(l["v"].values())', [[0, 0, 1], [0, 0, 0], [0, np.nan, 0]], [True, False, True]),
+        ('lambda l: all(l["v"].values())', [[1, 2, 3], [1, 0, 1]], [True, False]),
+        ('lambda l: bool(l["v"]) and l["n"] >= 1', [[1, 2, 3]], [True]),
+        ('lambda l: bool(l["n"])', [[1, 2, 3]], [True]),
+    ],
+)
+def test_stored_values_in_multi_rules(text: str, rows: list, expected: list[bool]) -> None:
+    c = parse_criteria(text, value_rules={"v"})
+    out = c.evaluate({"v": stored(*rows), "n": np.ones(len(rows))})
+    assert np.broadcast_to(out, (len(rows),)).tolist() == expected
+
+
+def test_stored_values_from_a_plain_mapping() -> None:
+    c = parse_criteria('lambda label: max(label["v"].values()) > 2', value_rules={"v"})
+    assert c({"v": {"a/x": 1.0, "a/y": 3.0}}) is True
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('lambda l: l["v"].items() > 0', "only .values() and .keys()"),
+        ('lambda l: l["n"].values() > 0', "only .values() and .keys()"),
+        ('lambda l: sum(l["v"]) > 0', "use .values()"),
+        ('lambda l: sum(l["v"].keys()) > 0', "not allowed"),
+        ('lambda l: len(l["n"]) > 0', "not allowed"),
+        ('lambda l: l["v"] > 0', "expected a number"),
+        ('lambda l: min(l["v"].values(), 1) > 0', "expected a number"),
+        ('lambda l: l["v"].values(1) > 0', "takes no arguments"),
+        ("lambda x: sorted(x) > 0", "call of 'sorted'"),
+    ],
+)
+def test_stored_values_misuse_is_refused(text: str, reason: str) -> None:
+    with pytest.raises(CriteriaError) as exc:
+        parse_criteria(text, value_rules={"v"})
+    assert reason in str(exc.value)
