@@ -79,6 +79,14 @@ class Benchmark:
         for n in [names] if isinstance(names, str) else names:
             skipped[n] = reason
 
+    def fail_metric(self, names: str | Iterable[str], reason: str) -> None:
+        """Record that declared metrics were measured wrong (a failed check of one case, an efficiency
+        above the device's peak): they are dropped, the others are still reported, and the result
+        fails with return code 3 and the reasons — one bad message size does not lose the rest."""
+        failed = self.__dict__.setdefault("failed", {})
+        for n in [names] if isinstance(names, str) else names:
+            failed[n] = reason
+
     # -- declarations ------------------------------------------------------------------------
     @classmethod
     def all_params(cls) -> dict[str, Param]:

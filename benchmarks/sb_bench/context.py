@@ -11,9 +11,29 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
+
+# Variables that make float32 GEMMs run as TF32 behind the benchmark's back: NVIDIA's PyTorch
+# containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, which overrides ``allow_tf32 = False`` (fp32_flops
+# would report the TF32 rate); NVIDIA_TF32_OVERRIDE=0 does the opposite (tf32_tc would run as fp32).
+TF32_OVERRIDE_VARS = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE")
+# torchrun's rank variables: in sb-fleet's local mode (PROC_RANK set by the runner, no torchrun) they
+# can only be strays from the host's environment (a Kubernetes pod sets WORLD_SIZE and RANK).
+TORCHRUN_RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK")
+
+
+def clean_benchmark_env(env: MutableMapping[str, str]) -> dict[str, str]:
+    """Remove what would make a benchmark process measure the wrong thing; the removed variables.
+
+    Call before torch is imported (cuBLAS reads the TF32 override once). Local mode is recognised by
+    ``PROC_RANK`` without ``TORCHELASTIC_RUN_ID`` (which torchrun always sets).
+    """
+    drop = list(TF32_OVERRIDE_VARS)
+    if "PROC_RANK" in env and "TORCHELASTIC_RUN_ID" not in env:
+        drop += TORCHRUN_RANK_VARS
+    return {k: env.pop(k) for k in drop if k in env}
 
 
 def _env_int(*names: str, default: int) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 from sb_bench import registry
 from sb_bench.benchmark import Benchmark, Case, CheckFailed, SkipBenchmark
-from sb_bench.context import RankContext
+from sb_bench.context import RankContext, clean_benchmark_env
 from sb_bench.result import ReturnCode, envelope, failure, now_iso
 
 
@@ -74,6 +74,7 @@ def _is_oom(exc: BaseException) -> bool:
 def run_benchmark(name: str, given: Mapping[str, Any] | None = None, ctx: RankContext | None = None) -> dict:
     """Run one benchmark on this rank and return its result envelope (never raises for benchmark faults)."""
     start = now_iso()
+    cleaned = clean_benchmark_env(os.environ)
     rank = int(os.environ.get("RANK", os.environ.get("PROC_RANK", "0")) or 0)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     try:
@@ -129,6 +130,8 @@ def run_benchmark(name: str, given: Mapping[str, Any] | None = None, ctx: RankCo
             mon.stop()
     if mon is not None:
         env["monitor"] = mon.summary()
+    if cleaned:
+        env["environment_cleared"] = sorted(cleaned)
     return env
 
 
@@ -197,22 +200,25 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
                 pass
 
     declared = {m.name: m for m in metrics}
-    missing = [m for m in declared if not raw.get(m)]
-    # A declared metric a run did not produce is dropped, not invented.
-    result = {k: v for k, v in raw.items() if v}
+    failed: dict[str, str] = getattr(bench, "failed", {})
+    missing = [m for m in declared if not raw.get(m) and m not in failed]
+    # A declared metric a run did not produce is dropped, not invented; one measured wrong too.
+    result = {k: v for k, v in raw.items() if v and k not in failed}
     skipped: dict[str, str] = getattr(bench, "skipped", {})
     reason = _missing_reason(missing, skipped)
+    if failed:
+        reason = "; ".join([f"result check failed: {_failed_reason(failed)}", reason]).rstrip("; ")
     # Notes a benchmark leaves about how it measured (e.g. an algorithm it fell back to).
     notes = getattr(bench, "notes", None) or {}
     if notes:
         reason = "; ".join([reason, *(notes.values() if isinstance(notes, dict) else notes)]).lstrip("; ")
-    if not result and skipped:
+    if not result and skipped and not failed:
         return fail(ReturnCode.SUCCESS, reason, status="skipped")
     return envelope(
         cls.name,
         cls.kind,
-        return_code=ReturnCode.SUCCESS,
-        status="ok",
+        return_code=ReturnCode.INVALID_BENCHMARK_RESULT if failed else ReturnCode.SUCCESS,
+        status="failed" if failed else "ok",
         reason=reason,
         run_count=args["run_count"],
         start_time=start,
@@ -224,6 +230,14 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         world_size=ctx.world_size,
         params=args,
     )
+
+
+def _failed_reason(failed: Mapping[str, str]) -> str:
+    """``<reason> (metrics a, b)`` per distinct reason, in the order they were recorded."""
+    by_reason: dict[str, list[str]] = {}
+    for m, why in failed.items():
+        by_reason.setdefault(why, []).append(m)
+    return "; ".join(f"{why} (metrics {', '.join(ms)})" for why, ms in by_reason.items())
 
 
 def _missing_reason(missing: list[str], skipped: Mapping[str, str]) -> str:
