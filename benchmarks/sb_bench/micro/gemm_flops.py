@@ -7,11 +7,16 @@ Metrics (SuperBench's names, GFLOPS; int8 in GIOPS), one per GPU (``:<rank>``):
 
 Work counted (GPU and CPU alike): one GEMM ``C[m,n] = A[m,k] @ B[k,n]`` is 2·m·n·k
 operations (a multiply and an add per inner-product term); rate = 2·m·n·k / seconds per GEMM.
-Timing is the harness's: CUDA events around ``num_steps`` back-to-back GEMMs after warm-up.
+Timing: CUDA events around back-to-back GEMMs after warm-up; on GPUs the window lasts at least
+``min_time`` (2 s) — more steps than ``num_steps`` where a GEMM is fast — so the clocks have ramped
+up (SuperBench's cutlass profiler also times for seconds). ``duration > 0`` times for that long instead.
+An efficiency above 105% of the device's peak fails that precision as a measurement error.
 
 How each precision is produced through torch (cuBLAS / hipBLAS(Lt) on GPUs):
 
-* ``fp32``: float32 with ``allow_tf32 = False`` (SGEMM on CUDA cores);
+* ``fp32``: float32 with ``allow_tf32 = False`` (SGEMM on CUDA cores); a probe at the same shape
+  that TF32 gets wrong (:mod:`sb_bench.micro.tf32_probe`) must come out exact, else fp32 is skipped
+  with the reason (the harness also clears ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`` for the process);
 * ``tf32_tc``: float32 with ``torch.backends.cuda.matmul.allow_tf32 = True`` (compute capability >= 8.0);
 * ``fp16_tc`` / ``bf16_tc``: float16 / bfloat16 (cuBLAS runs these on tensor cores);
 * ``fp16``: measured only where there are no tensor cores (CPUs, GPUs before sm_70): cuBLAS
@@ -19,8 +24,11 @@ How each precision is produced through torch (cuBLAS / hipBLAS(Lt) on GPUs):
 * ``fp64`` / ``fp64_tc``: float64. On GPUs with FP64 tensor cores (sm_80, sm_90, sm_100, AMD
   MI200/MI300 matrix cores) DGEMM runs on them and is reported as ``fp64_tc``; ``fp64`` is then
   not separately measurable and is skipped with that reason (and the other way round elsewhere);
-* ``int8_tc``: ``torch._int_mm`` (int8 x int8 -> int32) on CUDA;
-* ``fp8e4m3_tc``: ``torch._scaled_mm`` on float8_e4m3fn inputs, bfloat16 output (sm_89+).
+* ``int8_tc``: ``torch._int_mm`` (int8 x int8 -> int32) on CUDA, B K-major (cuBLASLt's fast
+  "TN" layout); needs m > 16 and n, k multiples of 8, else int8 is skipped with that reason;
+* ``fp8e4m3_tc``: ``torch._scaled_mm`` on float8_e4m3fn inputs, bfloat16 output, fast
+  accumulation (``use_fast_accum=True``, as SuperBench's cublasLt GEMM) (sm_89+); m, n, k must
+  be multiples of 16, else fp8 is skipped with that reason.
 
 On a CPU, the tensor-core variants are skipped with the reason (a CPU has no tensor cores:
 the name would lie), and fp64/fp32/fp16 measure the vector units.
@@ -47,7 +55,9 @@ from typing import Any
 
 from sb_bench.benchmark import Benchmark, Case
 from sb_bench.context import RankContext
+from sb_bench.harness import Harness
 from sb_bench.metric import Metric, Param
+from sb_bench.micro.tf32_probe import runs_as_tf32
 from sb_bench.registry import register
 
 
@@ -93,6 +103,34 @@ PEAKS: list[tuple[str, str, dict[str, float]]] = [
             "fp16_tc": 312.0,
             "bf16_tc": 312.0,
             "int8_tc": 624.0,
+        },
+    ),
+    (
+        "H100 NVL",
+        r"\bH100\b.*\bNVL\b",
+        {
+            "fp64": 30.0,
+            "fp64_tc": 60.0,
+            "fp32": 60.0,
+            "tf32_tc": 417.5,
+            "fp16_tc": 835.5,
+            "bf16_tc": 835.5,
+            "int8_tc": 1670.5,
+            "fp8e4m3_tc": 1670.5,
+        },
+    ),
+    (
+        "H200 NVL",
+        r"\bH200\b.*\bNVL\b",
+        {
+            "fp64": 30.0,
+            "fp64_tc": 60.0,
+            "fp32": 60.0,
+            "tf32_tc": 417.5,
+            "fp16_tc": 835.5,
+            "bf16_tc": 835.5,
+            "int8_tc": 1670.5,
+            "fp8e4m3_tc": 1670.5,
         },
     ),
     (
@@ -238,6 +276,27 @@ def unsupported(prec: str, dev: DeviceInfo) -> str | None:
     return None
 
 
+# An efficiency above this (%) is a measurement error, not a fast GPU: a wrong peak-table row, fp32
+# silently run as TF32, or a broken timer.
+MAX_EFFICIENCY = 105.0
+
+
+def shape_problem(prec: str, m: int, n: int, k: int) -> str | None:
+    """Why torch's GEMM for ``prec`` refuses an m x n x k product on a GPU (None: it accepts it)."""
+    if prec == "fp8e4m3_tc" and any(x % 16 for x in (m, n, k)):
+        return f"torch._scaled_mm needs m, n and k multiples of 16 (got m={m}, n={n}, k={k})"
+    if prec == "int8_tc" and (m <= 16 or n % 8 or k % 8):
+        return f"torch._int_mm needs m > 16 and n, k multiples of 8 (got m={m}, n={n}, k={k})"
+    return None
+
+
+def steps_for(seconds_per_step: float, min_time: float, num_steps: int) -> int:
+    """Timed steps so the window lasts at least ``min_time`` seconds (and at least ``num_steps``)."""
+    if seconds_per_step <= 0 or min_time <= 0:
+        return num_steps
+    return max(num_steps, math.ceil(min_time / seconds_per_step))
+
+
 def _inputs(prec: str, m: int, n: int, k: int, device: Any):
     """A, B and an output buffer for one precision (deterministic data)."""
     import torch
@@ -245,7 +304,9 @@ def _inputs(prec: str, m: int, n: int, k: int, device: Any):
     gen = torch.Generator(device="cpu").manual_seed(1234)
     if prec == "int8_tc":
         a = torch.randint(-8, 8, (m, k), generator=gen, dtype=torch.int8).to(device)
-        b = torch.randint(-8, 8, (k, n), generator=gen, dtype=torch.int8).to(device)
+        # B as the transposed view of an (n, k) matrix (K-major): cuBLASLt's int8 tensor-core
+        # kernels want the "TN" layout; a row-major B takes a slow path (~15x on an H100).
+        b = torch.randint(-8, 8, (n, k), generator=gen, dtype=torch.int8).to(device).t()
         return a, b, torch.empty(m, n, device=device, dtype=torch.int32)
     if prec == "fp8e4m3_tc":
         f8 = torch.float8_e4m3fn
@@ -275,7 +336,10 @@ def make_step(prec: str, a, b, c):
         holder = [None]
 
         def step_f8():
-            out = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            # Fast accumulation, as SuperBench's cublasLt fp8 GEMM runs (10-20% faster on Hopper).
+            out = torch._scaled_mm(
+                a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=True
+            )
             holder[0] = out[0] if isinstance(out, tuple) else out
 
         return step_f8, lambda: holder[0]
@@ -299,6 +363,12 @@ class GemmFlops(Benchmark):
         "k": Param("int", 0, "columns of A, rows of B (0: like m)"),
         "precision": Param("list[str]", list(PRECISIONS), "precisions to measure", tuple(PRECISIONS)),
         "check_samples": Param("int", 64, "output entries compared one by one with the float64 reference"),
+        "min_time": Param(
+            "float",
+            2.0,
+            "GPUs, when duration is 0: time each precision for at least this many seconds (clocks "
+            "ramp up over the first ~100 ms; num_steps of a fast GEMM is far shorter)",
+        ),
     }
 
     def metrics(self) -> list[Metric]:
@@ -319,12 +389,15 @@ class GemmFlops(Benchmark):
     def setup(self, ctx: RankContext) -> None:
         import torch
 
+        m, n, k = self._sizes(ctx)
         self._tf32 = torch.backends.cuda.matmul.allow_tf32 if ctx.is_cuda else None
         self.device_info = DeviceInfo.of(ctx.device)
         peak = peak_for(self.device_info.name) if self.device_info.kind != "cpu" else None
         self.peak = peak[1] if peak else {}
         for p in self.args["precision"]:
             why = unsupported(p, self.device_info)
+            if not why and self.device_info.kind != "cpu":
+                why = shape_problem(p, m, n, k)
             if why:
                 self.skip_metric([PRECISIONS[p].metric, efficiency_name(p)], why)
             elif self.device_info.kind == "cpu":
@@ -343,18 +416,46 @@ class GemmFlops(Benchmark):
 
             torch.backends.cuda.matmul.allow_tf32 = self._tf32
 
+    def run_once(self, ctx: RankContext, harness: Harness) -> dict[str, float]:
+        values: dict[str, float] = {}
+        for case in self.cases(ctx):
+            h = harness
+            if ctx.is_cuda and harness.duration == 0 and self.args["min_time"] > 0:
+                # Warm up, estimate the step time, then time a window of at least min_time seconds.
+                for _ in range(max(harness.num_warmup, 1)):
+                    case.step()
+                probe = max(harness.num_warmup, 4)
+                with ctx.timer() as t:
+                    for _ in range(probe):
+                        case.step()
+                steps = steps_for(t.seconds / probe, self.args["min_time"], harness.num_steps)
+                h = Harness({"num_warmup": 0, "num_steps": steps, "duration": 0.0})
+            values.update(h.time_case(ctx, case))
+        return values
+
     def cases(self, ctx: RankContext):
         import torch
 
         m, n, k = self._sizes(ctx)
         ops = 2.0 * m * n * k
+        found = peak_for(self.device_info.name)
+        model = found[0] if found else "device's"
         for prec in self.args["precision"]:
-            if unsupported(prec, self.device_info):
-                continue
+            if PRECISIONS[prec].metric in getattr(self, "skipped", {}):
+                continue  # unsupported here, or a shape this precision's GEMM refuses (see setup)
             spec = PRECISIONS[prec]
             if ctx.is_cuda:
                 # Set while this case is timed; cases are generated one at a time.
                 torch.backends.cuda.matmul.allow_tf32 = prec == "tf32_tc"
+            if ctx.is_cuda and prec == "fp32":
+                tf32 = runs_as_tf32(torch.matmul, m, n, k, ctx.device)
+                if tf32:
+                    self.skip_metric(
+                        [spec.metric, efficiency_name(prec)],
+                        "float32 GEMMs run as TF32 on this host although allow_tf32 is off "
+                        f"({tf32}); is TORCH_ALLOW_TF32_CUBLAS_OVERRIDE set by the launcher?",
+                    )
+                    continue
             a, b, c = _inputs(prec, m, n, k, ctx.device)
             step, product = make_step(prec, a, b, c)
             try:
@@ -374,7 +475,15 @@ class GemmFlops(Benchmark):
                 rate = ops / s / 1e9
                 out = {spec.metric: rate}
                 if peak:
-                    out[efficiency_name(prec)] = 100.0 * rate / (peak * 1e3)
+                    eff = 100.0 * rate / (peak * 1e3)
+                    out[efficiency_name(prec)] = eff
+                    if eff > MAX_EFFICIENCY:
+                        self.fail_metric(
+                            [spec.metric, efficiency_name(prec)],
+                            f"{prec}: {rate / 1e3:.1f} T{spec.unit[1:]} is {eff:.0f}% of the {model} peak "
+                            f"({peak:g}): a measurement error (wrong peak row, fp32 run as TF32, "
+                            "or a timing fault)",
+                        )
                 return out
 
             def check(a=a, b=b, product=product, spec=spec) -> str | None:

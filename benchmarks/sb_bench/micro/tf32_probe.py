@@ -1,0 +1,48 @@
+"""Does a float32 GEMM really run in float32? A probe that TF32 gets wrong, compared exactly.
+
+TF32 keeps 10 of float32's 23 mantissa bits. The probe multiplies ``A`` (entries ``1 + j·2**-13``
+with ``j`` odd, 1 <= j < 1024: 14 significant bits) by a 0/1 selection matrix ``B`` (one 1 per
+column), so every output entry is one input entry times 1 plus zeros: exact in float32 with any
+summation order, and wrong in TF32, which rounds the input to 11 significant bits. The probe runs
+at the benchmark's own shape so cuBLAS picks the kernel the benchmark times.
+
+Why it matters: NVIDIA's PyTorch containers set ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``, which
+makes cuBLAS run float32 GEMMs as TF32 even with ``allow_tf32 = False``; ``fp32_flops`` would then
+report the TF32 rate, and a relative-error check of 1e-4 cannot tell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def probe_inputs(m: int, n: int, k: int, device: Any) -> tuple[Any, Any, Any]:
+    """(A, B, expected C) in float32 for an m x n x k product."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(7)
+    j = torch.randint(0, 512, (m, k), generator=gen) * 2 + 1  # odd: not representable in TF32
+    a = (1.0 + j.to(torch.float64) * 2.0**-13).to(torch.float32)
+    cols = torch.arange(n) % k
+    b = torch.zeros(k, n, dtype=torch.float32)
+    b[cols, torch.arange(n)] = 1.0
+    want = a[:, cols]
+    return a.to(device), b.to(device), want
+
+
+def runs_as_tf32(matmul: Callable[[Any, Any], Any], m: int, n: int, k: int, device: Any) -> str | None:
+    """A description of the mismatch when ``matmul`` (float32 in, float32 out) is not exact
+    float32 arithmetic at this shape; None when it is."""
+    import torch
+
+    a, b, want = probe_inputs(m, n, k, device)
+    got = matmul(a, b).to("cpu", torch.float32)
+    bad = (got != want).nonzero()
+    if len(bad) == 0:
+        return None
+    i, j = (int(x) for x in bad[0])
+    return (
+        f"{len(bad)} of {got.numel()} probe entries inexact, e.g. ({i},{j}) = {float(got[i, j]):.9g}, "
+        f"exactly {float(want[i, j]):.9g}"
+    )
