@@ -2,7 +2,7 @@
 
 The podman commands also run for real in tests/integration/test_container.py; docker and enroot are
 checked here only as rendered commands (no Docker engine or enroot on this machine kind).
-Regenerate the golden files with SB_FLEET_UPDATE_GOLDEN=1 after an intended change.
+A missing golden fails; ``pytest --update-goldens`` rewrites them after an intended change.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from sb_fleet.config import FleetSettings
 from sb_fleet.container import ContainerSettings, RunTarget, V, cat
 
 GOLDEN = Path(__file__).parent / "golden" / "container"
-UPDATE = os.environ.get("SB_FLEET_UPDATE_GOLDEN") == "1"
 RUNTIMES = ("docker", "podman", "enroot")
 
 SETTINGS = {
@@ -71,13 +70,9 @@ def _commands(runtime: str, c: ContainerSettings) -> dict:
 
 @pytest.mark.parametrize("dist", sorted(SETTINGS))
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_commands_match_golden(runtime, dist):
+def test_commands_match_golden(runtime, dist, golden):
     got = json.dumps(_commands(runtime, SETTINGS[dist]), indent=2) + "\n"
-    path = GOLDEN / f"{runtime}-{dist}.json"
-    if UPDATE or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(got)
-    assert got == path.read_text(), f"{path} differs; SB_FLEET_UPDATE_GOLDEN=1 after an intended change"
+    golden(GOLDEN / f"{runtime}-{dist}.json", got)
 
 
 def test_gpu_and_network_flags_per_runtime():

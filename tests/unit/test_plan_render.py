@@ -1,9 +1,8 @@
-"""Plan and rendering: pure, checked against golden files."""
+"""Plan and rendering: pure, checked against golden files (``pytest --update-goldens`` rewrites them)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from sb_fleet.plan import build_plan
 from sb_fleet.render import render_playbooks, suite_archive_bytes
 
 GOLDEN = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("SB_FLEET_UPDATE_GOLDEN") == "1"
 
 CONFIG = """\
 version: v0.4
@@ -78,24 +76,15 @@ def test_plan_groups_entries_into_steps(inputs):
     assert "not run: fake-bench" in plan.describe()
 
 
-def _golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE or not path.exists():
-        path.write_text(text)
-    assert text == path.read_text(), (
-        f"{name} differs from its golden file (SB_FLEET_UPDATE_GOLDEN=1 to accept)"
-    )
-
-
-def test_rendered_playbooks_match_golden_files(inputs, tmp_path):
+def test_rendered_playbooks_match_golden_files(inputs, tmp_path, golden):
     config, inv = inputs
     plan = build_plan(config, inv, known={"gemm-flops", "pytorch-gpt2-small"})
     out = tmp_path / "pb"
     r = render_playbooks(plan, config, inv, "RUNID", out)
     norm = lambda s: s.replace(str(out.resolve()), "<OUT>").replace(r.suite_digest, "<DIGEST>")  # noqa: E731
-    _golden("deploy.yml", norm(r.deploy.read_text()))
-    _golden("step01.yml", norm(r.runs["step01"].read_text()))
-    _golden("step02.yml", norm(r.runs["step02"].read_text()))
+    golden(GOLDEN / "deploy.yml", norm(r.deploy.read_text()))
+    golden(GOLDEN / "step01.yml", norm(r.runs["step01"].read_text()))
+    golden(GOLDEN / "step02.yml", norm(r.runs["step02"].read_text()))
     nodes = yaml.safe_load((out / "step02-nodes.yml").read_text())["sb_node_args"]
     assert nodes["gpu02"][:4] == ["--node-rank", "1", "--nnodes", "2"]
     assert nodes["gpu03"][nodes["gpu03"].index("--master-addr") + 1] == "10.0.0.1"
