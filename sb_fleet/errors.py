@@ -58,10 +58,9 @@ class RunDirError(SbFleetError):
 
 
 class InfraError(SbFleetError):
-    """Trouble with the infrastructure rather than the input: SSH, Ansible, disk."""
+    """Trouble with the infrastructure rather than the input: SSH, Ansible, the control node's disk.
+
+    One host's own trouble (unreachable, a refused host key, a lost connection) is never raised: it is
+    that host's outcome (``unreachable``, ``hostkey-mismatch``), so the other hosts go on."""
 
     exit_code = EXIT_INFRA
-
-
-class HostKeyError(InfraError):
-    """A host presented a key that does not match known_hosts (or is unknown)."""
