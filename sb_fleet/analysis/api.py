@@ -10,6 +10,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,12 +20,15 @@ from sb_fleet.analysis.detect import Detection, FamilyStats, detect
 from sb_fleet.analysis.gates import GateResult, apply_baseline_gate, apply_limits, decide
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.results import Fleet, HostInfo, LineProblem, load_fleet
-from sb_fleet.analysis.rules import RuleSummary, apply_rules, load_rules
+from sb_fleet.analysis.rules import Diagnosis, RuleSummary, apply_rules, load_rules
 from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import ColumnStats, column_stats
 from sb_fleet.analysis.verdict import VERDICTS, HostReport, judge
 from sb_fleet.errors import ResultsError
 from sb_fleet.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
+
+if TYPE_CHECKING:
+    from sb_fleet.history.view import HistoryView
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -47,6 +51,9 @@ class ReportResult:
         default_factory=dict
     )  # GPU model -> rows (see partition_by_model)
     seconds: float = 0.0
+    rules_diagnosis: Diagnosis | None = None  # SuperBench's own view of the rules (analysis.sbdiagnosis)
+    rules_unmatched: dict[str, list[str]] = field(default_factory=dict)  # rule -> patterns matching nothing
+    history: HistoryView | None = None  # with --history: regressions against own past, offenders, trends
 
     @property
     def exit_code(self) -> int:
@@ -60,7 +67,9 @@ class ReportResult:
 
     def quarantine(self) -> list[str]:
         """The hosts to drain: those the policy counts as failing."""
-        return [h.name for h in self.hosts if h.verdict in self.gates.policy.count]
+        names = [h.name for h in self.hosts if h.verdict in self.gates.policy.count]
+        extra = self.history.quarantine if self.history is not None else []  # repeat offenders, by policy
+        return names + [h for h in extra if h not in set(names)]
 
 
 def _inventory_hosts(path: Path) -> list[HostInfo]:
@@ -81,8 +90,10 @@ def report(
     rules: Path | str | None = None,
     baseline: Path | str | None = None,
     gates: Gates | None = None,
+    history: Path | str | None = None,
 ) -> ReportResult:
-    """Judge every host of a run directory or results-summary.jsonl."""
+    """Judge every host of a run directory or results-summary.jsonl (and with ``history``, against
+    each host's own past; the run is recorded there)."""
     t0 = time.perf_counter()
     gates = gates or Gates()
     fleet = load_fleet(Path(source))
@@ -121,10 +132,13 @@ def report(
                 )
         _merge(issues, detection.issues)
     rule_summaries: list[RuleSummary] = []
+    rules_diagnosis: Diagnosis | None = None
+    rules_unmatched: dict[str, list[str]] = {}
     if ruleset is not None:
         ro = apply_rules(ruleset, fleet.columns, fleet.values, base)
         _merge(issues, ro.issues)
         rule_summaries = ro.summaries
+        rules_diagnosis, rules_unmatched = ro.diagnosis, ro.unmatched
         warnings.extend(ro.warnings)
     max_reg = gates.baseline.max_regression
     if max_reg is None and base is not None and ruleset is None:
@@ -138,6 +152,23 @@ def report(
         )
     if gates.limits:
         _merge(issues, apply_limits(gates, fleet.columns, fleet.values, gpu_models))
+
+    hist = None
+    if history is not None:  # regressions against each component's own past: sb_fleet.history
+        from sb_fleet.history.assess import assess
+
+        hist = assess(
+            history,
+            source,
+            fleet.run_dir,
+            fleet.hosts,
+            fleet.columns,
+            fleet.values,
+            fleet.directions,
+            gates.history.settings(),
+        )
+        _merge(issues, hist.issues)
+        warnings.extend(hist.warnings)
 
     hosts: list[HostReport] = []
     seen: set[str] = set()
@@ -171,6 +202,16 @@ def report(
             "a gate must not pass on an empty run; give -i INVENTORY or a results file with host lines",
         )
     gate = decide(gates.policy, [h.verdict for h in hosts])
+    view = None
+    if hist is not None:
+        from sb_fleet.history.assess import conclude
+
+        view = conclude(hist, fleet.hosts, fleet.columns, fleet.values, hosts, gate.passed)
+        warnings.extend(view.warnings)
+        if view.gate_failure:
+            gate = dataclasses.replace(
+                gate, passed=False, policy=f"{gate.policy}; history: {view.gate_failure}"
+            )
     return ReportResult(
         source=str(source),
         hosts=hosts,
@@ -191,6 +232,9 @@ def report(
         flagged_cells=detection.flagged_cells | _cells(issues, fleet),
         partitions=partitions,
         seconds=time.perf_counter() - t0,
+        rules_diagnosis=rules_diagnosis,
+        rules_unmatched=rules_unmatched,
+        history=view,
     )
 
 

@@ -1,0 +1,557 @@
+"""The history store on disk: one DuckDB file, no server.
+
+Tables (names are integer-coded once in ``names``; values are one long table, appended per run,
+so a window of runs is a contiguous, zone-map-pruned scan)::
+
+    meta(key, value)                      schema_version
+    runs(run, run_key, digest, source, time, recorded, config_digest, versions, hosts, gate_passed)
+    names(kind, name, id)                 kind: host | metric | comp | cmetric | family
+    host_runs(run, host, verdict, outcome, reason, gpu_model, facts, issues)
+    facts(digest, facts)                  facts JSON, stored once per distinct content
+    vals(run, host, metric, comp, cmetric, ok, value)
+    fleet(run, family, median, n)         the fleet median of each metric family per run
+
+A run is keyed by its ``run_key`` (the run directory's run id, or the results file's digest).
+Recording a run whose content digest is already stored changes nothing; a run recorded again with
+other content (collect fetched more hosts) replaces its rows in one transaction.
+
+A file that is not a DuckDB database, or a database of another schema, is a
+:class:`HistoryStoreError` (exit 2); a file another process holds is :class:`HistoryLocked` (exit 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import itertools
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sb_fleet.errors import InfraError, InputError
+
+SCHEMA_VERSION = 1
+LOCK_WAIT_S = 10.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS runs(
+    run INTEGER PRIMARY KEY, run_key VARCHAR NOT NULL UNIQUE, digest VARCHAR NOT NULL, source VARCHAR,
+    time TIMESTAMP NOT NULL, recorded TIMESTAMP NOT NULL, config_digest VARCHAR, versions VARCHAR,
+    hosts INTEGER, gate_passed BOOLEAN);
+CREATE TABLE IF NOT EXISTS names(kind VARCHAR NOT NULL, name VARCHAR NOT NULL, id INTEGER NOT NULL,
+    PRIMARY KEY (kind, name));
+CREATE TABLE IF NOT EXISTS host_runs(run INTEGER, host INTEGER, verdict VARCHAR, outcome VARCHAR,
+    reason VARCHAR, gpu_model VARCHAR, facts VARCHAR, issues VARCHAR);
+CREATE TABLE IF NOT EXISTS facts(digest VARCHAR PRIMARY KEY, facts VARCHAR);
+CREATE TABLE IF NOT EXISTS vals(run INTEGER, host INTEGER, metric INTEGER, comp INTEGER, cmetric INTEGER,
+    ok BOOLEAN, value DOUBLE);
+CREATE TABLE IF NOT EXISTS fleet(run INTEGER, family INTEGER, median DOUBLE, n INTEGER);
+"""
+
+
+class HistoryStoreError(InputError):
+    """The history file is not a history store this sb-fleet reads (exit 2)."""
+
+
+class HistoryLocked(InfraError):
+    """Another process holds the history file (exit 3)."""
+
+
+@dataclass(frozen=True)
+class HostRow:
+    host: str
+    verdict: str
+    outcome: str
+    reason: str = ""
+    gpu_model: str | None = None
+    facts: str | None = None  # canonical JSON, or None
+    issues: str | None = None  # JSON list, or None when the host has none
+
+
+@dataclass
+class RunRecord:
+    """Everything one run adds to the store (built by :func:`sb_fleet.history.record.build_record`)."""
+
+    run_key: str
+    digest: str
+    source: str
+    time: _dt.datetime  # UTC, naive
+    config_digest: str | None
+    versions: dict[str, Any]
+    gate_passed: bool | None
+    host_rows: list[HostRow]
+    hosts: list[str]  # rows of ``values``
+    metrics: list[str]  # columns of ``values``
+    values: np.ndarray  # float [hosts, metrics]
+    components: list[str]  # local component keys
+    cmetrics: list[str]  # local component-metric names
+    comp: np.ndarray  # int32 [hosts, metrics], into ``components``
+    cmetric: np.ndarray  # int32 [hosts, metrics], into ``cmetrics``
+    ok: np.ndarray  # bool [hosts]: the host was healthy in this run
+    fleet_medians: dict[str, tuple[float, int]] = field(default_factory=dict)  # family -> (median, n)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run: int
+    run_key: str
+    time: _dt.datetime
+    source: str
+    hosts: int
+    gate_passed: bool | None
+    config_digest: str | None
+    versions: dict[str, Any]
+
+
+_tmp_names = itertools.count()
+
+
+def _duckdb() -> Any:
+    import duckdb
+
+    return duckdb
+
+
+class Store:
+    """An open history store. Use :func:`open_store`."""
+
+    def __init__(self, path: Path, con: Any):
+        self.path = path
+        self.con = con
+        self._err = _duckdb().Error
+
+    # -- guarded execution ---------------------------------------------------------------------
+    def sql(self, query: str, params: Sequence[Any] | None = None) -> Any:
+        try:
+            return self.con.execute(query, params) if params is not None else self.con.execute(query)
+        except self._err as exc:
+            raise _store_error(self.path, exc) from None
+
+    def one(self, query: str, params: Sequence[Any] | None = None) -> Any:
+        """The first row of a query (or None), with the result completed."""
+        rows = self.sql(query, params).fetchall()
+        return rows[0] if rows else None
+
+    def run(self, query: str, params: Sequence[Any] | None = None) -> None:
+        """A statement without rows: executed and completed (DuckDB wants a result finished before the next)."""
+        self.sql(query, params).fetchall()
+
+    @contextlib.contextmanager
+    def _frame(self, **cols: np.ndarray) -> Iterator[str]:
+        name = f"_frame_{next(_tmp_names)}"
+        self.con.register(name, cols)
+        try:
+            yield name
+        finally:
+            self.con.unregister(name)
+
+    # -- names ---------------------------------------------------------------------------------
+    def ids(self, kind: str, names: Sequence[str], create: bool = True) -> np.ndarray:
+        """The integer id of every name (new names get new ids when ``create``, else -1)."""
+        if not len(names):
+            return np.zeros(0, dtype=np.int32)
+        arr = np.asarray(list(names), dtype=object)
+        with self._frame(name=arr, pos=np.arange(len(arr), dtype=np.int64)) as f:
+            got = self.sql(
+                f"SELECT f.pos, n.id FROM {f} f JOIN names n ON n.name = f.name AND n.kind = ?", [kind]
+            ).fetchnumpy()
+        out = np.full(len(arr), -1, dtype=np.int32)
+        out[got["pos"]] = got["id"]
+        missing = np.nonzero(out < 0)[0]
+        if create and len(missing):
+            start = int(self.one("SELECT coalesce(max(id), -1) + 1 FROM names WHERE kind = ?", [kind])[0])
+            new_ids = np.arange(start, start + len(missing), dtype=np.int32)
+            new_names = list(dict.fromkeys(arr[missing].tolist()))
+            if len(new_names) != len(missing):
+                raise ValueError("names must be unique")
+            with self._frame(
+                kind=np.full(len(missing), kind, dtype=object), name=arr[missing], id=new_ids
+            ) as f:
+                self.run(f"INSERT INTO names SELECT kind, name, id FROM {f}")
+            out[missing] = new_ids
+        return out
+
+    def names_of(self, kind: str) -> dict[int, str]:
+        rows = self.sql("SELECT id, name FROM names WHERE kind = ?", [kind]).fetchall()
+        return {int(i): str(n) for i, n in rows}
+
+    # -- runs ----------------------------------------------------------------------------------
+    def stored_digest(self, run_key: str) -> tuple[int, str] | None:
+        row = self.one("SELECT run, digest FROM runs WHERE run_key = ?", [run_key])
+        return (int(row[0]), str(row[1])) if row else None
+
+    def record(self, rec: RunRecord) -> str:
+        """Store one run: ``recorded``, ``replaced`` (same run, other content) or ``unchanged``."""
+        have = self.stored_digest(rec.run_key)
+        if have is not None and have[1] == rec.digest:
+            return "unchanged"
+        self.run("BEGIN TRANSACTION")
+        try:
+            if have is not None:
+                for table in ("vals", "fleet", "host_runs", "runs"):
+                    self.run(f"DELETE FROM {table} WHERE run = ?", [have[0]])
+                run = have[0]
+            else:
+                run = int(self.one("SELECT coalesce(max(run), 0) + 1 FROM runs")[0])
+            self._insert(run, rec)
+            self.run("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.con.execute("ROLLBACK")
+            raise
+        return "replaced" if have is not None else "recorded"
+
+    def _insert(self, run: int, rec: RunRecord) -> None:
+        self.run(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run,
+                rec.run_key,
+                rec.digest,
+                rec.source,
+                rec.time,
+                _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None),
+                rec.config_digest,
+                json.dumps(rec.versions, sort_keys=True),
+                len(rec.host_rows),
+                rec.gate_passed,
+            ],
+        )
+        rows = rec.host_rows
+        host_ids = self.ids("host", [r.host for r in rows])
+        facts_digest = [_digest(r.facts) if r.facts else None for r in rows]
+        distinct = {d: r.facts for d, r in zip(facts_digest, rows, strict=True) if d}
+        if distinct:
+            with self._frame(
+                digest=np.array(list(distinct), dtype=object),
+                facts=np.array(list(distinct.values()), dtype=object),
+            ) as f:
+                self.run(
+                    f"INSERT INTO facts SELECT * FROM {f} WHERE digest NOT IN (SELECT digest FROM facts)"
+                )
+        with self._frame(
+            run=np.full(len(rows), run, dtype=np.int32),
+            host=host_ids,
+            verdict=np.array([r.verdict for r in rows], dtype=object),
+            outcome=np.array([r.outcome for r in rows], dtype=object),
+            reason=np.array([r.reason for r in rows], dtype=object),
+            gpu_model=np.array([r.gpu_model for r in rows], dtype=object),
+            facts=np.array(facts_digest, dtype=object),
+            issues=np.array([r.issues for r in rows], dtype=object),
+        ) as f:
+            self.run(f"INSERT INTO host_runs SELECT * FROM {f}")
+        if rec.values.size:
+            vhost = self.ids("host", rec.hosts)
+            vmetric = self.ids("metric", rec.metrics)
+            vcomp = self.ids("comp", rec.components)
+            vcm = self.ids("cmetric", rec.cmetrics)
+            h, c = rec.values.shape
+            vals = rec.values.reshape(-1)
+            keep = np.isfinite(vals)
+            rr = np.repeat(np.arange(h), c)[keep]
+            cc = np.tile(np.arange(c), h)[keep]
+            with self._frame(
+                run=np.full(len(rr), run, dtype=np.int32),
+                host=vhost[rr],
+                metric=vmetric[cc],
+                comp=vcomp[rec.comp.reshape(-1)[keep]],
+                cmetric=vcm[rec.cmetric.reshape(-1)[keep]],
+                ok=rec.ok[rr],
+                value=vals[keep],
+            ) as f:
+                self.run(f"INSERT INTO vals SELECT * FROM {f}")
+        if rec.fleet_medians:
+            fams = list(rec.fleet_medians)
+            with self._frame(
+                run=np.full(len(fams), run, dtype=np.int32),
+                family=self.ids("family", fams),
+                median=np.array([rec.fleet_medians[k][0] for k in fams], dtype=float),
+                n=np.array([rec.fleet_medians[k][1] for k in fams], dtype=np.int32),
+            ) as f:
+                self.run(f"INSERT INTO fleet SELECT * FROM {f}")
+
+    def runs(self, last: int | None = None) -> list[RunInfo]:
+        """The stored runs, oldest first (the ``last`` ones only, when given)."""
+        q = "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions FROM runs ORDER BY time DESC, run DESC"
+        if last is not None:
+            q += f" LIMIT {int(last)}"
+        out = [
+            RunInfo(
+                int(r[0]),
+                str(r[1]),
+                r[2],
+                str(r[3] or ""),
+                int(r[4] or 0),
+                r[5],
+                r[6],
+                json.loads(r[7] or "{}"),
+            )
+            for r in self.sql(q).fetchall()
+        ]
+        return out[::-1]
+
+    def window(self, before: _dt.datetime, n: int, exclude_key: str | None = None) -> list[RunInfo]:
+        """The last ``n`` runs before ``before`` (other than ``exclude_key``), oldest first."""
+        rows = self.sql(
+            "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions FROM runs "
+            "WHERE time < ? AND run_key IS DISTINCT FROM ? ORDER BY time DESC, run DESC LIMIT ?",
+            [before, exclude_key, int(n)],
+        ).fetchall()
+        return [
+            RunInfo(
+                int(r[0]),
+                str(r[1]),
+                r[2],
+                str(r[3] or ""),
+                int(r[4] or 0),
+                r[5],
+                r[6],
+                json.loads(r[7] or "{}"),
+            )
+            for r in rows
+        ][::-1]
+
+    def window_of(self, run_key: str) -> list[RunInfo]:
+        """The stored run of ``run_key`` (a list of one, or empty)."""
+        rows = self.sql(
+            "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions FROM runs WHERE run_key = ?",
+            [run_key],
+        ).fetchall()
+        return [
+            RunInfo(
+                int(r[0]),
+                str(r[1]),
+                r[2],
+                str(r[3] or ""),
+                int(r[4] or 0),
+                r[5],
+                r[6],
+                json.loads(r[7] or "{}"),
+            )
+            for r in rows
+        ]
+
+    # -- the queries of a report ---------------------------------------------------------------
+    def own_baseline(
+        self,
+        runs: Sequence[int],
+        components: Sequence[str],
+        cmetrics: Sequence[str],
+        comp: np.ndarray,
+        cmetric: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per cell of the current run: the quartiles and count of its component's healthy values in
+        ``runs`` (NaN / 0 where there are none). Returns (q25, median, q75, count), each [hosts, cols]."""
+        shape = comp.shape
+        q25, q50, q75 = (np.full(shape, np.nan) for _ in range(3))
+        count = np.zeros(shape, dtype=np.int64)
+        if not runs or comp.size == 0:
+            return q25, q50, q75, count
+        comp_ids = self.ids("comp", components, create=False)
+        cm_ids = self.ids("cmetric", cmetrics, create=False)
+        g_comp = comp_ids[comp.reshape(-1)]
+        g_cm = cm_ids[cmetric.reshape(-1)]
+        known = (g_comp >= 0) & (g_cm >= 0)
+        if not known.any():
+            return q25, q50, q75, count
+        run_list = ",".join(str(int(r)) for r in runs)
+        with self._frame(
+            pos=np.nonzero(known)[0].astype(np.int64), comp=g_comp[known], cmetric=g_cm[known]
+        ) as f:
+            got = self.sql(
+                f"""
+                WITH agg AS (
+                    SELECT comp, cmetric, quantile_cont(value, [0.25, 0.5, 0.75]) AS q, count(*) AS n
+                    FROM vals WHERE run IN ({run_list}) AND ok AND isfinite(value)
+                    GROUP BY comp, cmetric)
+                SELECT f.pos, agg.q[1] AS q25, agg.q[2] AS q50, agg.q[3] AS q75, agg.n
+                FROM {f} f JOIN agg ON agg.comp = f.comp AND agg.cmetric = f.cmetric
+                """
+            ).fetchnumpy()
+        pos = got["pos"]
+        for arr, key in ((q25, "q25"), (q50, "q50"), (q75, "q75")):
+            arr.reshape(-1)[pos] = got[key]
+        count.reshape(-1)[pos] = got["n"]
+        return q25, q50, q75, count
+
+    def fleet_medians(self, runs: Sequence[RunInfo]) -> dict[str, list[tuple[str, float]]]:
+        """Family -> [(run key, fleet median)] over ``runs``, oldest first."""
+        if not runs:
+            return {}
+        order = {r.run: i for i, r in enumerate(runs)}
+        keys = {r.run: r.run_key for r in runs}
+        run_list = ",".join(str(r.run) for r in runs)
+        fam = self.names_of("family")
+        out: dict[str, list[tuple[int, str, float]]] = {}
+        for run, family, median in self.sql(
+            f"SELECT run, family, median FROM fleet WHERE run IN ({run_list})"
+        ).fetchall():
+            out.setdefault(fam[int(family)], []).append((order[int(run)], keys[int(run)], float(median)))
+        return {k: [(key, m) for _, key, m in sorted(v)] for k, v in out.items()}
+
+    def verdicts(self, runs: Sequence[RunInfo], hosts: Sequence[str]) -> dict[str, list[str]]:
+        """Host -> its verdicts in ``runs`` (oldest first; runs it was not in are left out)."""
+        if not runs or not hosts:
+            return {h: [] for h in hosts}
+        order = {r.run: i for i, r in enumerate(runs)}
+        host_ids = self.ids("host", hosts, create=False)
+        by_id = {int(i): h for i, h in zip(host_ids, hosts, strict=True) if i >= 0}
+        run_list = ",".join(str(r.run) for r in runs)
+        out: dict[str, list[tuple[int, str]]] = {h: [] for h in hosts}
+        if by_id:
+            with self._frame(host=np.array(list(by_id), dtype=np.int32)) as f:
+                rows = self.sql(
+                    f"SELECT run, host, verdict FROM host_runs WHERE run IN ({run_list}) AND host IN (SELECT host FROM {f})"
+                ).fetchall()
+            for run, host, verdict in rows:
+                out[by_id[int(host)]].append((order[int(run)], str(verdict)))
+        return {h: [v for _, v in sorted(seq)] for h, seq in out.items()}
+
+    def host_trend(
+        self, host: str, metric: str | None, runs: Sequence[RunInfo]
+    ) -> dict[str, list[tuple[str, float]]]:
+        """Metric -> [(run key, value)] of one host over ``runs`` (every metric when ``metric`` is None)."""
+        hid = self.ids("host", [host], create=False)
+        if hid[0] < 0 or not runs:
+            return {}
+        order = {r.run: (i, r.run_key) for i, r in enumerate(runs)}
+        run_list = ",".join(str(r.run) for r in runs)
+        q = f"SELECT run, metric, value FROM vals WHERE run IN ({run_list}) AND host = ?"
+        params: list[Any] = [int(hid[0])]
+        if metric is not None:
+            mid = self.ids("metric", [metric], create=False)
+            if mid[0] < 0:
+                return {}
+            q += " AND metric = ?"
+            params.append(int(mid[0]))
+        names = self.names_of("metric")
+        out: dict[str, list[tuple[int, str, float]]] = {}
+        for run, m, v in self.sql(q, params).fetchall():
+            i, key = order[int(run)]
+            out.setdefault(names[int(m)], []).append((i, key, float(v)))
+        return {k: [(key, val) for _, key, val in sorted(seq)] for k, seq in sorted(out.items())}
+
+    def metric_trend(self, metric: str, runs: Sequence[RunInfo]) -> list[tuple[str, float, int]]:
+        """[(run key, fleet median, hosts)] of a metric family or metric over ``runs``, oldest first."""
+        fam = self.ids("family", [metric], create=False)
+        if fam[0] >= 0:
+            per = self.fleet_medians(runs).get(metric, [])
+            n = dict(
+                self.sql(
+                    f"SELECT run, n FROM fleet WHERE family = ? AND run IN ({','.join(str(r.run) for r in runs) or '0'})",
+                    [int(fam[0])],
+                ).fetchall()
+            )
+            by_key = {r.run_key: r.run for r in runs}
+            return [(k, m, int(n.get(by_key[k], 0))) for k, m in per]
+        mid = self.ids("metric", [metric], create=False)
+        if mid[0] < 0 or not runs:
+            return []
+        order = {r.run: (i, r.run_key) for i, r in enumerate(runs)}
+        rows = self.sql(
+            f"SELECT run, median(value), count(*) FROM vals WHERE metric = ? AND run IN ({','.join(str(r.run) for r in runs)}) GROUP BY run",
+            [int(mid[0])],
+        ).fetchall()
+        return [
+            (order[int(r)][1], float(m), int(c))
+            for r, m, c in sorted(rows, key=lambda x: order[int(x[0])][0])
+        ]
+
+
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _store_error(path: Path, exc: Exception) -> Exception:
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "lock" in msg.lower():
+        return HistoryLocked(
+            f"{path}: the history store is in use by another process ({msg}); wait for it to finish and "
+            f"run again (the run directory is kept: 'sb-fleet report RUN_DIR --history {path}' records it later)"
+        )
+    return HistoryStoreError(
+        path,
+        None,
+        f"not a readable sb-fleet history store ({msg})",
+        "move it aside and give a new path (a new store is created), or restore it from a backup; "
+        "the run directory is kept and can be recorded again with 'sb-fleet report RUN_DIR --history PATH'",
+    )
+
+
+@contextlib.contextmanager
+def open_store(
+    path: Path | str, create: bool = True, read_only: bool = False, lock_wait: float = LOCK_WAIT_S
+) -> Iterator[Store]:
+    """Open (or create) the history store at ``path``; waits up to ``lock_wait`` s for another process."""
+    duckdb = _duckdb()
+    path = Path(path)
+    if not path.exists():
+        if not create or read_only:
+            raise HistoryStoreError(
+                path, None, "no such history store", "give the path a report or validate recorded into"
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InfraError(
+                f"{path}: cannot create the history store's directory ({exc.strerror})"
+            ) from None
+    elif path.is_dir():
+        raise HistoryStoreError(
+            path, None, "is a directory, not a history store file", "give a file path, e.g. history.duckdb"
+        )
+    deadline = time.monotonic() + lock_wait
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+            break
+        except duckdb.Error as exc:
+            err = _store_error(path, exc)
+            if isinstance(err, HistoryLocked) and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise err from None
+    store = Store(path, con)
+    try:
+        _check_schema(store, read_only)
+        yield store
+    finally:
+        con.close()
+
+
+def _check_schema(store: Store, read_only: bool) -> None:
+    tables = {r[0] for r in store.sql("SELECT table_name FROM information_schema.tables").fetchall()}
+    if not tables:
+        if read_only:
+            raise HistoryStoreError(store.path, None, "an empty database, not a history store")
+        for stmt in _SCHEMA.split(";"):
+            if stmt.strip():
+                store.run(stmt)
+        store.run(
+            "INSERT INTO meta VALUES ('schema_version', ?), ('tool', 'sb-fleet')", [str(SCHEMA_VERSION)]
+        )
+        return
+    if "meta" not in tables:
+        raise HistoryStoreError(
+            store.path,
+            None,
+            "a DuckDB database but not an sb-fleet history store (no meta table)",
+            "give another path",
+        )
+    row = store.one("SELECT value FROM meta WHERE key = 'schema_version'")
+    ver = row[0] if row else None
+    if ver != str(SCHEMA_VERSION):
+        raise HistoryStoreError(
+            store.path,
+            "schema_version",
+            f"{ver!r} is not the version this sb-fleet reads ({SCHEMA_VERSION})",
+            "use the sb-fleet that wrote it, or start a new store",
+        )
