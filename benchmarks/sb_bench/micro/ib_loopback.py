@@ -1,13 +1,19 @@
-"""ib-loopback: InfiniBand/RoCE loopback bandwidth of one RDMA device, with perftest.
+"""ib-loopback: InfiniBand loopback bandwidth of the host's RDMA devices, with perftest.
 
 Runs perftest's ``ib_<cmd>_bw`` (write, read or send) as a server and a client on this host over
-one device (``-d <dev>``) and reports, in GB/s (perftest's MB/sec / 1000, as SuperBench reports):
+one device (``-d <dev>``, ``--report_gbits``) and reports, in GB/s (1e9 bytes/s: Gb/sec / 8):
 
-* ``ib_<cmd>_<msg_size>_ib<index>_bw``: average bandwidth (RDMA_Avg; SuperBench's name);
-* ``ib_<cmd>_<msg_size>_ib<index>_peak_bw``: peak bandwidth (RDMA_Peak).
+* ``ib_<cmd>_bw_<msg_size>:<index>``: average bandwidth (BW average), SuperBench's current name;
+* ``ib_<cmd>_bw_<msg_size>_peak:<index>``: peak bandwidth (BW peak; SuperBench reports none).
 
-Device: ``ib_index`` (default: SuperBench's environment, ``IB_DEVICES`` indexed by ``PROC_RANK``,
-else ``PROC_RANK``) into the sorted names of ``/sys/class/infiniband``; ``NUMA_NODES`` (same
+perftest's ``MB/sec`` (printed without ``--report_gbits``) is MiB/s: the parser converts it with
+2**20 bytes (SuperBench's old ``/ 1000`` read 4.9% low).
+
+Devices: the names under ``/sys/class/infiniband`` in natural order (mlx5_2 before mlx5_10) with a
+port whose ``link_layer`` is ``InfiniBand`` (Ethernet/RoCE ports are left out unless
+``link_layer: any``). Which are tested: ``ib_index`` when given; else ``IB_DEVICES`` indexed by
+``PROC_RANK`` (SuperBench's environment); else, with several local processes, the device of index
+``PROC_RANK``; else every device, one after the other, in this process. ``NUMA_NODES`` (same
 indexing) binds both processes with ``numactl`` where it is installed. Without perftest or without
 an RDMA device the benchmark is skipped with the reason. The parser is pure and has golden tests.
 """
@@ -15,6 +21,7 @@ an RDMA device the benchmark is skipped with the reason. The parser is pure and 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -29,14 +36,35 @@ from sb_bench.registry import register
 
 SYSFS_IB = "/sys/class/infiniband"
 COMMANDS = ("write", "read", "send")
+LINK_LAYERS = ("InfiniBand", "Ethernet", "any")
 
 
-def rdma_devices(root: str | None = None) -> list[str]:
+def natural_key(name: str) -> list:
+    """Sort key that orders digit runs by value: mlx5_2 < mlx5_10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def link_layers(dev: Path) -> set[str]:
+    out = set()
+    try:
+        for port in (dev / "ports").iterdir():
+            try:
+                out.add((port / "link_layer").read_text().strip())
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return out
+
+
+def rdma_devices(root: str | None = None, link_layer: str = "InfiniBand") -> list[str]:
+    """RDMA device names in natural order, those with a port of ``link_layer`` (``any``: all)."""
     p = Path(root or SYSFS_IB)
     try:
-        return sorted(d.name for d in p.iterdir())
+        devs = sorted((d for d in p.iterdir()), key=lambda d: natural_key(d.name))
     except OSError:
         return []
+    return [d.name for d in devs if link_layer == "any" or link_layer in link_layers(d)]
 
 
 def _env_pick(var: str, rank: int) -> int | None:
@@ -47,21 +75,27 @@ def _env_pick(var: str, rank: int) -> int | None:
 
 
 def metric_names(cmd: str, size: int, index: int) -> tuple[str, str]:
-    return f"ib_{cmd}_{size}_ib{index}_bw", f"ib_{cmd}_{size}_ib{index}_peak_bw"
+    """SuperBench's current name (``ib_write_bw_8388608:0``) and the peak's."""
+    return f"ib_{cmd}_bw_{size}:{index}", f"ib_{cmd}_bw_{size}_peak:{index}"
 
 
 @register
 class IbLoopback(Benchmark):
     name = "ib-loopback"
     description = (
-        "RDMA loopback bandwidth of one IB/RoCE device with perftest; metrics "
-        "ib_<cmd>_<bytes>_ib<index>_bw (average) and _peak_bw (GB/s)"
+        "RDMA loopback bandwidth of the InfiniBand devices with perftest; metrics "
+        "ib_<cmd>_bw_<bytes>:<index> (average) and ib_<cmd>_bw_<bytes>_peak:<index> (GB/s)"
     )
     params = {
         "commands": Param("list[str]", ["write"], "perftest tests: ib_<cmd>_bw", COMMANDS),
         "msg_size": Param("size", 8388608, "message size (bytes)"),
         "iters": Param("int", 2000, "iterations per measurement (perftest -n)"),
-        "ib_index": Param("int", -1, "device index (-1: IB_DEVICES[PROC_RANK], else PROC_RANK)"),
+        "ib_index": Param(
+            "int",
+            -1,
+            "device index (-1: IB_DEVICES[PROC_RANK]; else PROC_RANK with several processes; else all)",
+        ),
+        "link_layer": Param("str", "InfiniBand", "ports to test (RoCE: Ethernet)", LINK_LAYERS),
         "port": Param(
             "int", 18515, "TCP port of perftest's exchange (plus the index, so ranks do not clash)"
         ),
@@ -70,22 +104,27 @@ class IbLoopback(Benchmark):
         "device": Param("str", "host", "always the host: an external tool, no torch import", ("host",)),
     }
 
-    def _index(self) -> int:
+    def _indices(self) -> list[int]:
         if self.args["ib_index"] >= 0:
-            return self.args["ib_index"]
+            return [self.args["ib_index"]]
         rank = int(os.environ.get("PROC_RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
         picked = _env_pick("IB_DEVICES", rank)
-        return rank if picked is None else picked
+        if picked is not None:
+            return [picked]
+        if int(os.environ.get("PROC_NUM", os.environ.get("LOCAL_WORLD_SIZE", "1")) or 1) > 1:
+            return [rank]
+        return list(range(len(rdma_devices(SYSFS_IB, self.args["link_layer"])))) or [0]
 
     def metrics(self) -> list[Metric]:
-        i, size = self._index(), self.args["msg_size"]
+        size = self.args["msg_size"]
         out = []
-        for cmd in self.args["commands"]:
-            avg, peak = metric_names(cmd, size, i)
-            out += [
-                Metric(avg, "GB/s", True, None, f"ib_{cmd}_bw average, device {i}"),
-                Metric(peak, "GB/s", True, None, f"ib_{cmd}_bw peak, device {i}"),
-            ]
+        for i in self._indices():
+            for cmd in self.args["commands"]:
+                avg, peak = metric_names(cmd, size, i)
+                out += [
+                    Metric(avg, "GB/s", True, None, f"ib_{cmd}_bw average, device {i}"),
+                    Metric(peak, "GB/s", True, None, f"ib_{cmd}_bw peak, device {i}"),
+                ]
         return out
 
     def setup(self, ctx: RankContext) -> None:
@@ -94,35 +133,39 @@ class IbLoopback(Benchmark):
             raise SkipBenchmark(
                 f"perftest's {', '.join(missing)} not installed (Debian/Ubuntu package perftest)"
             )
-        devs = rdma_devices()
+        layer = self.args["link_layer"]
+        devs = rdma_devices(SYSFS_IB, layer)
         if not devs:
-            raise SkipBenchmark(f"no RDMA device ({SYSFS_IB} is empty or absent)")
-        i = self._index()
-        if i >= len(devs):
-            raise SkipBenchmark(
-                f"device index {i} but this host has {len(devs)} RDMA device(s): {', '.join(devs)}"
-            )
-        self.device = devs[i]
+            what = "RDMA device" if layer == "any" else f"RDMA device with an {layer} port"
+            raise SkipBenchmark(f"no {what} ({SYSFS_IB} is empty or absent)")
+        self.targets: list[tuple[int, str]] = []
+        for i in self._indices():
+            if i >= len(devs):
+                raise SkipBenchmark(
+                    f"device index {i} but this host has {len(devs)} {layer} RDMA device(s): {', '.join(devs)}"
+                )
+            self.targets.append((i, devs[i]))
         self.prefix: list[str] = []
         rank = int(os.environ.get("PROC_RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
         numa = _env_pick("NUMA_NODES", rank)
         if numa is not None and shutil.which("numactl"):
             self.prefix = ["numactl", f"--cpunodebind={numa}", f"--membind={numa}"]
 
-    def _argv(self, cmd: str, client: bool) -> list[str]:
+    def _argv(self, cmd: str, client: bool, index: int, device: str) -> list[str]:
         a = self.args
         argv = [
             *self.prefix,
             f"ib_{cmd}_bw",
             "-d",
-            self.device,
+            device,
             "-s",
             str(a["msg_size"]),
             "-n",
             str(a["iters"]),
             "-F",
+            "--report_gbits",
             "-p",
-            str(a["port"] + self._index()),
+            str(a["port"] + index),
         ]
         if a["gid_index"] >= 0:
             argv += ["-x", str(a["gid_index"])]
@@ -130,22 +173,23 @@ class IbLoopback(Benchmark):
 
     def run_once(self, ctx: RankContext, harness) -> dict[str, float]:
         values: dict[str, float] = {}
-        for cmd in self.args["commands"]:
-            text = self._run_pair(cmd)
-            try:
-                row = row_for(parse_bw(text), self.args["msg_size"])
-            except ParseError as exc:
-                raise CheckFailed(f"ib_{cmd}_bw on {self.device}: {exc}") from None
-            avg, peak = metric_names(cmd, self.args["msg_size"], self._index())
-            values[avg] = row.avg_gbps
-            values[peak] = row.peak_gbps
+        for index, device in self.targets:
+            for cmd in self.args["commands"]:
+                text = self._run_pair(cmd, index, device)
+                try:
+                    row = row_for(parse_bw(text), self.args["msg_size"])
+                except ParseError as exc:
+                    raise CheckFailed(f"ib_{cmd}_bw on {device}: {exc}") from None
+                avg, peak = metric_names(cmd, self.args["msg_size"], index)
+                values[avg] = row.avg_gbps
+                values[peak] = row.peak_gbps
         return values
 
-    def _run_pair(self, cmd: str) -> str:
+    def _run_pair(self, cmd: str, index: int, device: str) -> str:
         """Start the server, run the client until it connects; the client's output."""
         deadline = time.monotonic() + self.args["timeout"]
         server = subprocess.Popen(
-            self._argv(cmd, False),
+            self._argv(cmd, False, index, device),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -154,7 +198,7 @@ class IbLoopback(Benchmark):
         try:
             while True:
                 client = subprocess.run(
-                    self._argv(cmd, True),
+                    self._argv(cmd, True, index, device),
                     capture_output=True,
                     text=True,
                     timeout=max(1.0, deadline - time.monotonic()),
@@ -166,7 +210,7 @@ class IbLoopback(Benchmark):
                 if server.poll() is not None or time.monotonic() > deadline - 1:
                     srv = server.stdout.read() if server.stdout else ""
                     raise RuntimeError(
-                        f"ib_{cmd}_bw on {self.device} failed: "
+                        f"ib_{cmd}_bw on {device} failed: "
                         f"{error_summary(out) or error_summary(srv) or out.strip()[-200:]}"
                     )
                 time.sleep(0.5)

@@ -218,26 +218,69 @@ esac
 """)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     sysfs = tmp_path / "infiniband"
-    for d in ("mlx5_0", "mlx5_1"):
-        (sysfs / d).mkdir(parents=True)
+    _ib_sysfs(sysfs, {"mlx5_0": "InfiniBand", "mlx5_1": "InfiniBand"})
     monkeypatch.setattr(ib_loopback, "SYSFS_IB", str(sysfs))
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PROC_RANK", "1")
     monkeypatch.setenv("IB_DEVICES", "0,1")
     env = run_bench("ib-loopback", msg_size=8388608, iters=2000)
-    assert_metrics(env, {"ib_write_8388608_ib1_bw": "GB/s", "ib_write_8388608_ib1_peak_bw": "GB/s"})
-    assert env["result"]["ib_write_8388608_ib1_bw"] == [pytest.approx(23.67252)]
+    # SuperBench's current name; the golden prints MiB/s: 23672.52 * 2**20 / 1e9 GB/s.
+    assert_metrics(env, {"ib_write_bw_8388608:1": "GB/s", "ib_write_bw_8388608_peak:1": "GB/s"})
+    assert env["result"]["ib_write_bw_8388608:1"] == [pytest.approx(23672.52 * 1048576 / 1e9)]
     calls = log.read_text().splitlines()
     assert any("-d mlx5_1" in c and "localhost" not in c for c in calls)  # the server
     assert any("-d mlx5_1" in c and c.endswith("localhost") for c in calls)  # the client
-    assert all("-s 8388608" in c and "-p 18516" in c for c in calls)
+    assert all("-s 8388608" in c and "-p 18516" in c and "--report_gbits" in c for c in calls)
+
+
+def _ib_sysfs(root: Path, devices: dict[str, str]) -> None:
+    """A /sys/class/infiniband tree: each device with one port of the given link layer."""
+    for name, layer in devices.items():
+        port = root / name / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "link_layer").write_text(layer + "\n")
+
+
+def test_rdma_devices_natural_order_and_infiniband_ports_only(tmp_path):
+    names = {f"mlx5_{i}": "InfiniBand" for i in range(12)}
+    names["mlx5_bond_0"] = "Ethernet"  # the host's Ethernet NIC (RoCE) is no IB port
+    names["mlx5_3"] = "Ethernet"
+    _ib_sysfs(tmp_path, names)
+    devs = ib_loopback.rdma_devices(str(tmp_path))
+    assert devs == [f"mlx5_{i}" for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11)]  # mlx5_10 after mlx5_9
+    assert "mlx5_bond_0" in ib_loopback.rdma_devices(str(tmp_path), "any")
+    assert ib_loopback.rdma_devices(str(tmp_path), "Ethernet") == ["mlx5_3", "mlx5_bond_0"]
+
+
+def test_ib_loopback_tests_every_ib_device_by_default(tmp_path, monkeypatch):
+    monkeypatch.setattr(ib_loopback, "SYSFS_IB", str(tmp_path))
+    _ib_sysfs(tmp_path, {"mlx5_0": "InfiniBand", "mlx5_1": "Ethernet", "mlx5_2": "InfiniBand"})
+    for var in ("PROC_RANK", "PROC_NUM", "IB_DEVICES", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    bench = ib_loopback.IbLoopback(ib_loopback.IbLoopback.parse_params({}))
+    assert [m.name for m in bench.metrics()] == [
+        "ib_write_bw_8388608:0",
+        "ib_write_bw_8388608_peak:0",
+        "ib_write_bw_8388608:1",
+        "ib_write_bw_8388608_peak:1",
+    ]
+    monkeypatch.setenv("PROC_RANK", "1")
+    monkeypatch.setenv("PROC_NUM", "2")  # one device per local process
+    assert [m.name for m in bench.metrics()] == ["ib_write_bw_8388608:1", "ib_write_bw_8388608_peak:1"]
+
+
+def test_perftest_mb_is_mebibytes_by_its_own_message_rate():
+    """perftest prints MsgRate (messages/s) beside MB/sec: bytes x rate fixes the unit (MiB, not MB)."""
+    text = (Path(__file__).parent / "golden/perftest/ib_write_bw_mlx5_hdr.txt").read_text()
+    (row,) = perftest.parse_bw(text)
+    assert row.avg_gbps == pytest.approx(row.bytes * row.msg_rate_mpps * 1e6 / 1e9, rel=1e-3)
 
 
 def test_ib_loopback_device_index_out_of_range(tmp_path, monkeypatch):
     fake = tmp_path / "ib_write_bw"
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
-    (tmp_path / "ib" / "mlx5_0").mkdir(parents=True)
+    _ib_sysfs(tmp_path / "ib", {"mlx5_0": "InfiniBand"})
     monkeypatch.setattr(ib_loopback, "SYSFS_IB", str(tmp_path / "ib"))
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     env = run_bench("ib-loopback", ib_index=3)

@@ -6,8 +6,9 @@ The result table (perftest's RESULT_FMT, or RESULT_FMT_G with ``--report_gbits``
      8388608    5000             23673.33            23672.52            0.002959
 
 Warnings may be interleaved ("Conflicting CPU frequency values detected ..."), columns may be
-separated by tabs, and ``-a`` prints one row per size. Bandwidths are converted to GB/s the way
-SuperBench reports them: MB/sec / 1000, Gb/sec / 8.
+separated by tabs, and ``-a`` prints one row per size. Bandwidths are converted to GB/s (1e9
+bytes/s): perftest's MB is 2**20 bytes (MB/sec * 1048576 / 1e9; SuperBench's old ``/ 1000`` was
+4.9% low), its Gb is 1e9 bits (Gb/sec / 8, what ``--report_gbits`` prints and SuperBench reads).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 from sb_bench.micro.parsers import ParseError
 
+MIB_PER_GB = (1 << 20) / 1e9  # perftest's MB/sec -> GB/s
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(MB|Gb)/sec\]\s+BW average\[(MB|Gb)/sec\]")
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+|-?nan|inf)\s+([\d.]+|-?nan|inf)\s+([\d.]+)")
 _ERRORS = re.compile(
@@ -50,8 +52,8 @@ def parse_bw(text: str) -> list[BwRow]:
         m = _ROW.match(line)
         if not m:
             continue
-        div = 1000.0 if unit == "MB" else 8.0
-        peak, avg = (float(m.group(i)) / div for i in (3, 4))
+        factor = MIB_PER_GB if unit == "MB" else 1.0 / 8.0
+        peak, avg = (float(m.group(i)) * factor for i in (3, 4))
         rows.append(BwRow(int(m.group(1)), int(m.group(2)), peak, avg, float(m.group(5))))
     if not rows:
         raise ParseError(f"no perftest bandwidth table in the output: {error_summary(text) or _tail(text)}")
