@@ -19,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sb_fleet.analysis.issues import FAIL, INCOMPLETE, Issue
+from sb_fleet.outcome import Outcome
 
 PASS, FAILV, INCOMPLETEV, MISSING = "pass", "fail", "incomplete", "missing"
 VERDICTS = (PASS, FAILV, INCOMPLETEV, MISSING)
-BAD_OUTCOMES = {"failed", "timeout", "unreachable", "hostkey-mismatch", "pending", "skipped"}
+BAD_OUTCOMES = frozenset(o.value for o in Outcome if o is not Outcome.OK)  # the closed set, from its enum
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,12 @@ def _default_out(source: Path) -> Path:
     type=click.Path(path_type=Path),
     help="Directory for the report files (default: the run directory, or ./sb-fleet-report/).",
 )
+@click.option(
+    "--history",
+    type=click.Path(path_type=Path),
+    help="History store (a DuckDB file, created when absent): record this run in it and judge every "
+    "host against its own past too (default: fleet.history of -c CONFIG).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @click.argument("source", type=click.Path(path_type=Path))
 def _report(
@@ -73,6 +79,7 @@ def _report(
     baseline: Path | None,
     config: Path | None,
     out: Path | None,
+    history: Path | None,
     quiet: bool,
 ) -> None:
     """Judge every host of a run directory or a SuperBench results-summary.jsonl.
@@ -83,7 +90,12 @@ def _report(
     from sb_fleet.analysis.api import report, write_reports
 
     gates = _gates_from_config(config)
-    result = report(source, inventory=inventory, rules=rules, baseline=baseline, gates=gates)
+    if history is None and config is not None:
+        from sb_fleet.config import load_config
+
+        configured = load_config(config).fleet.history
+        history = Path(configured) if configured else None
+    result = report(source, inventory=inventory, rules=rules, baseline=baseline, gates=gates, history=history)
     out_dir = out if out is not None else _default_out(source)
     paths = write_reports(result, out_dir)
     if not quiet:
@@ -96,6 +108,12 @@ def _report(
         if result.problems:
             click.echo(
                 f"{len(result.problems)} malformed result line(s); first: {result.problems[0]}", err=True
+            )
+        if result.history is not None:
+            h = result.history
+            click.echo(
+                f"history: {len(h.regressions)} regression(s) against own past, {len(h.offenders)} repeat "
+                f"offender(s); run {h.recorded} in {h.path}"
             )
         click.echo(f"report: {paths[1]}")
     sys.exit(result.exit_code)
