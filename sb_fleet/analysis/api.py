@@ -25,6 +25,7 @@ from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import ColumnStats, column_stats
 from sb_fleet.analysis.verdict import VERDICTS, HostReport, judge
 from sb_fleet.errors import ResultsError
+from sb_fleet.exits import exit_for
 from sb_fleet.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class ReportResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.gate.passed else 1
+        return exit_for([], gate_passed=self.gate.passed)
 
     def counts(self) -> dict[str, int]:
         c = dict.fromkeys(VERDICTS, 0)
