@@ -65,6 +65,16 @@ def _default_out(source: Path) -> Path:
     help="Directory for the report files (default: the run directory, or ./sb-fleet-report/).",
 )
 @click.option(
+    "--superbench-output",
+    is_flag=True,
+    help="Also write SuperBench's diagnosis files for the rules: diagnosis_summary.{json,jsonl,md,html,xlsx}.",
+)
+@click.option(
+    "--output-all",
+    is_flag=True,
+    help="With --superbench-output: every node (Accept, Number Of Issues), as SuperBench's.",
+)
+@click.option(
     "--history",
     type=click.Path(path_type=Path),
     help="History store (a DuckDB file, created when absent): record this run in it and judge every "
@@ -79,6 +89,8 @@ def _report(
     baseline: Path | None,
     config: Path | None,
     out: Path | None,
+    superbench_output: bool,
+    output_all: bool,
     history: Path | None,
     quiet: bool,
 ) -> None:
@@ -89,6 +101,10 @@ def _report(
     """
     from sb_fleet.analysis.api import report, write_reports
 
+    if (superbench_output or output_all) and rules is None:
+        raise UsageError(
+            "--superbench-output needs --rules (SuperBench's diagnosis files are the rules' verdicts)"
+        )
     gates = _gates_from_config(config)
     if history is None and config is not None:
         from sb_fleet.config import load_config
@@ -98,6 +114,20 @@ def _report(
     result = report(source, inventory=inventory, rules=rules, baseline=baseline, gates=gates, history=history)
     out_dir = out if out is not None else _default_out(source)
     paths = write_reports(result, out_dir)
+    for rule, patterns in result.rules_unmatched.items():
+        # Loud, whatever --quiet says: a rule that matches nothing passes every host silently.
+        click.secho(
+            f"WARNING: rule {rule!r}: patterns match no metric in the results: {patterns}",
+            fg="yellow",
+            err=True,
+        )
+    if (superbench_output or output_all) and result.rules_diagnosis is not None:
+        from sb_fleet.analysis.sbdiagnosis import write_diagnosis
+
+        f = result.fleet
+        sb_paths = write_diagnosis(out_dir, f.hosts, f.columns, f.values, result.rules_diagnosis, output_all)
+        if not quiet:
+            click.echo(f"SuperBench diagnosis: {sb_paths[0].with_suffix('.*')}")
     if not quiet:
         c = result.counts()
         click.echo(
