@@ -107,7 +107,7 @@ def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> Non
         codes[rank] = rc
     for rank, rc in codes.items():
         out.metrics[f"{key}/return_code:{rank}" if multi else f"{key}/return_code"] = rc
-    worst_rc = max(codes.values())
+    worst_rc = max(codes.values(), key=lambda c: (c != 0, c))  # a failing rank's code, even a negative one
     bad = [(r, d) for r, d in sorted(ranks.items()) if codes[r] != 0]
     if not bad and all(d.get("status") == "skipped" for d in ranks.values()):
         status = "skipped"
@@ -115,7 +115,7 @@ def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> Non
         status = "ok"
     else:
         status = str(bad[0][1].get("status") or "failed")
-        if status in ("ok", "running"):
+        if status in ("ok", "running", "skipped"):  # a non-zero return code is a failure
             status = "failed"
     first = bad[0][1] if bad else next(iter(ranks.values()))
     reason = str(first.get("reason") or "")

@@ -29,7 +29,6 @@ N = int(os.environ.get("SB_FLEET_FUZZ_EXAMPLES", "10000"))
 SETTINGS = settings(
     max_examples=N, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
 )
-REF = Path("/work/shared/reference/superbench-ndv4-quickscan")
 ROOT = Path(__file__).resolve().parents[2]
 
 WORDS = [
@@ -77,6 +76,11 @@ WORDS = [
     "all",
     "node",
     "return_code",
+    "status",
+    "ok",
+    "skipped",
+    "running",
+    "failed",
     "ansible_host",
     "ansible_port",
     "ansible_user",
@@ -418,9 +422,43 @@ def test_on_host_result_json(work, data):
         )
     hr = summarize_host("h1", raw)
     json.loads(hr.summary_line())  # the summary line is valid JSON (no NaN/inf)
+    line = json.loads(hr.summary_line())
     for key, st_ in hr.statuses.items():
-        assert st_.status in ("ok", "skipped", "failed", "timeout") or isinstance(st_.status, str), key
+        # Every entry the host ran has its return code(s) in the summary line, as integers ...
+        codes = [
+            v for k, v in line.items() if k == f"{key}/return_code" or k.startswith(f"{key}/return_code:")
+        ]
+        assert codes and all(isinstance(c, int) and not isinstance(c, bool) for c in codes), (key, line)
+        # ... and its status word agrees with them: "ok"/"skipped" only when every rank returned 0,
+        # and a rank that did not return 0 never leaves the entry "ok", "skipped" or "running".
+        assert isinstance(st_.status, str) and st_.status, key
+        if any(c != 0 for c in codes):
+            assert st_.status not in ("ok", "skipped", "running"), (key, st_, codes)
+        else:
+            assert st_.status in ("ok", "skipped") and st_.return_code == 0, (key, st_, codes)
     assert all(isinstance(p, str) and "\n" not in p for p in hr.problems)
+
+
+@pytest.mark.parametrize(
+    "ranks",
+    [
+        {0: {"return_code": 1, "status": "skipped"}},  # a failing rank that calls itself skipped
+        {0: {"return_code": 2, "status": "ok"}},
+        {0: {"return_code": -9, "status": "failed"}, 1: {"return_code": 0, "status": "ok"}},  # killed
+        {0: {"return_code": 0, "status": "ok"}, 1: {"return_code": 0, "status": "skipped"}},
+    ],
+)
+def test_on_host_status_cases_found_by_the_property(ranks):
+    """Cases the property above holds for and random generation rarely reaches."""
+    from sb_fleet.normalize import HostRecord, reduce_entry
+
+    rec = HostRecord("h1")
+    reduce_entry("noop", ranks, rec)
+    st_ = rec.statuses["noop"]
+    if any(d["return_code"] for d in ranks.values()):
+        assert st_.status not in ("ok", "skipped", "running") and st_.return_code != 0, st_
+    else:
+        assert st_.status == "ok" and st_.return_code == 0, st_
 
 
 SPEC = {
