@@ -143,6 +143,18 @@ class SyntheticSamples:
         return tuple(t[j] for t in self.pool)
 
 
+def grad_scaler(torch: Any, device_type: str) -> Any:
+    """fp16's gradient scaler on any torch the suite accepts: ``torch.amp.GradScaler`` exists from
+    torch 2.3; before it, CUDA's is ``torch.cuda.amp.GradScaler`` and CPUs have none (fp16 on a CPU
+    then trains unscaled)."""
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler(device_type)
+    if device_type == "cuda":
+        return torch.cuda.amp.GradScaler()
+    return None
+
+
 class Precision:
     """Autocast, gradient scaling and fp8 for one precision on one device."""
 
@@ -154,7 +166,7 @@ class Precision:
         self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name)
         if name in FP8:
             self.dtype = torch.bfloat16
-        self.scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+        self.scaler = grad_scaler(torch, device.type) if name == "fp16" else None
         self.fp8_recipe = None
         if name in FP8:
             from transformer_engine.common import recipe

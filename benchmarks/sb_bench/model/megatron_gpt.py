@@ -15,7 +15,6 @@ Megatron-Core needs CUDA GPUs: on a host without them, or without the
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -34,6 +33,13 @@ def megatron_unavailable(ctx: RankContext) -> str | None:
     if not ctx.is_cuda:
         return "Megatron-Core's GPT model needs CUDA GPUs; this rank runs on CPU"
     return None
+
+
+def single_process_store() -> Any:
+    """The rendezvous store of a world of one: in memory (no port, so parallel processes never clash)."""
+    import torch.distributed as dist
+
+    return dist.HashStore()
 
 
 @register
@@ -76,10 +82,11 @@ class MegatronGPT(ModelBenchmark):
         import torch.distributed as dist
         from megatron.core import parallel_state, tensor_parallel
 
-        if not dist.is_initialized():  # Megatron-Core needs a process group even on one GPU
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", "29533")
-            dist.init_process_group("nccl", rank=0, world_size=1)
+        if not dist.is_initialized():
+            # Megatron-Core needs a process group even on one GPU. An in-memory store, no TCP port:
+            # local mode runs one such process per GPU at once, and a fixed port would let only one
+            # of them bind it (EADDRINUSE for the others).
+            dist.init_process_group("nccl", store=single_process_store(), rank=0, world_size=1)
             ctx.backend = "nccl"
         tp = self.args["tensor_model_parallel_size"]
         if ctx.world_size % tp:
