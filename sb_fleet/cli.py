@@ -66,6 +66,7 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.workflow.Options, i
         limit=kw.get("limit"),
         forks=kw.get("forks"),
         resume=bool(kw.get("resume")),
+        history=kw.get("history"),
         progress=not kw.get("quiet"),
         argv=("sb-fleet", *sys.argv[1:]),
     )
@@ -133,6 +134,12 @@ def collect(**kw: Any) -> int:
 @click.option(
     "--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host."
 )
+@click.option(
+    "--history",
+    type=PathArg,
+    help="history store (DuckDB file): record the run and judge every host against its own past too "
+    "(default: fleet.history of the config).",
+)
 @guarded
 def validate(**kw: Any) -> int:
     """deploy, run, collect and report in one command."""
@@ -183,10 +190,12 @@ def bench_list(as_json: bool) -> int:
 
 
 def _register_commands() -> None:
+    from sb_fleet.commands.history import history_cmd
     from sb_fleet.commands.report import baseline_cmd, report_cmd
 
     main.add_command(report_cmd)
     main.add_command(baseline_cmd)
+    main.add_command(history_cmd)
 
 
 _register_commands()

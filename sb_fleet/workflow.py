@@ -44,6 +44,7 @@ class Options:
     limit: str | None = None
     forks: int | None = None
     resume: bool = False
+    history: Path | None = None  # the history store to record into (else fleet.history of the config)
     progress: bool = True
     argv: tuple[str, ...] = field(default_factory=tuple)
 
@@ -113,12 +114,14 @@ def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
     return finish(run, opts, start, hosts), run
 
 
-def report(run: RunInputs) -> int:
-    """The fleet analysis of the run directory, written into it; the gate's exit code (0 or 1)."""
+def report(run: RunInputs, history: Path | None = None) -> int:
+    """The fleet analysis of the run directory, written into it; the gate's exit code (0 or 1).
+    With a history store (``history`` or fleet.history), the run is judged against and recorded in it."""
     from sb_fleet.analysis.api import report as analyse
     from sb_fleet.analysis.api import write_reports
 
-    result = analyse(run.rd.path, gates=run.config.gates)
+    store = history or run.config.fleet.history
+    result = analyse(run.rd.path, gates=run.config.gates, history=store)
     write_reports(result, run.rd.path)
     return int(result.exit_code)
 
@@ -137,7 +140,7 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
         return finish(run, opts, start, hosts), run
     collect_stage(run, ex, hosts)
     merge(run.rd, list(run.plan.hosts))
-    gate = report(run)
+    gate = report(run, opts.history)
     return finish(run, opts, start, hosts, gate_passed=gate == 0), run
 
 

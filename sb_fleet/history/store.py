@@ -337,6 +337,27 @@ class Store:
             for r in rows
         ]
 
+    def verdict_counts(self) -> dict[int, dict[str, int]]:
+        """Run -> verdict -> hosts."""
+        out: dict[int, dict[str, int]] = {}
+        for run, verdict, n in self.sql(
+            "SELECT run, verdict, count(*) FROM host_runs GROUP BY ALL"
+        ).fetchall():
+            out.setdefault(int(run), {})[str(verdict)] = int(n)
+        return out
+
+    def host_verdicts(self, host: str, runs: Sequence[RunInfo]) -> dict[str, tuple[str, str | None]]:
+        """Run key -> (verdict, issues JSON) of one host."""
+        hid = self.ids("host", [host], create=False)
+        if hid[0] < 0 or not runs:
+            return {}
+        keys = {r.run: r.run_key for r in runs}
+        rows = self.sql(
+            f"SELECT run, verdict, issues FROM host_runs WHERE host = ? AND run IN ({','.join(map(str, keys))})",
+            [int(hid[0])],
+        ).fetchall()
+        return {keys[int(r)]: (str(v), i) for r, v, i in rows}
+
     # -- the queries of a report ---------------------------------------------------------------
     def own_baseline(
         self,
