@@ -118,7 +118,7 @@ def run_benchmark(name: str, given: Mapping[str, Any] | None = None, ctx: RankCo
 
     mon = None
     try:
-        mon = monitor.from_env()
+        mon = monitor.from_env(ngpus=int(args.get("ngpus", 1) or 1))
         if mon is not None:
             mon.start()
     except Exception:

@@ -170,10 +170,20 @@ class NvmlSource:
             self.events = None  # not supported (e.g. some virtualised GPUs): no XID counting
 
     def _try(self, fn, *args):
+        """``fn(*args)``, or None when it fails or is None (a function this pynvml lacks)."""
+        if fn is None:
+            return None
         try:
             return fn(*args)
         except Exception:
             return None
+
+    def _call(self, name: str, *args):
+        """NVML function ``name`` if this pynvml has it (old ones lack e.g. the row remapper)."""
+        return self._try(getattr(self.nv, name, None), *args)
+
+    def _const(self, name: str, default: int) -> int:
+        return int(getattr(self.nv, name, default))
 
     def _drain_xids(self) -> None:
         if self.events is None:
@@ -220,29 +230,31 @@ class NvmlSource:
                 g["gpu_mem_used"] = m.used / 2**20
                 g["gpu_mem_total"] = m.total / 2**20
             for name, kind in (
-                ("gpu_corrected_ecc", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-                ("gpu_uncorrected_ecc", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+                ("gpu_corrected_ecc", self._const("NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)),
+                ("gpu_uncorrected_ecc", self._const("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)),
             ):
-                e = self._try(nv.nvmlDeviceGetTotalEccErrors, h, kind, nv.NVML_VOLATILE_ECC)
+                e = self._call("nvmlDeviceGetTotalEccErrors", h, kind, self._const("NVML_VOLATILE_ECC", 0))
                 if e is not None:
                     g[name] = float(e)
             for name, cause in (
-                ("gpu_retired_pages_sbe", nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
-                ("gpu_retired_pages_dbe", nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+                (
+                    "gpu_retired_pages_sbe",
+                    self._const("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),
+                ),
+                ("gpu_retired_pages_dbe", self._const("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1)),
             ):
-                pages = self._try(nv.nvmlDeviceGetRetiredPages, h, cause)
+                pages = self._call("nvmlDeviceGetRetiredPages", h, cause)
                 if pages is not None:
                     g[name] = float(len(pages))
-            pend = self._try(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+            pend = self._call("nvmlDeviceGetRetiredPagesPendingStatus", h)
             if pend is not None:
                 g["gpu_retired_pages_pending"] = float(pend)
-            rr = self._try(nv.nvmlDeviceGetRemappedRows, h)
+            rr = self._call("nvmlDeviceGetRemappedRows", h)
             if rr is not None:
-                g["gpu_remap_correctable_error"], g["gpu_remap_uncorrectable_error"] = (
-                    float(rr[0]),
-                    float(rr[1]),
-                )
-                g["gpu_remap_pending"], g["gpu_remap_failure"] = float(rr[2]), float(rr[3])
+                g.update(remapped_rows(rr))
+            hist = self._call("nvmlDeviceGetRowRemapperHistogram", h)
+            if hist is not None:
+                g.update(remap_histogram(hist))
             fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
                 nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
             )
@@ -259,6 +271,33 @@ class NvmlSource:
             self.nv.nvmlShutdown()
         except Exception:
             pass
+
+
+def remapped_rows(rr: Any) -> dict[str, float]:
+    """SuperBench's fields from nvmlDeviceGetRemappedRows: (correctable, uncorrectable, pending, failure)."""
+    vals = list(rr)
+    names = (
+        "gpu_remap_correctable_error",
+        "gpu_remap_uncorrectable_error",
+        "gpu_remap_pending",
+        "gpu_remap_failure",
+    )
+    return {n: float(v) for n, v in zip(names, vals[: len(names)])}  # noqa: B905 - Python 3.9
+
+
+# nvmlRowRemapperHistogramValues_t: banks by how many spare rows they have left.
+REMAP_HISTOGRAM = ("max", "high", "partial", "low", "none")
+
+
+def remap_histogram(hist: Any) -> dict[str, float]:
+    """SuperBench's ``gpu_remap_max/high/partial/low/none`` from nvmlDeviceGetRowRemapperHistogram:
+    banks with all, most, some, few, no spare rows left (``none`` > 0: a bank is out of spares)."""
+    out = {}
+    for f in REMAP_HISTOGRAM:
+        v = getattr(hist, f, None)
+        if v is not None:
+            out[f"gpu_remap_{f}"] = float(v)
+    return out
 
 
 # -- the monitor ------------------------------------------------------------------------------------
@@ -404,6 +443,12 @@ def summarize(
         for k in ("gpu_uncorrected_ecc", "gpu_retired_pages_dbe", "gpu_remap_uncorrectable_error"):
             if g.get(k, {}).get("increase", 0) > 0:
                 alerts.append(f"GPU {idx} {k} rose by {g[k]['increase']:g}")
+        if g.get("gpu_remap_none", {}).get("last", 0) > 0:
+            alerts.append(
+                f"GPU {idx}: {g['gpu_remap_none']['last']:g} memory bank(s) have no spare rows left"
+            )
+        if g.get("gpu_remap_failure", {}).get("last", 0) > 0:
+            alerts.append(f"GPU {idx}: a row remapping failed")
         out["gpus"][idx] = g
     if host.get("cpu_throttle_count") and out["host"]["cpu_throttle_count"].get("increase", 0) > 0:
         alerts.append(f"CPU thermal throttling: {out['host']['cpu_throttle_count']['increase']:g} events")
@@ -430,8 +475,16 @@ def gpus_for_this_rank() -> list[str] | None:
     return [str(rank)]
 
 
-def from_env() -> Monitor | None:
-    """The harness's monitor: on when ``SB_MONITOR_INTERVAL`` > 0."""
+def gpus_for_ngpus(ngpus: int) -> list[str]:
+    """The GPUs a single process drives when it starts ``ngpus`` ranks itself (nccl-bw's ngpus):
+    the first ``ngpus`` of CUDA_VISIBLE_DEVICES, else of every GPU."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    return visible[:ngpus] if visible else [str(i) for i in range(ngpus)]
+
+
+def from_env(ngpus: int = 1) -> Monitor | None:
+    """The harness's monitor: on when ``SB_MONITOR_INTERVAL`` > 0; ``ngpus`` > 1 watches every GPU
+    the process drives, not only its own rank's."""
     try:
         interval = float(os.environ.get("SB_MONITOR_INTERVAL", "0") or 0)
     except ValueError:
@@ -439,7 +492,8 @@ def from_env() -> Monitor | None:
     if interval <= 0:
         return None
     local = int(os.environ.get("LOCAL_RANK", os.environ.get("PROC_RANK", "0")) or 0)
-    return Monitor(interval, gpus=gpus_for_this_rank(), host=local == 0)
+    gpus = gpus_for_ngpus(ngpus) if ngpus > 1 else gpus_for_this_rank()
+    return Monitor(interval, gpus=gpus, host=local == 0)
 
 
 def main(argv: list[str] | None = None) -> int:

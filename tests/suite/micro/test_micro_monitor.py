@@ -204,3 +204,55 @@ def test_harness_attaches_monitor_summary(monkeypatch):
     assert env["monitor"]["samples"] >= 2 and "host" in env["monitor"]
     monkeypatch.setenv("SB_MONITOR_INTERVAL", "0")
     assert "monitor" not in run_bench("kernel-launch", num_warmup=1, num_steps=5)
+
+
+class _OldNvml(_FakeNvml):
+    """An old pynvml: no row-remapper functions at all (attribute access raises)."""
+
+    def __getattribute__(self, name):
+        if name in ("nvmlDeviceGetRemappedRows", "nvmlDeviceGetRowRemapperHistogram"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_old_pynvml_without_row_remapper_still_samples(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _OldNvml())
+    s = NvmlSource(None).sample()
+    assert s["1"]["gpu_power"] == 400.0
+    assert not any(k.startswith("gpu_remap") for k in s["1"])
+
+
+class _RemapNvml(_FakeNvml):
+    def nvmlDeviceGetRemappedRows(self, h):
+        return (3, 1, 0, 0) if h else (0, 0, 0, 0)
+
+    def nvmlDeviceGetRowRemapperHistogram(self, h):
+        # nvmlRowRemapperHistogramValues_t's fields, as pynvml returns them.
+        return types.SimpleNamespace(max=630, high=10, partial=0, low=0, none=2 if h else 0)
+
+
+def test_row_remapper_fields_and_histogram(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _RemapNvml())
+    s = NvmlSource(None).sample()
+    assert s["1"]["gpu_remap_correctable_error"] == 3.0 and s["1"]["gpu_remap_uncorrectable_error"] == 1.0
+    assert {k: s["1"][k] for k in ("gpu_remap_max", "gpu_remap_high", "gpu_remap_none")} == {
+        "gpu_remap_max": 630.0,
+        "gpu_remap_high": 10.0,
+        "gpu_remap_none": 2.0,
+    }
+    summary = summarize([{"time": 0.0, "gpus": s}], 1.0)
+    assert any("GPU 1: 2 memory bank(s) have no spare rows" in a for a in summary["alerts"])
+    assert not any(a.startswith("GPU 0:") for a in summary["alerts"])
+
+
+def test_ngpus_mode_watches_every_gpu_it_drives(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert monitor.gpus_for_ngpus(2) == ["4", "5"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert monitor.gpus_for_ngpus(8) == [str(i) for i in range(8)]
+    monkeypatch.setenv("SB_MONITOR_INTERVAL", "1")
+    monkeypatch.setenv("PROC_RANK", "0")
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
+    mon = monitor.from_env(ngpus=2)
+    assert sorted(mon.nvml.handles) == ["0", "1"]
+    assert sorted(monitor.from_env().nvml.handles) == ["0"]  # one rank, one GPU
