@@ -165,11 +165,18 @@ def _evaluation_order(path: Path, rules: dict[str, Rule]) -> list[Rule]:
 
 def match_metrics(rule: Rule, columns: list[str]) -> list[int]:
     """Indexes of the columns a rule covers, by SuperBench's matching (same benchmark, then exact or regex search)."""
+    return match_patterns(rule.patterns, rule.compiled, columns)
+
+
+def match_patterns(
+    patterns: tuple[str, ...], compiled: tuple[re.Pattern[str], ...], columns: list[str]
+) -> list[int]:
+    """SuperBench's matching of '<benchmark>/<regex>' patterns to metric names (rules and summary rules alike)."""
     out: list[int] = []
     by_bench: dict[str, list[re.Pattern[str]]] = {}
-    for pat, rx in zip(rule.patterns, rule.compiled, strict=True):
+    for pat, rx in zip(patterns, compiled, strict=True):
         by_bench.setdefault(sb_benchmark(pat), []).append(rx)
-    exact = set(rule.patterns)
+    exact = set(patterns)
     for i, col in enumerate(columns):
         if "/" not in col:
             continue
