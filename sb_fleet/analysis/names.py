@@ -79,6 +79,7 @@ _LOWER = [
         r"drop",
         r"disabled",
         r"(^|_)fail",
+        r"mem_allocated$",  # GPU memory a model benchmark holds (GiB)
     )
 ]
 _HIGHER = [
