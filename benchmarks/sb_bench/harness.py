@@ -214,7 +214,7 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         reason = "; ".join([reason, *(notes.values() if isinstance(notes, dict) else notes)]).lstrip("; ")
     if not result and skipped and not failed:
         return fail(ReturnCode.SUCCESS, reason, status="skipped")
-    return envelope(
+    env = envelope(
         cls.name,
         cls.kind,
         return_code=ReturnCode.INVALID_BENCHMARK_RESULT if failed else ReturnCode.SUCCESS,
@@ -230,6 +230,11 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         world_size=ctx.world_size,
         params=args,
     )
+    # A benchmark's own record of how the run went (e.g. gpu-burn's per-window series).
+    details = getattr(bench, "details", None)
+    if details:
+        env["details"] = details
+    return env
 
 
 def _failed_reason(failed: Mapping[str, str]) -> str:

@@ -16,6 +16,8 @@ MODULES: dict[str, str] = {
     "disk-benchmark": "sb_bench.micro.disk_benchmark",
     "cpu-memory-bw-latency": "sb_bench.micro.cpu_memory_bw_latency",
     "noop": "sb_bench.micro.noop",
+    "gpu-stream": "sb_bench.micro.gpu_stream",
+    "gpu-burn": "sb_bench.micro.gpu_burn",
 }
 
 # SuperBench config entry name -> the benchmark it runs (its results are grouped under the latter,
