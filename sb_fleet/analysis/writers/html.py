@@ -106,4 +106,10 @@ def _embed(obj: Any) -> str:
 
 def render(result: ReportResult, doc: dict[str, Any]) -> str:
     title = f"sb-fleet report: gate {'passed' if result.gate.passed else 'failed'}"
-    return PAGE.replace("@@TITLE@@", _html.escape(title)).replace("@@DATA@@", _embed(data(result, doc)))
+    page = PAGE.replace("@@TITLE@@", _html.escape(title)).replace("@@DATA@@", _embed(data(result, doc)))
+    if result.history is not None:  # trend plots of flagged hosts and fleet medians (sb_fleet.history)
+        from sb_fleet.history.plots import html_section
+
+        head, body_end, tail = page.rpartition("</body>")
+        page = head + html_section(result.history) + body_end + tail
+    return page

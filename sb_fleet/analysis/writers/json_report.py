@@ -81,6 +81,7 @@ def build(result: ReportResult) -> dict[str, Any]:
         "warnings": list(result.warnings),
         "gates": result.gates.model_dump(mode="json"),
         "seconds": round(result.seconds, 3),
+        **({"history": result.history.to_json()} if result.history is not None else {}),
     }
 
 

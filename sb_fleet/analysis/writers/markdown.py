@@ -140,6 +140,8 @@ def render(result: ReportResult) -> str:
         if len(result.problems) > MAX_PROBLEMS:
             lines.append(f"- ... {len(result.problems) - MAX_PROBLEMS} more in report.json")
         lines.append("")
+    if result.history is not None:  # regressions against own past, offenders (sb_fleet.history)
+        lines.append(result.history.markdown())
     if result.warnings:
         lines += ["## Warnings", ""]
         lines += [f"- {w}" for w in result.warnings]
