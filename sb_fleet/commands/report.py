@@ -161,21 +161,64 @@ def _report(
     help="Centre of the trimmed values.",
 )
 @click.option("--per-rank", is_flag=True, help="Keep ':rank' in the names instead of pooling ranks.")
+@click.option(
+    "--algorithm",
+    type=click.Choice(["robust", "fix_threshold", "mean"]),
+    default="robust",
+    show_default=True,
+    help="robust: sb-fleet's; fix_threshold, mean: SuperBench's generate-baseline (need --summary-rules).",
+)
+@click.option(
+    "--summary-rules",
+    type=click.Path(path_type=Path),
+    help="SuperBench summary rules: which metrics, pooled how.",
+)
+@click.option(
+    "--diagnosis-rules",
+    type=click.Path(path_type=Path),
+    help="SuperBench diagnosis rules (fix_threshold's criteria).",
+)
+@click.option(
+    "--previous", type=click.Path(path_type=Path), help="A previous baseline to merge: its values win."
+)
+@click.option(
+    "--digits", type=click.IntRange(0, 15), help="Rounding (default: 6 significant; SuperBench's 2)."
+)
 @click.argument("source", type=click.Path(path_type=Path))
-def _baseline(source: Path, out: Path, summary: Path | None, statistic: str, per_rank: bool) -> None:
+def _baseline(
+    source: Path,
+    out: Path,
+    summary: Path | None,
+    statistic: str,
+    per_rank: bool,
+    algorithm: str,
+    summary_rules: Path | None,
+    diagnosis_rules: Path | None,
+    previous: Path | None,
+    digits: int | None,
+) -> None:
     """Make a SuperBench baseline from a fleet's results (robust to a few bad hosts)."""
     import json
 
-    from sb_fleet.analysis.baseline import make_baseline, summarize
+    from sb_fleet.analysis.baseline import build_baseline, summarize
     from sb_fleet.analysis.results import load_fleet
     from sb_fleet.rundir import atomic_write_text
 
     fleet = load_fleet(source)
     if not fleet.hosts:
         raise UsageError(f"{source}: no host results to make a baseline from")
-    base = make_baseline(
-        fleet, statistic="trimmed-mean" if statistic == "trimmed-mean" else "median", per_rank=per_rank
+    base, notes = build_baseline(
+        fleet,
+        algorithm,
+        statistic="trimmed-mean" if statistic == "trimmed-mean" else "median",
+        per_rank=per_rank,
+        summary_rules=summary_rules,
+        diagnosis_rules=diagnosis_rules,
+        previous=previous,
+        digits=digits,
     )
+    for note in notes:
+        click.echo(f"warning: {note}", err=True)
     atomic_write_text(out, json.dumps(base, indent=2) + "\n", mode=0o644)
     if summary is not None:
         atomic_write_text(summary, json.dumps(summarize(fleet), indent=2) + "\n", mode=0o644)
