@@ -322,7 +322,7 @@ def collect_all(
 # by its command line); the runner kills the benchmarks it started and records the interruption; a
 # runner that does not stop within 10 s is killed with the process groups it recorded.
 STOP_RUNNER = """cd {d} 2>/dev/null || {{ echo absent; exit 0; }}
-pid=$(cat runner.pid 2>/dev/null) || {{ echo absent; exit 0; }}
+pid=$(head -n 1 runner.pid 2>/dev/null) || {{ echo absent; exit 0; }}
 case $pid in ''|*[!0-9]*) echo absent; exit 0 ;; esac
 alive() {{ [ -r /proc/$pid/cmdline ] && grep -q sb_bench.runner /proc/$pid/cmdline 2>/dev/null \
   && ! grep -q '^State:.*[ZX]' /proc/$pid/status 2>/dev/null; }}
@@ -332,7 +332,7 @@ i=0
 while alive && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 if alive; then
   kill -KILL "$pid" 2>/dev/null
-  for g in $(cat runner.pgids 2>/dev/null); do kill -KILL -- "-$g" 2>/dev/null; done
+  for g in $(grep -v "^#" runner.pgids 2>/dev/null); do kill -KILL -- "-$g" 2>/dev/null; done
   echo killed
 else
   echo stopped

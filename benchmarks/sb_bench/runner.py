@@ -14,7 +14,14 @@ runner owns everything that has to happen on the host itself:
 * keep ``status.json`` current after each entry, so an interrupted run can be
   resumed (``--resume`` skips what finished) and the control node can tell
   what happened;
-* on SIGTERM/SIGINT/SIGHUP, kill what it started and record the interruption.
+* on SIGTERM/SIGINT/SIGHUP, kill what it started and record the interruption;
+* never look like success when it fails itself: an exception in the runner marks the entry it was
+  running ``failed`` with the exception's last line, keeps the traceback in
+  ``runner-error-<step>.txt``, leaves no entry ``running`` and exits 3;
+* name its host and run in every file it writes (``status.json``, the spec, the pid files, logs, the
+  rank files), hold ``runner.lock`` while it runs and refuse a results directory that another host's
+  runner uses or used (hosts that share a workspace), and print its record as the last stdout line
+  (``RECORD_PREFIX`` + JSON) for the control node to check.
 
 It does not import torch: a host whose torch is broken still reports why.
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fcntl
 import json
 import os
 import shlex
@@ -30,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,10 +47,70 @@ from sb_bench.result import ReturnCode, failure, now_iso, rank_file, write_resul
 
 SPEC_VERSION = 1
 KILL_GRACE_S = 5.0
+RECORD_PREFIX = "sb-fleet-runner-record: "  # the last stdout line: the runner's record, as JSON
+RC_RUNNER_ERROR = 3  # the runner itself failed (an exception, a foreign results directory)
 
 
 class SpecError(Exception):
     pass
+
+
+class ForeignResults(Exception):
+    """The results directory belongs to another host's (or run's) runner."""
+
+
+def count(value: Any, what: str, default: int = 1) -> int:
+    """A positive count from a mode (``proc_num``, a numeric ``node_num``), as SuperBench's schema allows:
+    an int, or a string of digits (a hand-written spec); absent means ``default``."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        raise SpecError(f"{what} must be a positive integer, not {value!r}")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        n = int(value.strip())
+    else:
+        raise SpecError(f"{what} must be a positive integer, not {value!r}")
+    if n < 1:
+        raise SpecError(f"{what} must be at least 1, not {n}")
+    return n
+
+
+def node_count(value: Any, group_nodes: int | None) -> int:
+    """How many nodes a torch.distributed mode spans. SuperBench: ``node_num: 1`` is this node alone,
+    anything else (``all`` or a number) runs across nodes; sb-fleet's plan hands each node its group's
+    size (``--nnodes``), which is what ``all`` means, and which a number must match."""
+    if isinstance(value, str) and value.strip().lower() == "all":
+        if group_nodes is None:
+            raise SpecError("node_num 'all' needs --nnodes (the node group's size, from sb-fleet's plan)")
+        return group_nodes
+    n = count(value, "node_num")
+    if n > 1 and group_nodes is not None and group_nodes != n:
+        raise SpecError(f"node_num {n} but this node's group has {group_nodes} nodes (--nnodes)")
+    return n
+
+
+def flag(value: Any, what: str, default: bool = True) -> bool:
+    """A yes/no mode key (``parallel``): a bool, or yes/no/true/false/1/0 as a string."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("yes", "true", "on", "1"):
+        return True
+    if text in ("no", "false", "off", "0"):
+        return False
+    raise SpecError(f"{what} must be yes or no, not {value!r}")
+
+
+def last_line(exc: BaseException) -> str:
+    """An exception as the last line of its traceback (``ValueError: invalid literal ...``)."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
 
 
 @dataclass
@@ -69,6 +138,15 @@ class Runner:
         self.python = args.python or sys.executable
         self.live: list[Proc] = []
         self.interrupted: str | None = None
+        self.host = str(args.host or "")
+        self.run_id = str(spec.get("run_id") or "")
+        self.step = str(spec.get("step") or "step")
+        self.lock_fd: int | None = None
+
+    @property
+    def identity(self) -> dict:
+        """What every file this runner writes says about who wrote it."""
+        return {"host": self.host, "run_id": self.run_id, "step": self.step}
 
     # -- signals --------------------------------------------------------------------------------
     def install_signals(self) -> None:
@@ -83,6 +161,42 @@ class Runner:
         for p in self.live:
             _killpg(p.popen, sig)
 
+    # -- ownership of the results directory ------------------------------------------------------
+    def claim(self) -> None:
+        """Hold ``runner.lock`` for the runner's life, and refuse a directory that is another host's.
+
+        Hosts that share a workspace (a home over NFS, one ``sb_workspace`` for several hosts) would
+        otherwise overwrite each other's pid, spec and status files."""
+        path = self.results / "runner.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            other = _read_json_bytes(os.pread(fd, 4096, 0))
+            os.close(fd)
+            raise ForeignResults(
+                f"{self.results} is in use by the runner of host {other.get('host') or '?'} "
+                f"(run {other.get('run_id') or '?'}, pid {other.get('pid') or '?'}): hosts that share a "
+                f"workspace need their own (put {{host}} in fleet.workspace or give each host its own "
+                f"sb_workspace)"
+            ) from None
+        self.lock_fd = fd
+        st = self.load_status()
+        owner, run = st.get("host"), st.get("run_id")
+        if (owner and owner != self.host) or (run and self.run_id and run != self.run_id):
+            raise ForeignResults(
+                f"{self.status_path} holds host {owner or '?'}'s status of run {run or '?'}, not "
+                f"{self.host}'s of run {self.run_id}: hosts that share a workspace need their own "
+                f"(put {{host}} in fleet.workspace or give each host its own sb_workspace)"
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({**self.identity, "pid": os.getpid()}).encode() + b"\n", 0)
+
+    def release(self) -> None:
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # closing drops the flock
+            self.lock_fd = None
+
     # -- status -----------------------------------------------------------------------------------
     @property
     def status_path(self) -> Path:
@@ -90,68 +204,166 @@ class Runner:
 
     def load_status(self) -> dict:
         try:
-            return json.loads(self.status_path.read_text())
+            data = json.loads(self.status_path.read_text())
+            if isinstance(data, dict) and isinstance(data.get("entries"), dict):
+                return data
         except (OSError, ValueError):
-            return {"schema_version": SPEC_VERSION, "entries": {}}
+            pass
+        return {"schema_version": SPEC_VERSION, "entries": {}}
 
     def save_status(self, status: dict) -> None:
         write_result(self.status_path, status)  # same atomic writer
 
+    def record(self) -> dict:
+        """The runner's record as it is on disk now (what collect will fetch), for the control node."""
+        try:
+            st = json.loads(self.status_path.read_text())
+        except (OSError, ValueError) as exc:
+            return {**self.identity, "error": f"status.json unreadable after the run: {exc}", "entries": {}}
+        if not isinstance(st, dict):
+            return {**self.identity, "error": "status.json is not an object", "entries": {}}
+        entries = st.get("entries") if isinstance(st.get("entries"), dict) else {}
+        keep = ("host", "run_id", "step", "finished", "interrupted", "error")
+        return {
+            **{k: st.get(k) for k in keep},
+            "entries": {
+                k: {"status": v.get("status"), "reason": str(v.get("reason") or "")[:300]}
+                for k, v in entries.items()
+                if isinstance(v, dict)
+            },
+        }
+
     # -- main loop --------------------------------------------------------------------------------
     def run(self) -> int:
         self.results.mkdir(parents=True, exist_ok=True)
-        (self.results / "runner.pid").write_text(f"{os.getpid()}\n")
-        (self.results / "runner.pgids").write_text("")  # process groups started (cleanup after a hard kill)
+        self.claim()
+        ident = f"host={self.host} run_id={self.run_id} step={self.step}"
+        (self.results / "runner.pid").write_text(f"{os.getpid()}\n# {ident}\n")
+        # process groups started (cleanup after a hard kill); '#' lines are not pgids
+        (self.results / "runner.pgids").write_text(f"# {ident}\n")
         status = self.load_status()
-        status.update({"host": self.args.host, "pid": os.getpid(), "started": now_iso(), "finished": None})
+        status.update(
+            {
+                "schema_version": SPEC_VERSION,
+                **self.identity,
+                "pid": os.getpid(),
+                "started": now_iso(),
+                "finished": None,
+                "error": None,
+            }
+        )
         entries = status.setdefault("entries", {})
         worst = 0
+        current: EntryRun | None = None
+        try:
+            for entry in self.spec["entries"]:
+                key = entry["key"]
+                if self.args.only and key not in self.args.only:
+                    continue
+                prev = entries.get(key, {})
+                if self.args.resume and prev.get("status") in ("ok", "skipped"):
+                    continue
+                if self.interrupted:
+                    entries[key] = {
+                        "status": "pending",
+                        "reason": f"not started: runner got {self.interrupted}",
+                    }
+                    continue
+                entries[key] = {"status": "running", "start": now_iso()}
+                self.save_status(status)
+                t0 = time.monotonic()
+                current = EntryRun(key, entry, self.results / key)
+                self.run_entry(current)
+                st = summarize(current, self.interrupted)
+                st.update(
+                    {
+                        "start": entries[key]["start"],
+                        "end": now_iso(),
+                        "duration_s": round(time.monotonic() - t0, 3),
+                    }
+                )
+                entries[key] = st
+                current = None
+                self.save_status(status)
+                if st["status"] not in ("ok", "skipped"):
+                    worst = 1
+        except Exception as exc:
+            worst = RC_RUNNER_ERROR
+            self.crashed(status, current, exc)
+        finally:
+            # Whatever happened, no entry of this runner stays "running".
+            for key, st in entries.items():
+                if isinstance(st, dict) and st.get("status") == "running":
+                    why = status.get("error") or (
+                        f"runner got {self.interrupted}" if self.interrupted else ""
+                    )
+                    entries[key] = {
+                        **st,
+                        "status": "failed",
+                        "reason": f"the runner stopped: {why or 'unknown'}",
+                    }
+            status["finished"] = now_iso()
+            status["interrupted"] = self.interrupted
+            self.save_status(status)
+        if self.interrupted and worst != RC_RUNNER_ERROR:
+            return 130
+        return worst
+
+    def crashed(self, status: dict, er: EntryRun | None, exc: BaseException) -> None:
+        """The runner itself failed: stop what it started, keep the traceback, mark the entry it was
+        running failed (with rank files saying why) and the ones after it not started."""
+        line = last_line(exc)
+        tb_file = self.results / f"runner-error-{self.step}.txt"
+        header = "".join(f"{k}: {v}\n" for k, v in self.identity.items())
+        tb = traceback.format_exc()
+        tb_file.write_text(f"{header}time: {now_iso()}\n\n{tb}")
+        print(tb, file=sys.stderr, end="")
+        for p in list(self.live):
+            _killpg(p.popen, signal.SIGKILL)
+            p.popen.wait()
+            self.live.remove(p)
+        status["error"] = f"runner crashed: {line} (traceback in {tb_file.name})"
+        entries = status["entries"]
+        if er is not None:
+            er.exit_notes.insert(0, f"runner crashed: {line}")
+            try:
+                self.fill_missing(er)
+            except Exception:  # noqa: BLE001 - the status below still says why
+                pass
+            entries[er.key] = {
+                **entries.get(er.key, {}),
+                "status": "failed",
+                "return_code": int(ReturnCode.NO_RESULT),
+                "reason": f"runner crashed: {line}",
+                "end": now_iso(),
+            }
+        seen = er is None
         for entry in self.spec["entries"]:
             key = entry["key"]
-            if self.args.only and key not in self.args.only:
+            if er is not None and key == er.key:
+                seen = True
                 continue
-            prev = entries.get(key, {})
-            if self.args.resume and prev.get("status") in ("ok", "skipped"):
-                continue
-            if self.interrupted:
-                entries[key] = {"status": "pending", "reason": f"not started: runner got {self.interrupted}"}
-                continue
-            entries[key] = {"status": "running", "start": now_iso()}
-            self.save_status(status)
-            t0 = time.monotonic()
-            er = self.run_entry(entry)
-            st = summarize(er, self.interrupted)
-            st.update(
-                {
-                    "start": entries[key]["start"],
-                    "end": now_iso(),
-                    "duration_s": round(time.monotonic() - t0, 3),
-                }
-            )
-            entries[key] = st
-            self.save_status(status)
-            if st["status"] not in ("ok", "skipped"):
-                worst = 1
-        status["finished"] = now_iso()
-        status["interrupted"] = self.interrupted
-        self.save_status(status)
-        return 130 if self.interrupted else worst
+            if seen and (not self.args.only or key in self.args.only):
+                prev = entries.get(key, {})
+                if self.args.resume and prev.get("status") in ("ok", "skipped"):
+                    continue
+                entries[key] = {"status": "pending", "reason": f"not started: the runner crashed ({line})"}
 
-    def run_entry(self, entry: dict) -> EntryRun:
-        key = entry["key"]
-        out = self.results / key
+    def run_entry(self, er: EntryRun) -> EntryRun:
+        entry, out = er.entry, er.out
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob("rank*.json"):
             old.unlink()
-        er = EntryRun(key, entry, out)
         deadline = time.monotonic() + float(entry.get("timeout") or 1e9)
         offset = 0
-        for mode in entry["modes"]:
+        for i, mode in enumerate(entry["modes"]):
             if self.interrupted:
                 break
+            if not isinstance(mode, dict):
+                raise SpecError(f"{er.key}: modes[{i}] must be an object")
             name = mode.get("name", "local")
             if name == "local":
-                n = int(mode.get("proc_num", 1))
+                n = count(mode.get("proc_num"), f"{er.key}: modes[{i}].proc_num")
                 ranks = list(range(offset, offset + n))
                 er.expected_ranks += ranks
                 self.run_local(er, mode, ranks, deadline)
@@ -159,11 +371,23 @@ class Runner:
             elif name == "torch.distributed":
                 self.run_torchrun(er, mode, deadline)
             else:
-                raise SpecError(f"mode {name!r} is not supported")
+                raise SpecError(f"{er.key}: mode {name!r} is not supported")
             if er.timed_out:
                 break
         self.fill_missing(er)
+        self.stamp(er)
         return er
+
+    def stamp(self, er: EntryRun) -> None:
+        """Name this host and run in every rank file of the entry (collect checks them)."""
+        for f in er.out.glob("rank*.json"):
+            try:
+                data = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue  # a corrupt file stays as it is: the normaliser reports it
+            if isinstance(data, dict) and (data.get("host"), data.get("run_id")) != (self.host, self.run_id):
+                data["host"], data["run_id"] = self.host, self.run_id
+                write_result(f, data)
 
     def _exec_argv(self, entry: dict, out: Path) -> list[str]:
         return [
@@ -178,14 +402,19 @@ class Runner:
             str(out),
         ]
 
+    def _env(self, mode: dict) -> dict:
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in (mode.get("env") or {}).items()})
+        env.update({"SB_HOST": self.host, "SB_RUN_ID": self.run_id})
+        return env
+
     def run_local(self, er: EntryRun, mode: dict, ranks: list[int], deadline: float) -> None:
         n = len(ranks)
-        parallel = bool(mode.get("parallel", True))
+        parallel = flag(mode.get("parallel"), f"{er.key}: parallel")
         prefix = str(mode.get("prefix") or "")
         procs = []
         for proc_rank, rank in enumerate(ranks):
-            env = dict(os.environ)
-            env.update({str(k): str(v) for k, v in (mode.get("env") or {}).items()})
+            env = self._env(mode)
             env.update({"PROC_RANK": str(proc_rank), "PROC_NUM": str(n), "SB_RESULT_RANK": str(rank)})
             argv = self._exec_argv(er.entry, er.out)
             if prefix:
@@ -203,16 +432,18 @@ class Runner:
             self.wait(er, procs, deadline)
 
     def run_torchrun(self, er: EntryRun, mode: dict, deadline: float) -> None:
-        nproc = int(mode.get("proc_num", 1))
-        nnodes = int(mode.get("node_num", 1))
+        nproc = count(mode.get("proc_num"), f"{er.key}: proc_num")
+        a = self.args
+        nnodes = node_count(mode.get("node_num", 1), a.nnodes)
         argv = [self.python, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
         if nnodes <= 1:
             argv += ["--standalone", "--nnodes=1"]
             node_rank = 0
         else:
-            a = self.args
             if a.master_addr is None or a.node_rank is None:
-                raise SpecError(f"{er.key}: node_num {nnodes} needs --master-addr and --node-rank")
+                raise SpecError(
+                    f"{er.key}: node_num {mode.get('node_num')} needs --master-addr and --node-rank"
+                )
             node_rank = a.node_rank
             port = int(a.master_port) + int(er.entry.get("port_offset", 0))
             argv += [
@@ -234,8 +465,7 @@ class Runner:
             str(er.out),
         ]
         er.expected_ranks += [node_rank * nproc + i for i in range(nproc)]
-        env = dict(os.environ)
-        env.update({str(k): str(v) for k, v in (mode.get("env") or {}).items()})
+        env = self._env(mode)
         env.pop("SB_RESULT_RANK", None)
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
         p = self.spawn(argv, env, er.out / "logs" / "torchrun.log", er.expected_ranks[-nproc:])
@@ -244,6 +474,8 @@ class Runner:
     def spawn(self, argv: list[str], env: dict, log: Path, ranks: list[int]) -> Proc:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as f:
+            f.write(f"# sb-fleet runner: host={self.host} run_id={self.run_id} ranks={ranks}\n".encode())
+            f.flush()
             popen = subprocess.Popen(
                 argv,
                 env=env,
@@ -305,18 +537,16 @@ class Runner:
             else:
                 note = "; ".join(er.exit_notes)[:500] or "the process ended without writing a result"
                 code, reason, st = ReturnCode.NO_RESULT, note, "failed"
-            write_result(
-                f,
-                failure(
-                    name,
-                    er.entry.get("type", "micro"),
-                    code,
-                    reason,
-                    rank=rank,
-                    status=st,
-                    params=er.entry.get("params"),
-                ),
+            env = failure(
+                name,
+                er.entry.get("type", "micro"),
+                code,
+                reason,
+                rank=rank,
+                status=st,
+                params=er.entry.get("params"),
             )
+            write_result(f, {**env, "host": self.host, "run_id": self.run_id})
 
 
 def summarize(er: EntryRun, interrupted: str | None) -> dict:
@@ -364,9 +594,21 @@ def _killpg(p: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def _read_json_bytes(data: bytes) -> dict:
+    try:
+        obj = json.loads(data.decode(errors="replace").strip() or "{}")
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
 def _tail(log: Path, n: int = 3) -> str:
     try:
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [
+            ln
+            for ln in log.read_text(errors="replace").splitlines()
+            if ln.strip() and not ln.startswith("# sb-fleet runner:")
+        ]
     except OSError:
         return ""
     return " | ".join(lines[-n:])[-300:]
@@ -417,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="run only these entry keys")
     ap.add_argument("--python", help="interpreter for the benchmarks (default: this one)")
     ap.add_argument("--node-rank", type=int)
-    ap.add_argument("--nnodes", type=int)
+    ap.add_argument("--nnodes", type=int, help="the node group's size (what node_num: all means)")
     ap.add_argument("--master-addr")
     ap.add_argument("--master-port", type=int, default=29500)
     ap.add_argument("--local-addr")
@@ -435,13 +677,23 @@ def main(argv: list[str] | None = None) -> int:
             spec = parse_spec(args.spec_json, "--spec-json")
         args.results = args.results.expanduser().absolute()
         args.results.mkdir(parents=True, exist_ok=True)
-        write_result(args.results / f"spec-{spec.get('step', 'step')}.json", spec)
-        runner = Runner(spec, args.results, args)
-        runner.install_signals()
-        return runner.run()
     except SpecError as exc:
         print(f"sb_bench.runner: {exc}", file=sys.stderr)
         return 2
+    runner = Runner(spec, args.results, args)
+    runner.install_signals()
+    try:
+        rc = runner.run()
+    except ForeignResults as exc:
+        print(f"sb_bench.runner: {exc}", file=sys.stderr)
+        print(RECORD_PREFIX + json.dumps({**runner.identity, "error": str(exc), "entries": {}}), flush=True)
+        return RC_RUNNER_ERROR
+    finally:
+        runner.release()
+    # The spec, named by host and run, written once the directory is known to be this host's.
+    write_result(args.results / f"spec-{runner.step}.json", {**spec, "host": runner.host})
+    print(RECORD_PREFIX + json.dumps(runner.record(), sort_keys=True), flush=True)
+    return rc
 
 
 if __name__ == "__main__":

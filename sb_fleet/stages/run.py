@@ -16,8 +16,10 @@ from sb_fleet.execute import Executor
 from sb_fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.outcome_table import load_stage, save_stage
-from sb_fleet.rundir import utcnow
+from sb_fleet.plan import Step
+from sb_fleet.rundir import atomic_write_text, safe_name, utcnow
 from sb_fleet.runinputs import RunInputs
+from sb_fleet.runrecord import judge_run
 from sb_fleet.stages.common import eligible
 from sb_fleet.templates import runner_args
 
@@ -77,6 +79,7 @@ def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) ->
             if run.config.fleet.runtime != "none":
                 record_digests(run.rd, run.config.fleet.runtime, "run", res.results)
             for h, o in res.outcomes.items():
+                o = checked(run, ex, step, o, res.results.get(h, {}))
                 if o.outcome == Outcome.OK:
                     done[h].add(step.id)
                 elif o.outcome != Outcome.PENDING:
@@ -120,6 +123,24 @@ def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) ->
             file=sys.stderr,
         )
     return RunResult(outcomes, intr.signal)
+
+
+def checked(run: RunInputs, ex: Executor, step: Step, o: HostOutcome, results: dict) -> HostOutcome:
+    """The executor's outcome of one host's step, checked against the runner's own record (exit code,
+    traceback, status entries, host and run named): a crashed runner is ``failed`` at once, with the
+    exception's last line, and its traceback is kept in ``runner-errors/<host>-<step>.txt``."""
+    task = results.get(f"run {step.id}")  # the run task's name in run.yml.j2 / container_run.yml.j2
+    if o.outcome not in (Outcome.OK, Outcome.FAILED) or task is None:
+        return o
+    if o.outcome == Outcome.FAILED and task.get("rc") is None:
+        return o  # the task itself failed (not the runner): the executor's reason says why
+    v = judge_run(o.host, run.run_id, [e.key for e in step.entries], task)
+    if v.traceback:
+        atomic_write_text(run.rd.sub("runner-errors") / f"{safe_name(o.host)}-{step.id}.txt", v.traceback)
+    if v.ok:
+        return o
+    ex.progress.update(o.host, Outcome.FAILED, f"{step.id}: {v.reason}")
+    return HostOutcome(o.host, "run", Outcome.FAILED, v.reason)
 
 
 def stop_remote(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, str]:
