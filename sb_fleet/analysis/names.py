@@ -23,6 +23,9 @@ RETURN_CODE = "return_code"
 # A device index inside a metric name: ib0, mlx5_3, gpu7, nic2, eth1, hca4, cuda5, dev6, numa1.
 _DEVICE_RE = re.compile(r"(?<![A-Za-z0-9])(ib|mlx5_|gpu|nic|eth|hca|cuda|dev|numa)(\d+)(?![0-9])")
 _RANK_RE = re.compile(r"^(.*):(\d+)$")
+# SuperBench's current ib-loopback names carry the NIC index after a colon (ib_write_bw_8388608:0),
+# and a multi-process run appends the rank after it (ib_write_bw_8388608:3:3): one family either way.
+_INNER_INDEX_RE = re.compile(r"^(.*/[^/]*):(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,10 @@ def parse_metric(full: str) -> MetricName:
     base, rank = (m.group(1), int(m.group(2))) if m else (full, None)
     devices = [d.group(1) + d.group(2) for d in _DEVICE_RE.finditer(base)]
     family = _DEVICE_RE.sub(lambda d: d.group(1) + "#", base)
+    inner = _INNER_INDEX_RE.match(family)
+    if inner:
+        devices.append(inner.group(2))
+        family = inner.group(1)
     unit_parts = devices + ([str(rank)] if rank is not None else [])
     unit = ":".join(unit_parts)
     group, _, leaf = base.rpartition("/")
