@@ -5,6 +5,9 @@ the one normaliser over every host of the run into ``results-summary.jsonl``, ``
 from __future__ import annotations
 
 import contextlib
+import json
+from pathlib import Path
+from typing import Any
 
 from sb_fleet.collect import CollectAborted, CollectTarget, collect_all, remove_partials
 from sb_fleet.errors import InfraError
@@ -14,6 +17,7 @@ from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.outcome_table import load_stage, save_stage
 from sb_fleet.rundir import RunDir, atomic_write_text, safe_name
 from sb_fleet.runinputs import RunInputs
+from sb_fleet.runrecord import foreign_files
 from sb_fleet.stages.run import remote_results
 
 
@@ -54,9 +58,16 @@ def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str
     meta: dict[str, dict] = {}
     problems: dict[str, list[str]] = {}
     outcomes: dict[str, HostOutcome] = {}
+    run_id = rd.run_id
     for h in hosts:
         raw = rd.path / "raw" / safe_name(h)
         if not raw.is_dir():
+            continue
+        # Another host's (or run's) files are never taken as this host's data (hosts sharing a workspace).
+        foreign = foreign_files(h, run_id, collected_docs(raw / "results"))
+        if foreign:
+            problems[h] = foreign
+            outcomes[h] = HostOutcome(h, "benchmarks", Outcome.FAILED, f"results not taken: {foreign[0]}")
             continue
         rec = summarize_host(h, raw)
         meta.update(rec.meta)
@@ -70,3 +81,15 @@ def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str
     rd.write_json("problems.json", problems)
     save_stage(rd, "benchmarks", outcomes)
     return outcomes
+
+
+def collected_docs(results: Path) -> list[tuple[str, Any]]:
+    """The collected ``status.json`` and rank files of one host, parsed (unreadable ones left to the
+    normaliser), each with its path under ``results``."""
+    docs: list[tuple[str, Any]] = []
+    for f in [results / "status.json", *sorted(results.rglob("rank*.json"))]:
+        if "logs" in f.parts or not f.is_file():
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            docs.append((str(f.relative_to(results)), json.loads(f.read_text())))
+    return docs

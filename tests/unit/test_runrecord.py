@@ -152,3 +152,33 @@ def test_foreign_documents():
     problems = foreign_files("node1", "R1", docs)
     assert len(problems) == 2
     assert problems[0].startswith("a/rank0.json names host node3") and "of run R2" in problems[1]
+
+
+def _rank(host: str, run_id: str) -> dict:
+    import_suite()
+    from sb_bench.result import envelope
+
+    env = envelope("noop", "micro", return_code=0, status="ok", result={"t": [1.0]}, run_count=1)
+    return {**env, "host": host, "run_id": run_id}
+
+
+def test_collect_never_takes_another_hosts_files(tmp_path):
+    from sb_fleet.rundir import RunDir
+    from sb_fleet.stages.collect import normalize_run
+
+    rd = RunDir.create(tmp_path / "run")
+    rid = rd.run_id
+    for h, names in {"h1": "h1", "h2": "h1", "h3": "h3"}.items():
+        res = rd.raw_host(h) / "results"
+        (res / "noop").mkdir(parents=True)
+        (res / "status.json").write_text(json.dumps({"host": names, "run_id": rid, "entries": {}}))
+        (res / "noop" / "rank0.json").write_text(json.dumps(_rank(names, rid)))
+    # h3's status is its own, but a rank file is of another run.
+    (rd.raw_host("h3") / "results" / "noop" / "rank0.json").write_text(json.dumps(_rank("h3", "OLD")))
+    out = normalize_run(rd, ["h1", "h2", "h3"], ["noop"])
+    assert out["h1"].outcome == Outcome.OK
+    assert out["h2"].outcome == Outcome.FAILED
+    assert out["h2"].reason.startswith("results not taken: status.json names host h1, not h2")
+    assert out["h3"].outcome == Outcome.FAILED and "noop/rank0.json is of run OLD" in out["h3"].reason
+    nodes = [json.loads(ln)["node"] for ln in (rd.path / "results-summary.jsonl").read_text().splitlines()]
+    assert nodes == ["h1"]  # only h1's data is in the summary
