@@ -1,0 +1,58 @@
+"""Synthetic pair matrices with planted faults, for localisation tests and bench/localise_speed.py.
+
+Every pair's bus bandwidth is a healthy figure (default 180 GB/s, an NDR pair's all-reduce) with
+its own run-to-run spread (``noise``, relative sigma). Faults multiply the pairs they touch by a
+factor the caller picks: a slow node (all its pairs), a slow link (one pair), a slow NIC (one rail of
+one host), a slow path (every pair whose hosts sit under two given leaf groups), a failed pair.
+The truth comes back with the matrix.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from sb_fleet.analysis.localise import PairMatrix, PairResult
+
+
+@dataclass
+class Faults:
+    nodes: dict[str, float] = field(default_factory=dict)  # host -> factor on all its pairs
+    links: dict[frozenset[str], float] = field(default_factory=dict)  # pair -> factor
+    nics: dict[tuple[str, str], float] = field(default_factory=dict)  # (host, nic) -> factor on that rail
+    paths: list[tuple[set[str], set[str], float]] = field(default_factory=list)  # hosts x hosts -> factor
+    failed: set[frozenset[str]] = field(default_factory=set)
+
+
+def pair_matrix(
+    hosts: list[str],
+    faults: Faults,
+    seed: int = 1,
+    base: float = 180.0,
+    noise: float = 0.02,
+    nics: list[str] | None = None,
+    pairs: list[tuple[str, str]] | None = None,
+) -> PairMatrix:
+    rng = random.Random(seed)
+    out = []
+    for a, b in pairs if pairs is not None else combinations(hosts, 2):
+        key = frozenset((a, b))
+        if key in faults.failed:
+            out.append(PairResult(a, b, None, "failed", reason="planted"))
+            continue
+        f = faults.nodes.get(a, 1.0) * faults.nodes.get(b, 1.0) * faults.links.get(key, 1.0)
+        for x, y, pf in faults.paths:
+            if (a in x and b in y) or (a in y and b in x):
+                f *= pf
+        per_nic = None
+        if nics:
+            per_nic = {}
+            for nic in nics:
+                nf = f * faults.nics.get((a, nic), 1.0) * faults.nics.get((b, nic), 1.0)
+                per_nic[nic] = base / len(nics) * nf * (1 + rng.gauss(0, noise))
+            value = sum(per_nic.values())
+        else:
+            value = base * f * (1 + rng.gauss(0, noise))
+        out.append(PairResult(a, b, value, nics=per_nic))
+    return PairMatrix("nccl-bw/allreduce_busbw", tuple(hosts), tuple(out), "GB/s", True)
