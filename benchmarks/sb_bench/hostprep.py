@@ -9,12 +9,21 @@ builds the suite's venv on top of the base Python so an existing PyTorch
 environment is reused, installs only the requirements that are missing, and
 prints one JSON object of facts on stdout. Exit 0 when the host is ready,
 1 with ``{"error": ...}`` when it is not.
+
+Hosts may share a filesystem (a home over NFS). The workspace is one host's
+(``--host``: a marker file names the inventory host that owns it, and another
+host is refused with one line naming both); the venv may be shared on purpose
+(``--cache``: ``venv-<digest>`` keyed by the requirements, the base Python and
+the machine, built and completed under an exclusive ``flock``), and the
+workspace's ``venv`` is a link to it.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import glob
+import hashlib
 import json
 import os
 import platform
@@ -25,6 +34,7 @@ import sysconfig
 from pathlib import Path
 
 MIN_PY = (3, 9)
+MARKER = ".sb-fleet-host"  # in the workspace: the inventory host that owns it
 REQUIRED_IMPORTS = {"torch": "torch", "torchvision": "torchvision", "transformers": "transformers"}
 
 
@@ -120,6 +130,93 @@ def make_venv(base: str, venv: Path) -> str:
     return str(py)
 
 
+class SharedWorkspace(Exception):
+    """The workspace belongs to another inventory host (hosts that share a filesystem)."""
+
+
+def claim_workspace(ws: Path, host: str) -> None:
+    """Mark ``ws`` as ``host``'s, or refuse it when the marker names another host.
+
+    The check and the write happen under an exclusive lock on the marker, so hosts that deploy at
+    once onto one shared directory get one owner and a clear refusal each, never a race."""
+    path = ws / MARKER
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            owner = json.loads(os.pread(fd, 4096, 0).decode(errors="replace") or "{}")
+        except ValueError:
+            owner = {}
+        other = str(owner.get("host") or "") if isinstance(owner, dict) else ""
+        if other and other != host:
+            raise SharedWorkspace(
+                f"workspace {ws} is host {other}'s (marker {path}), and {host} sees it too: the hosts share "
+                f"a filesystem; give each host its own workspace (put {{host}} in fleet.workspace, as the "
+                f"default ~/.sb-fleet/hosts/{{host}} does, or set sb_workspace per host), or delete the "
+                f"marker if {other} no longer uses it"
+            )
+        if not other:
+            data = {"host": host, "hostname": platform.node(), "since": _now()}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(data) + "\n").encode(), 0)
+            os.fsync(fd)
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def _now() -> str:
+    import datetime as _dt
+
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def venv_key(base: str, requirements: Path) -> str:
+    """The shared venv's name: the requirements' digest, with what a venv is bound to (the base
+    interpreter's path and version, the machine)."""
+    h = hashlib.sha256()
+    try:
+        h.update(requirements.read_bytes())
+    except OSError:
+        h.update(b"no requirements")
+    # The path as given, not resolved: a venv and its base interpreter resolve to one binary, yet
+    # their packages differ (the shared venv links the base's site-packages).
+    for part in (os.path.abspath(base), sys.prefix, sys.version, platform.machine()):
+        h.update(b"\0" + part.encode())
+    return h.hexdigest()[:16]
+
+
+def link_venv(ws_venv: Path, target: Path) -> None:
+    """Point the workspace's ``venv`` at the shared one (atomically: a new link renamed into place)."""
+    if ws_venv.is_symlink() and os.readlink(ws_venv) == str(target):
+        return
+    if ws_venv.exists() and not ws_venv.is_symlink():  # a venv of its own from an older sb-fleet
+        old = ws_venv.with_name(f".venv-old-{os.getpid()}")
+        ws_venv.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
+    tmp = ws_venv.with_name(f".venv-link-{os.getpid()}")
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(target)
+    os.replace(tmp, ws_venv)
+
+
+class _Locked:
+    """An exclusive flock on ``path`` for a ``with`` block (waits for the holder)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd = -1
+
+    def __enter__(self) -> _Locked:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
 def missing_imports(py: str) -> list[str]:
     code = (
         "import importlib.util,json;"
@@ -127,6 +224,25 @@ def missing_imports(py: str) -> list[str]:
     )
     out = run([py, "-c", code], timeout=120)
     return json.loads(out) if out else list(REQUIRED_IMPORTS)
+
+
+def ensure_requirements(py: str, args: argparse.Namespace) -> str:
+    """Install what the suite needs into ``py``'s environment; '' when ready, else why not."""
+    missing = missing_imports(py)
+    if args.install == "always" or (args.install == "auto" and missing):
+        r = subprocess.run(
+            [py, "-m", "pip", "install", "-q", "-r", args.requirements],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if r.returncode != 0:
+            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
+            return f"pip install of the suite's requirements failed: {tail[0][:300]}"
+        missing = missing_imports(py)
+    if missing:
+        return f"missing on the host: {', '.join(missing)} (install them, or set fleet.install_requirements to auto)"
+    return ""
 
 
 def torch_facts(py: str) -> dict:
@@ -146,6 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requirements", default="suite/requirements.txt")
     ap.add_argument("--min-free-gb", type=float, default=1.0)
     ap.add_argument("--require-gpu", action="store_true")
+    ap.add_argument(
+        "--host", default="", help="inventory name of this host: the workspace is marked as its own"
+    )
+    ap.add_argument(
+        "--cache",
+        default="",
+        help="directory for caches hosts may share (the venv, keyed by the requirements' digest); "
+        "empty: the venv lives in the workspace",
+    )
     ap.add_argument(
         "--no-torch",
         action="store_true",
@@ -179,33 +304,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.require_gpu and not facts.get("gpu_count"):
         return fail("no GPU found (nvidia-smi/rocm-smi/dev nodes) and fleet.require_gpu is set")
     facts["mode"] = "gpu" if facts.get("gpu_count") else "cpu"
+    if args.host:
+        try:
+            claim_workspace(Path.cwd(), args.host)
+        except SharedWorkspace as exc:
+            return fail(str(exc))
     py = sys.executable
     try:
-        if args.venv:
+        if args.venv and args.cache:
+            # One venv for every host that shares the cache (and its base Python): built, checked and
+            # completed under its lock, so hosts deploying at once wait instead of racing.
+            cache = Path(os.path.expanduser(args.cache)).absolute()
+            target = cache / f"venv-{venv_key(sys.executable, Path(args.requirements))}"
+            with _Locked(target.with_name(target.name + ".lock")):
+                make_venv(sys.executable, target)
+                if not args.no_torch:
+                    err = ensure_requirements(str(target / "bin" / "python"), args)
+                    if err:
+                        return fail(err)
+            link_venv(Path("venv"), target)
+            facts["venv"] = str(target)
+            py = str(Path.cwd() / "venv" / "bin" / "python")
+        elif args.venv:
             py = make_venv(sys.executable, Path("venv"))
         facts["suite_python"] = py
         if args.no_torch:
             print(json.dumps(facts))
             return 0
-        missing = missing_imports(py)
-        if args.install == "always" or (args.install == "auto" and missing):
-            r = subprocess.run(
-                [py, "-m", "pip", "install", "-q", "-r", args.requirements],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if r.returncode != 0:
-                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
-                return fail(f"pip install of the suite's requirements failed: {tail[0][:300]}")
-            missing = missing_imports(py)
-        if missing:
-            return fail(
-                f"missing on the host: {', '.join(missing)} (install them, or set "
-                f"fleet.install_requirements to auto)"
-            )
+        if not (args.venv and args.cache):
+            err = ensure_requirements(py, args)
+            if err:
+                return fail(err)
     except subprocess.CalledProcessError as exc:
         return fail(f"cannot build the venv: {(exc.stderr or str(exc)).strip()[:300]}")
+    except OSError as exc:
+        return fail(f"cannot set up the venv: {exc}")
     facts.update(torch_facts(py))
     if not facts.get("torch_version"):
         return fail(f"torch does not import: {facts.get('torch_error')}")
