@@ -60,6 +60,8 @@ class DetectionSettings:
     sibling_min_deviation: float = 0.025  # sibling check: at least 2.5% worse than the siblings
     combined_min_deviation: float = 0.02  # combined sibling check: mean deviation at least 2%
     min_hosts: int = 8  # fewer hosts than this: no fleet statistics
+    floor_sigmas: float = 4.0  # sibling checks: the floor follows the family's noise (0: fixed floors)
+    min_floor: float = 0.01  # ... but never below 1%
 
 
 _D = DetectionSettings()
@@ -71,7 +73,7 @@ class HistorySettings:
 
     window: int = 10  # the last N runs before this one
     min_runs: int = 5  # healthy runs a component needs in the window before it is judged
-    threshold: float = 6.0  # own robust sigmas
+    threshold: float = 6.0  # own robust sigmas (pooled with the fleet's typical spread of the metric)
     min_deviation: float = 0.02  # and at least 2% off its own median
     regression: Literal["fail", "warn", "off"] = "fail"  # own-history regression
     drift: Literal["fail", "warn", "off"] = "warn"  # fleet-median drift
@@ -139,6 +141,8 @@ class FleetGate(BaseModel):
     sibling_min_deviation: float = Field(default=_D.sibling_min_deviation, ge=0, le=1)
     combined_min_deviation: float = Field(default=_D.combined_min_deviation, ge=0, le=1)
     min_hosts: int = Field(default=_D.min_hosts, ge=3)
+    floor_sigmas: float = Field(default=_D.floor_sigmas, ge=0)
+    min_floor: float = Field(default=_D.min_floor, ge=0, le=1)
 
     def settings(self) -> DetectionSettings:
         return DetectionSettings(
@@ -148,6 +152,8 @@ class FleetGate(BaseModel):
             sibling_min_deviation=self.sibling_min_deviation,
             combined_min_deviation=self.combined_min_deviation,
             min_hosts=self.min_hosts,
+            floor_sigmas=self.floor_sigmas,
+            min_floor=self.min_floor,
         )
 
 

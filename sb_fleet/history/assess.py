@@ -157,10 +157,13 @@ def conclude(
     drift_fails = s.drift == "fail" and bool(a.drifts)
     final_gate = gate_passed and not drift_fails
     rec = build_record(a.meta, hosts, columns, values, a.cmap, judged, final_gate)
+    t_build = time.perf_counter() - t0
     names = [j.name for j in judged]
     tonight = {j.name: j.verdict for j in judged}
     with open_store(a.path, lock_wait=lock_wait) as st:
+        t_rec = time.perf_counter()
         status = st.record(rec)
+        t_rec = time.perf_counter() - t_rec
         before = st.window(a.meta.time, max(s.offenders_n, TREND_RUNS) - 1, exclude_key=a.meta.run_key)
         seqs = st.verdicts(before[-(s.offenders_n - 1) :] if s.offenders_n > 1 else [], names)
         trend_runs = [*before[-(TREND_RUNS - 1) :], *st.window_of(a.meta.run_key)]
@@ -207,8 +210,8 @@ def conclude(
         warnings=warnings,
         host_trends=trends,
         fleet_trends=fleet_trends,
-        query_seconds=a.seconds,
-        record_seconds=time.perf_counter() - t0,
+        query_seconds=a.seconds + (time.perf_counter() - t0 - t_build - t_rec),
+        record_seconds=t_build + t_rec,
     )
 
 

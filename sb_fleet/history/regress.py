@@ -15,9 +15,12 @@ import numpy as np
 
 # IQR of a normal distribution in sigmas: a robust spread from the quartiles.
 IQR_SIGMAS = 1.349
-# A window's spread is never taken below this fraction of the fleet's typical spread for the same
-# metric (ten quiet nights can make one component look far tighter than it is), ...
-POOLED_FLOOR = 0.5
+# Ten nights estimate a component's spread poorly, and over a fleet's 10^6 cells the ones that
+# happened to look tight (or loose) would raise false alarms (or miss regressions) every night. So a
+# component's own spread is pooled with the fleet's typical (median) own spread of the same metric,
+# weighted as if the fleet's were PRIOR_RUNS runs, and never taken below the fleet's typical spread:
+# a genuinely noisier component keeps most of its own, a quiet one gets the fleet's.
+PRIOR_RUNS = 10
 # ... nor below this fraction of the centre (identical values would give a zero spread).
 RELATIVE_FLOOR = 1e-4
 
@@ -35,20 +38,23 @@ def robust_sigma(q25: np.ndarray, q75: np.ndarray) -> np.ndarray:
     return (np.asarray(q75, dtype=float) - np.asarray(q25, dtype=float)) / IQR_SIGMAS
 
 
-def floored_sigma(center: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-    """The spread used for judging: each column's sigma floored by half the fleet's typical relative
-    spread of that column, and by a tiny fraction of the centre."""
+def pooled_sigma(center: np.ndarray, sigma: np.ndarray, count: np.ndarray | None = None) -> np.ndarray:
+    """The spread used for judging: per cell, ``max(typical, sqrt((n own^2 + PRIOR_RUNS typical^2) /
+    (n + PRIOR_RUNS)))`` where ``typical`` is the median relative own spread of the column over the
+    fleet (times the cell's centre), and at least a tiny fraction of the centre."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        rel = sigma / np.abs(center)
+        scale = np.abs(center)
+        rel = sigma / scale
         rel = np.where(np.isfinite(rel), rel, np.nan)
         typical = np.full(rel.shape[1], np.nan)
         has = np.isfinite(rel).any(axis=0)
         if has.any():
             typical[has] = np.nanmedian(rel[:, has], axis=0)
-        floor = np.abs(center) * np.maximum(
-            np.nan_to_num(typical * POOLED_FLOOR, nan=0.0)[None, :], RELATIVE_FLOOR
-        )
-        return np.fmax(sigma, floor)
+        typ = np.maximum(np.nan_to_num(typical, nan=0.0)[None, :], RELATIVE_FLOOR) * scale
+        n = np.zeros_like(sigma) if count is None else np.asarray(count, dtype=float)
+        own = np.where(np.isfinite(sigma), sigma, typ)
+        pooled = np.sqrt((n * own**2 + PRIOR_RUNS * typ**2) / (n + PRIOR_RUNS))
+        return np.fmax(pooled, typ)
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ def own_regressions(
     ``min_runs`` healthy runs behind them. NaN anywhere: not flagged."""
     values = np.asarray(values, dtype=float)
     sign = np.asarray(directions, dtype=float)[None, :] if len(directions) else np.zeros((1, 0))
-    sigma = floored_sigma(base.center, base.sigma)
+    sigma = pooled_sigma(base.center, base.sigma, base.count)
     with np.errstate(invalid="ignore", divide="ignore"):
         dev = (values - base.center) / np.abs(base.center)
         z = (values - base.center) / sigma

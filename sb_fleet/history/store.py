@@ -151,6 +151,11 @@ class Store:
         finally:
             self.con.unregister(name)
 
+    def append(self, table: str, **cols: np.ndarray) -> None:
+        """Append rows given as equal-length column arrays, in the table's column order."""
+        with self._frame(**cols) as f:
+            self.run(f"INSERT INTO {table} SELECT {', '.join(cols)} FROM {f}")
+
     # -- names ---------------------------------------------------------------------------------
     def ids(self, kind: str, names: Sequence[str], create: bool = True) -> np.ndarray:
         """The integer id of every name (new names get new ids when ``create``, else -1)."""

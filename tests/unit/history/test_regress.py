@@ -53,9 +53,9 @@ def test_a_suspiciously_tight_window_is_floored_by_the_fleets_typical_spread() -
     base = _base(100.0, 0.5, 10, values.shape)
     sigma = base.sigma.copy()
     sigma[0, 0] = 1e-6  # ten identical nights
-    r = own_regressions(values, OwnBaseline(base.center, sigma, base.count), [1], 12.0, 0.02, 5)
-    # floored at half the fleet's typical 0.5% -> 0.25%: 2.5% is 10 sigmas, not millions
-    assert abs(r.sigmas[0, 0] + 10.0) < 1e-9
+    r = own_regressions(values, OwnBaseline(base.center, sigma, base.count), [1], 6.0, 0.02, 5)
+    # floored at the fleet's typical 0.5%: 2.5% is 5 sigmas, not millions
+    assert abs(r.sigmas[0, 0] + 5.0) < 1e-9
     assert not r.flagged.any()
 
 
