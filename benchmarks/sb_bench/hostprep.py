@@ -111,6 +111,67 @@ def gpu_facts() -> dict:
     }
 
 
+def parse_gpu_ids(text: str) -> list[dict]:
+    """GPU identities from ``nvidia-smi --query-gpu=index,uuid,serial,pci.bus_id --format=csv,noheader``:
+    the keys that let sb-fleet follow a GPU across hosts ("[N/A]" fields become empty)."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 4 or not cells[0].isdigit():
+            continue
+        index, uuid, serial, bus = (
+            ("" if c.upper() in ("[N/A]", "N/A", "[NOT SUPPORTED]") else c) for c in cells
+        )
+        out.append({"index": int(index), "uuid": uuid, "serial": serial, "pci_bus_id": bus})
+    return out
+
+
+def read_ib_nics(root: Path = Path("/sys/class/infiniband")) -> list[dict]:
+    """Every RDMA device's node GUID and ports (state, rate, link layer) from sysfs."""
+
+    def read(p: Path) -> str:
+        try:
+            return p.read_text().strip()
+        except OSError:
+            return ""
+
+    try:
+        devs = sorted(root.iterdir())
+    except OSError:
+        return []
+    nics = []
+    for dev in devs:
+        ports = []
+        try:
+            port_dirs = sorted((dev / "ports").iterdir(), key=lambda p: (len(p.name), p.name))
+        except OSError:
+            port_dirs = []
+        for p in port_dirs:
+            ports.append(
+                {
+                    "port": int(p.name) if p.name.isdigit() else p.name,
+                    "state": read(p / "state"),
+                    "rate": read(p / "rate"),
+                    "link_layer": read(p / "link_layer"),
+                }
+            )
+        nics.append({"name": dev.name, "node_guid": read(dev / "node_guid"), "ports": ports})
+    return nics
+
+
+def component_facts() -> dict:
+    """GPU UUIDs/serials and NIC GUIDs where the hardware reports them (keys of sb-fleet's history)."""
+    out: dict = {}
+    ids = run(["nvidia-smi", "--query-gpu=index,uuid,serial,pci.bus_id", "--format=csv,noheader"])
+    gpus = parse_gpu_ids(ids) if ids else []
+    if gpus:
+        out["gpus"] = gpus
+    nics = read_ib_nics()
+    if nics:
+        out["nics"] = nics
+    return out
+
+
 def make_venv(base: str, venv: Path) -> str:
     """A venv on top of ``base`` that sees base's packages, even when base is itself a venv."""
     py = venv / "bin" / "python"
@@ -287,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     facts.update(cpu_facts())
     facts.update(gpu_facts())
+    facts.update(component_facts())
     facts["free_disk_gb"] = round(shutil.disk_usage(".").free / 1e9, 2)
 
     def fail(msg: str) -> int:
