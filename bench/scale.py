@@ -10,7 +10,8 @@ the same run and against the same hosts:
   per-stage wall times from its progress lines and, inside each Ansible
   stage, the wall time of every task (from ansible-runner's job events);
 
-and prints the ratio validate / SSH round. The benchmark is ``noop`` (no torch
+and prints the ratio validate / SSH round, twice: cold (a fresh fleet: the suite travels to every
+host) and warm (the same fleet validated again: the nightly gate's case). The benchmark is ``noop`` (no torch
 import on the hosts; venv off) so that the time measured is sb-fleet's own.
 
     .venv/bin/python bench/scale.py                 # 16, 64, 256
@@ -143,7 +144,48 @@ def task_times(run_dir: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def time_validate(fleet: SshFleet, run_dir: Path, forks: int) -> dict:
+    """One ``sb-fleet validate`` on the fleet, with an SSH round timed just before it (ratio in one run)."""
+    ssh_round(fleet)  # the first login of a fresh sshd/user pays one-off costs; time the next round
+    ssh_s = ssh_round(fleet)
+    inv = fleet.inventory()
+    cfg = fleet.config(CONFIG.format(forks=forks))
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        cwd=str(ROOT),
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    val_s = time.monotonic() - t0
+    stages = {}
+    for line in r.stderr.splitlines():
+        m = STAGE_RE.match(line.strip())
+        if m:
+            stages[m.group(1)] = {"ok": int(m.group(2)), "failed": int(m.group(3)), "s": float(m.group(5))}
+    outcomes = (
+        json.loads((run_dir / "outcomes.json").read_text())["hosts"]
+        if (run_dir / "outcomes.json").exists()
+        else {}
+    )
+    res = {
+        "ssh_round_s": round(ssh_s, 2),
+        "validate_s": round(val_s, 2),
+        "ratio": round(val_s / ssh_s, 2),
+        "exit_code": r.returncode,
+        "hosts_ok": sum(1 for v in outcomes.values() if v["outcome"] == "ok"),
+        "stages": stages,
+        "tasks": task_times(run_dir),
+    }
+    if r.returncode != 0:
+        res["stderr_tail"] = r.stderr[-1500:]
+    return res
+
+
 def one_size(n: int, forks: int, keep: bool) -> dict:
+    """Cold: the first validate of a fresh fleet (the suite travels to every host). Warm: the same fleet
+    validated again with a new run (the nightly gate's case: the suite is already in place)."""
     fleet = SshFleet(
         n,
         base=1,
@@ -154,53 +196,19 @@ def one_size(n: int, forks: int, keep: bool) -> dict:
     )
     fleet.start()
     try:
-        # Warm-up: the first login of a fresh sshd/user pays one-off costs; time a second round.
-        ssh_round(fleet)
-        ssh_s = ssh_round(fleet)
-        inv = fleet.inventory()
-        cfg = fleet.config(CONFIG.format(forks=forks))
-        run_dir = fleet.dir / "run"
-        t0 = time.monotonic()
-        r = subprocess.run(
-            [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir)],
-            capture_output=True,
-            text=True,
-            cwd=str(ROOT),
-            env={**os.environ, "COLUMNS": "200"},
-        )
-        val_s = time.monotonic() - t0
+        cold = time_validate(fleet, fleet.dir / "run-cold", forks)
+        warm = time_validate(fleet, fleet.dir / "run-warm", forks)
         # Largest resident set of any process validate ran on the control node (sb-fleet, ansible, ssh), MiB.
         peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        stages = {}
-        for line in r.stderr.splitlines():
-            m = STAGE_RE.match(line.strip())
-            if m:
-                stages[m.group(1)] = {
-                    "ok": int(m.group(2)),
-                    "failed": int(m.group(3)),
-                    "s": float(m.group(5)),
-                }
-        outcomes = (
-            json.loads((run_dir / "outcomes.json").read_text())["hosts"]
-            if (run_dir / "outcomes.json").exists()
-            else {}
-        )
-        ok = sum(1 for v in outcomes.values() if v["outcome"] == "ok")
-        res = {
+        return {
             "hosts": n,
             "forks": forks,
-            "ssh_round_s": round(ssh_s, 2),
-            "validate_s": round(val_s, 2),
-            "ratio": round(val_s / ssh_s, 2),
+            "load_before": os.getloadavg()[0],
             "peak_rss_mib_largest_process": round(peak_mib, 1),
-            "exit_code": r.returncode,
-            "hosts_ok": ok,
-            "stages": stages,
-            "tasks": task_times(run_dir),
+            "cold": cold,
+            "warm": warm,
+            "exit_code": max(cold["exit_code"], warm["exit_code"]),
         }
-        if r.returncode != 0:
-            res["stderr_tail"] = r.stderr[-1500:]
-        return res
     finally:
         if not keep:
             fleet.cleanup()
@@ -217,16 +225,19 @@ def main() -> int:
     for n in args.hosts:
         row = one_size(n, args.forks, args.keep)
         rows.append(row)
-        st = "  ".join(f"{k} {v['s']:.1f}s" for k, v in row["stages"].items())
-        print(
-            f"{n:4d} hosts: ssh round {row['ssh_round_s']:6.2f}s  validate {row['validate_s']:6.2f}s  "
-            f"ratio {row['ratio']:5.2f}  rss {row['peak_rss_mib_largest_process']:.0f} MiB  exit {row['exit_code']}  ok {row['hosts_ok']}/{n}  [{st}]",
-            flush=True,
-        )
-        for stage, tasks in row["tasks"].items():
-            print(f"       {stage}: " + ", ".join(f"{t} {s:.1f}s" for t, s in tasks.items()), flush=True)
-        if row["exit_code"] != 0:
-            print(row.get("stderr_tail", ""), flush=True)
+        for kind in ("cold", "warm"):
+            v = row[kind]
+            st = "  ".join(f"{k} {x['s']:.1f}s" for k, x in v["stages"].items())
+            print(
+                f"{n:4d} hosts {kind}: ssh round {v['ssh_round_s']:6.2f}s  validate {v['validate_s']:6.2f}s  "
+                f"ratio {v['ratio']:5.2f}  exit {v['exit_code']}  ok {v['hosts_ok']}/{n}  [{st}]",
+                flush=True,
+            )
+            for stage, tasks in v["tasks"].items():
+                print(f"       {stage}: " + ", ".join(f"{t} {x:.1f}s" for t, x in tasks.items()), flush=True)
+            if v["exit_code"] != 0:
+                print(v.get("stderr_tail", ""), flush=True)
+        print(f"       peak RSS {row['peak_rss_mib_largest_process']:.0f} MiB, load {row['load_before']:.1f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0 if all(r["exit_code"] == 0 for r in rows) else 1

@@ -21,6 +21,7 @@ from sb_fleet.plan import Plan
 from sb_fleet.render_container import render_container
 from sb_fleet.resources import suite_dir
 from sb_fleet.rundir import atomic_write_bytes, atomic_write_json, atomic_write_text
+from sb_fleet.tasks import NEED_SUITE
 from sb_fleet.templates import run_env, runner_args, step_spec, template_env
 
 INDEX = "index.json"  # playbooks/index.json: what was rendered, read back by later commands
@@ -152,6 +153,7 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
             suite_digest=digest,
             suite_b64=str(b64.resolve()),
             bootstrap=DEPLOY_BOOTSTRAP,
+            need_suite=NEED_SUITE,
             needs_torch=needs_torch(plan) and config.fleet.runtime == "none",
         ),
     )

@@ -9,14 +9,15 @@ from sb_fleet.outcome import HostOutcome
 from sb_fleet.outcome_table import save_stage
 from sb_fleet.rundir import safe_name
 from sb_fleet.runinputs import RunInputs
-from sb_fleet.tasks import HOSTPREP
+from sb_fleet.tasks import HOSTPREP, HOSTPREP_FAST
 
 
 def deploy(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOutcome]:
     with ex.progress.stage("deploy", hosts):
         res = ex.run("deploy", run.rendered.deploy, hosts)
     for h, out in res.results.items():
-        facts = host_facts(out.get(HOSTPREP, {}))
+        # the suite-on-stdin task when it ran, else the fast path (the suite was already there)
+        facts = host_facts(out.get(HOSTPREP, {})) or host_facts(out.get(HOSTPREP_FAST, {}))
         if facts:
             run.rd.write_json(f"facts/{safe_name(h)}.json", {"host": h, **facts})
     save_stage(run.rd, "deploy", res.outcomes)

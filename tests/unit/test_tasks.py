@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from sb_fleet.resources import playbooks_dir
-from sb_fleet.tasks import HOSTPREP, TASKS
+from sb_fleet.tasks import HOSTPREP, HOSTPREP_FAST, NEED_SUITE, TASKS
 from sb_fleet.templates import template_env
 
 
@@ -42,4 +42,4 @@ def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
         )
     )
     names = [t["name"] for play in yaml.safe_load(text) for t in play["tasks"]]
-    assert HOSTPREP in names
+    assert HOSTPREP in names and HOSTPREP_FAST in names
