@@ -39,6 +39,7 @@ def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
             suite_b64="/b",
             bootstrap="true",
             needs_torch=True,
+            need_suite=NEED_SUITE,
         )
     )
     names = [t["name"] for play in yaml.safe_load(text) for t in play["tasks"]]
