@@ -99,6 +99,30 @@ def _wait(pred, timeout: float, what: str, step: float = 0.05):  # noqa: ANN001,
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def _reported(run_dir: Path, host: str) -> bool:
+    """Ansible has reported the run step's result for ``host``: ansible-runner writes a job event's
+    file after sb-fleet's event handler has taken the event."""
+    for p in run_dir.glob("ansible/*/artifacts/*/job_events/*.json"):
+        try:
+            ev = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        data = ev.get("event_data") or {}
+        if (
+            ev.get("event") in ("runner_on_ok", "runner_on_failed")
+            and data.get("host") == host
+            and str(data.get("task", "")).startswith("run step")
+        ):
+            return True
+    return False
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """A file's inode and nanosecond mtime: any rewrite (in place or by rename) changes them."""
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns
+
+
 def _results_dir(fleet, host: str, run_dir: Path) -> Path:
     return Path(fleet.host(host).workspace) / "runs" / _run_id(run_dir) / "results"
 
@@ -374,7 +398,7 @@ def test_sigint_during_run_cleans_up_and_resume_does_only_what_is_missing(ffleet
         30,
         "the early host's runner to finish",
     )
-    time.sleep(1.0)  # let Ansible report the early host
+    _wait(lambda: _reported(run_dir, early), 30, "Ansible to report the early host")
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
@@ -382,9 +406,16 @@ def test_sigint_during_run_cleans_up_and_resume_does_only_what_is_missing(ffleet
     assert p.returncode == 3, out + err
     assert "interrupted" in err and "--resume" in err
     assert stop_s < 30, stop_s
-    for n in names:  # nothing of this run is left running on any host
-        assert not ffleet.processes(n, _run_id(run_dir).encode()), n
-        assert not ffleet.processes(n, b"noop:b"), n
+    for (
+        n
+    ) in names:  # nothing of this run is left running on any host (a stopped process may take a moment to go)
+        _wait(
+            lambda n=n: (
+                not ffleet.processes(n, _run_id(run_dir).encode()) and not ffleet.processes(n, b"noop:b")
+            ),
+            10,
+            f"the run's processes on {n} to be gone",
+        )
     run = _stage(run_dir, "run")
     assert run[early]["outcome"] == "ok"
     for n in names[1:]:
@@ -400,18 +431,21 @@ def test_sigint_during_run_cleans_up_and_resume_does_only_what_is_missing(ffleet
         n: json.loads((_results_dir(ffleet, n, run_dir) / "noop:a" / "rank0.json").read_text())["start_time"]
         for n in names
     }
+    # start_time has one-second resolution: the file's inode and nanosecond mtime tell a rewrite apart.
+    a_stat = {n: _identity(_results_dir(ffleet, n, run_dir) / "noop:a" / "rank0.json") for n in names}
     early_b = (_results_dir(ffleet, early, run_dir) / "noop:b" / "rank0.json").read_bytes()
-    time.sleep(1.1)  # start times have one-second resolution
-    # Resume: only the interrupted hosts, and on them only noop:b.
-    cfg_short = _cfg(ffleet, sleep=1, name="cfg-int2.yaml")
-    r = sb_fleet("run", "--resume", "--run-dir", str(run_dir), "-i", str(inv), "-c", str(cfg_short))
+    early_b_stat = _identity(_results_dir(ffleet, early, run_dir) / "noop:b" / "rank0.json")
+    # Resume: only the interrupted hosts, and on them only noop:b (the run's own config: its inputs are fixed).
+    r = sb_fleet("run", "--resume", "--run-dir", str(run_dir), "-i", str(inv))
     assert r.returncode == 0, r.stdout + r.stderr
     run = _stage(run_dir, "run")
     assert all(run[n]["outcome"] == "ok" for n in names)
     for n in names:
         a = json.loads((_results_dir(ffleet, n, run_dir) / "noop:a" / "rank0.json").read_text())
         assert a["start_time"] == a_start[n], n  # noop:a was not run again
+        assert _identity(_results_dir(ffleet, n, run_dir) / "noop:a" / "rank0.json") == a_stat[n], n
     assert (_results_dir(ffleet, early, run_dir) / "noop:b" / "rank0.json").read_bytes() == early_b
+    assert _identity(_results_dir(ffleet, early, run_dir) / "noop:b" / "rank0.json") == early_b_stat
     for n in names[1:]:
         b = json.loads((_results_dir(ffleet, n, run_dir) / "noop:b" / "rank0.json").read_text())
         assert b["return_code"] == 0, b
