@@ -6,15 +6,19 @@ every family's run-to-run spread drawn from 0.3-3%, a benign sub-population
 faults: one GPU 4-20% slow on GEMM, half-speed PCIe on one GPU, slow
 all-reduce, a degraded IB port, slow kernel launch on one GPU, lower model
 throughput, failed benchmarks, missing hosts. Prints recall per fault type
-and the false-positive rate among healthy hosts. Usage::
+and the false-positive rate among healthy hosts. With ``--lownoise`` the fleets
+come from ``tests/synth/lownoise.py``: every family's spread is 0.2-0.8% and one
+more fault is planted, one GPU's tensor-core GEMMs all 1.5-3% low. Usage::
 
-    python bench/analysis_quality.py [--hosts 5000] [--seeds 9001,9002,9003]
+    python bench/analysis_quality.py [--hosts 5000] [--seeds 9001,9002,9003] [--lownoise]
+    python bench/analysis_quality.py --lownoise --fleet '{"floor_sigmas": 0}'   # the fixed floors, for comparison
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from collections import Counter
@@ -26,14 +30,20 @@ sys.path.insert(0, str(ROOT))
 from sb_fleet.analysis.api import report  # noqa: E402
 from sb_fleet.gatespec import Gates  # noqa: E402
 from tests.synth.fleet import FAULTS, generate  # noqa: E402
+from tests.synth.lownoise import TC_FAULT, generate_lownoise  # noqa: E402
 
 
 def score(
-    n: int, seed: int, benign: float | None, fault_fraction: float, gates: Gates, per_gpu: bool
+    n: int,
+    seed: int,
+    benign: float | None,
+    fault_fraction: float,
+    gates: Gates,
+    per_gpu: bool,
+    lownoise: bool = False,
 ) -> tuple[Counter, Counter, int, int, list]:
-    fleet = generate(
-        n, seed=seed, benign_fraction=benign, fault_fraction=fault_fraction, benign_per_gpu=per_gpu
-    )
+    make = generate_lownoise if lownoise else generate
+    fleet = make(n, seed=seed, benign_fraction=benign, fault_fraction=fault_fraction, benign_per_gpu=per_gpu)
     with tempfile.TemporaryDirectory(prefix="sb-fleet-quality-") as d:
         run = Path(d)
         (run / "manifest.json").write_text('{"schema_version": 1}')
@@ -61,14 +71,18 @@ def main() -> None:
     ap.add_argument(
         "--benign-per-gpu", action="store_true", help="the slower batch is a share of the GPUs, not of hosts"
     )
+    ap.add_argument("--lownoise", action="store_true", help="0.2-0.8%% noise and the tensor-core fault")
     args = ap.parse_args()
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; fleet settings: {args.fleet}")
     gates = Gates.model_validate({"fleet": json.loads(args.fleet)})
     planted: Counter = Counter()
     found: Counter = Counter()
     fp = healthy = 0
     examples = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        p, f, nfp, nh, fps = score(args.hosts, seed, args.benign, args.faults, gates, args.benign_per_gpu)
+        p, f, nfp, nh, fps = score(
+            args.hosts, seed, args.benign, args.faults, gates, args.benign_per_gpu, args.lownoise
+        )
         planted += p
         found += f
         fp += nfp
@@ -76,7 +90,7 @@ def main() -> None:
         examples += fps[:2]
         print(f"seed {seed}: recall {sum(f.values())}/{sum(p.values())}, false positives {nfp}/{nh}")
     print(f"\n{'fault':22} {'found':>7} {'planted':>8} {'recall':>8}")
-    for kind in FAULTS:
+    for kind in (*FAULTS, TC_FAULT) if args.lownoise else FAULTS:
         n = planted[kind]
         print(f"{kind:22} {found[kind]:>7} {n:>8} {found[kind] / n * 100 if n else 0:>7.1f}%")
     total_p, total_f = sum(planted.values()), sum(found.values())

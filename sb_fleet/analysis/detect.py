@@ -19,8 +19,16 @@ the direction is unknown) and needs two things at once: a statistical
 threshold (``threshold`` robust sigmas) and a practical one (a minimum
 relative deviation), so a tight metric does not flag harmless wiggles.
 
+The practical floor of the sibling checks follows each family's measured noise:
+``floor_sigmas`` times the family's robust sibling sigma, between ``min_floor``
+and the configured floor. A GPU a few percent low on every tensor-core GEMM of a
+family with 0.3% noise is then found, while a noisy family keeps its floor. The
+fleet checks keep their fixed floors: a benign batch of hosts shifts every metric
+of a host together, and only a fixed floor tells it from a fault when the batch
+is too rare to widen the measured tail.
+
 The spread is the larger of the MAD-based sigma and a tail-based sigma read
-from the 5% quantile on the bad side. A benign sub-population (say a tenth
+from the 2% quantile on the bad side. A benign sub-population (say a tenth
 of the hosts 1.5% slower) widens that tail, so its members are not flagged,
 while a small number of faulty hosts does not move it.
 """
@@ -28,6 +36,7 @@ while a small number of faulty hosts does not move it.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,9 +161,9 @@ def detect(
             continue
         families.setdefault(name.family, []).append(i)
 
-    # Standardised badness per (group, unit) for the combined checks: lists of arrays (H,).
-    comb_fleet: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
-    comb_sib: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    # Standardised badness per (group, unit) for the combined checks: (z, relative badness, family sigma).
+    comb_fleet: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, float]]] = {}
+    comb_sib: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, float]]] = {}
 
     def add_issue(row: int, issue: Issue) -> None:
         out.issues.setdefault(row, []).append(issue)
@@ -193,7 +202,9 @@ def detect(
                 out.flagged_cells.add((int(r), c))
             for u, c in enumerate(cols):
                 name = parse_metric(columns[c])
-                comb_fleet.setdefault((name.group, name.unit), []).append((bad[:, u] / sigma, bad[:, u]))
+                comb_fleet.setdefault((name.group, name.unit), []).append(
+                    (bad[:, u] / sigma, bad[:, u], sigma)
+                )
 
             sib_sigma: float | None = None
             sib_limit: float | None = None
@@ -205,7 +216,8 @@ def detect(
                 sib_sigma = _spread(rel, direction, 2 * settings.sibling_min_deviation)
                 if np.isfinite(sib_sigma):
                     sbad = _badness(rel, direction)
-                    sib_limit = max(settings.threshold * sib_sigma, settings.sibling_min_deviation)
+                    floor = noise_floor(sib_sigma, settings.sibling_min_deviation, settings)
+                    sib_limit = max(settings.threshold * sib_sigma, floor)
                     shit = sbad > sib_limit
                     for r, u in zip(*np.nonzero(shit), strict=True):
                         c = cols[u]
@@ -229,7 +241,7 @@ def detect(
                     for u, c in enumerate(cols):
                         name = parse_metric(columns[c])
                         comb_sib.setdefault((name.group, name.unit), []).append(
-                            (sbad[:, u] / sib_sigma, sbad[:, u])
+                            (sbad[:, u] / sib_sigma, sbad[:, u], sib_sigma)
                         )
                 else:
                     sib_sigma = None
@@ -249,28 +261,39 @@ def detect(
         # averaging does not shrink: the combined fleet check keeps the single fleet check's limits.
         fleet_min = max(settings.combined_min_deviation, settings.min_deviation)
         fleet_k = settings.combined_threshold
-        _combined(comb_fleet, "fleet-combined", "the fleet", fleet_k, fleet_min, add_issue)
+        _combined(comb_fleet, "fleet-combined", "the fleet", fleet_k, lambda _s: fleet_min, add_issue)
         _combined(
             comb_sib,
             "sibling-combined",
             "its siblings on this host",
             settings.combined_threshold,
-            settings.combined_min_deviation,
+            lambda s: noise_floor(s, settings.combined_min_deviation, settings),
             add_issue,
         )
     return out
 
 
+def noise_floor(sigma: float, configured: float, settings: DetectionSettings) -> float:
+    """The practical floor for a family with robust relative sigma ``sigma``.
+
+    ``floor_sigmas`` x sigma, kept between ``min_floor`` and the configured floor; with
+    ``floor_sigmas: 0`` the configured floor itself (sb-fleet's earlier fixed floors).
+    """
+    if settings.floor_sigmas <= 0 or not np.isfinite(sigma):
+        return configured
+    return min(configured, max(settings.floor_sigmas * sigma, settings.min_floor))
+
+
 def _combined(
-    parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]],
+    parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, float]]],
     check: str,
     against: str,
     threshold: float,
-    min_deviation: float,
+    floor_of: Callable[[float], float],
     add_issue: object,
 ) -> None:
     # Group the (group, unit) keys by group, so the combined score's spread is pooled over units.
-    by_group: dict[str, list[tuple[str, list[tuple[np.ndarray, np.ndarray]]]]] = {}
+    by_group: dict[str, list[tuple[str, list[tuple[np.ndarray, np.ndarray, float]]]]] = {}
     for (group, unit), lst in parts.items():
         if len(lst) >= 2:
             by_group.setdefault(group, []).append((unit, lst))
@@ -291,7 +314,9 @@ def _combined(
             continue
         score = score - float(_quiet_nanmedian(score))
         mean = np.vstack(means)
-        hit = (score > threshold * sigma) & (mean > min_deviation)
+        # The floor follows the noise of the metrics combined (their mean family sigma).
+        floors = np.array([floor_of(float(np.mean([p[2] for p in lst]))) for _unit, lst in units])
+        hit = (score > threshold * sigma) & (mean > floors[:, None])
         for ui, r in zip(*np.nonzero(hit), strict=True):
             unit, lst = units[ui]
             where = f"GPU/NIC {unit}" if unit else "the host"
