@@ -8,69 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sb_fleet.analysis.baseline import load_baseline
 from sb_fleet.analysis.completeness import check_completeness
-from sb_fleet.analysis.detect import Detection, FamilyStats, detect
-from sb_fleet.analysis.gates import GateResult, apply_baseline_gate, apply_limits, decide
+from sb_fleet.analysis.detect import Detection, detect
+from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
 from sb_fleet.analysis.issues import FAIL, Issue
-from sb_fleet.analysis.results import Fleet, HostInfo, LineProblem, load_fleet
+from sb_fleet.analysis.reportresult import ReportResult
+from sb_fleet.analysis.results import Fleet, HostInfo, load_fleet
 from sb_fleet.analysis.rules import Diagnosis, RuleSummary, apply_rules, load_rules
 from sb_fleet.analysis.software import check_software
-from sb_fleet.analysis.stats import ColumnStats, column_stats
-from sb_fleet.analysis.verdict import VERDICTS, HostReport, judge
+from sb_fleet.analysis.stats import column_stats
+from sb_fleet.analysis.verdict import HostReport, judge
 from sb_fleet.errors import ResultsError
-from sb_fleet.exits import exit_for
 from sb_fleet.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
 
-if TYPE_CHECKING:
-    from sb_fleet.history.view import HistoryView
-
 REPORT_SCHEMA_VERSION = 1
-
-
-@dataclass
-class ReportResult:
-    source: str
-    hosts: list[HostReport]
-    gate: GateResult
-    fleet: Fleet
-    stats: ColumnStats
-    families: list[FamilyStats]
-    rule_summaries: list[RuleSummary]
-    problems: list[LineProblem]
-    warnings: list[str]
-    inputs: dict[str, str | None]
-    gates: Gates
-    flagged_cells: set[tuple[int, int]] = field(default_factory=set)
-    partitions: dict[str, np.ndarray] = field(
-        default_factory=dict
-    )  # GPU model -> rows (see partition_by_model)
-    seconds: float = 0.0
-    rules_diagnosis: Diagnosis | None = None  # SuperBench's own view of the rules (analysis.sbdiagnosis)
-    rules_unmatched: dict[str, list[str]] = field(default_factory=dict)  # rule -> patterns matching nothing
-    history: HistoryView | None = None  # with --history: regressions against own past, offenders, trends
-
-    @property
-    def exit_code(self) -> int:
-        return exit_for([], gate_passed=self.gate.passed)
-
-    def counts(self) -> dict[str, int]:
-        c = dict.fromkeys(VERDICTS, 0)
-        for h in self.hosts:
-            c[h.verdict] += 1
-        return c
-
-    def quarantine(self) -> list[str]:
-        """The hosts to drain: those the policy counts as failing."""
-        names = [h.name for h in self.hosts if h.verdict in self.gates.policy.count]
-        extra = self.history.quarantine if self.history is not None else []  # repeat offenders, by policy
-        return names + [h for h in extra if h not in set(names)]
 
 
 def _inventory_hosts(path: Path) -> list[HostInfo]:

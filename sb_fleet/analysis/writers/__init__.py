@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from sb_fleet.rundir import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from sb_fleet.analysis.api import ReportResult
+    from sb_fleet.analysis.reportresult import ReportResult
 
 FILES = ("report.json", "report.md", "report.html", "junit.xml", "quarantine.txt")
 

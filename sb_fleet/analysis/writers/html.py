@@ -18,7 +18,7 @@ import orjson
 from sb_fleet.analysis.writers.html_page import PAGE
 
 if TYPE_CHECKING:
-    from sb_fleet.analysis.api import ReportResult
+    from sb_fleet.analysis.reportresult import ReportResult
 
 BINS = 40
 MAX_MARKERS = 300

@@ -17,7 +17,7 @@ import orjson
 from sb_fleet import __version__
 
 if TYPE_CHECKING:
-    from sb_fleet.analysis.api import ReportResult
+    from sb_fleet.analysis.reportresult import ReportResult
 
 SCHEMA_VERSION = 1
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
 
 if TYPE_CHECKING:
-    from sb_fleet.analysis.api import ReportResult
+    from sb_fleet.analysis.reportresult import ReportResult
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from sb_fleet.analysis.api import ReportResult
     from sb_fleet.analysis.detect import FamilyStats
     from sb_fleet.analysis.issues import Issue
+    from sb_fleet.analysis.reportresult import ReportResult
 
 MAX_HOST_ROWS = 100
 MAX_PROBLEMS = 30

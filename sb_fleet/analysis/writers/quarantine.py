@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sb_fleet.analysis.api import ReportResult
+    from sb_fleet.analysis.reportresult import ReportResult
 
 
 def render(result: ReportResult) -> str:
