@@ -171,3 +171,19 @@ def test_summary_command_bad_rules_exit_2(tmp_path: Path, data_dir: Path) -> Non
     res = CliRunner().invoke(summary_cmd, [str(data_dir / "test_results.jsonl"), "--rules", str(p)])
     assert res.exit_code == 2
     assert "superbench.rules.x.statistics" in res.stderr and "median" in res.stderr
+
+
+def test_summary_ops_on_superbench_s_table() -> None:
+    # test_summaryop.py: columns a..d of [[1, 2, 3, 4], [4, 5, 6], [7, 8]] (missing cells are NaN).
+    from sb_fleet.analysis.sbsummary import statistic
+
+    nan = float("nan")
+    table = np.array([[1, 2, 3, 4], [4, 5, 6, nan], [7, 8, nan, nan]], dtype=float)
+    col = [table[:, j] for j in range(4)]
+    assert [statistic("mean", c) for c in col] == [4.0, 5.0, 4.5, 4.0]
+    assert [statistic("min", c) for c in col] == [1, 2, 3, 4]
+    assert [statistic("max", c) for c in col] == [7, 8, 6, 4]
+    std = [statistic("std", c) for c in col]
+    assert std[:3] == pytest.approx([3.0, 3.0, 2.1213203435596424]) and math.isnan(std[3])
+    assert [statistic("count", c) for c in col] == [3, 3, 2, 1]
+    assert [statistic("p50", c) for c in col] == [4.0, 5.0, 4.5, 4.0]
