@@ -222,12 +222,16 @@ def _cells(issues: dict[int, list[Issue]], fleet: Fleet) -> set[tuple[int, int]]
 
 
 def _dedupe(lst: list[Issue]) -> list[Issue]:
-    """Drop repeats of (metric, check); put failures first, the largest deviation first among them."""
+    """Drop repeats of (metric, check); put failures first, the largest deviation first among them.
+
+    A failed return code a rule already reported is one finding, not two (SuperBench counts it once).
+    """
     seen: set[tuple] = set()
+    by_rule = {i.metric for i in lst if i.check.startswith("rule:")}
     out = []
     for i in lst:
         key = (i.metric, i.check)
-        if key in seen:
+        if key in seen or (i.check == "return_code" and i.metric in by_rule):
             continue
         seen.add(key)
         out.append(i)
