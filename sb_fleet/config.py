@@ -95,7 +95,11 @@ class FleetSettings(_Strict):
     """How sb-fleet reaches and prepares hosts. Inventory variables override per host:
     ``sb_workspace``, ``sb_python``."""
 
-    workspace: str = "~/.sb-fleet"
+    # {host} is the inventory name: hosts that share a home (NFS) never share a workspace (see README).
+    workspace: str = "~/.sb-fleet/hosts/{host}"
+    # Caches hosts may share on purpose, under a lock (the venv, keyed by its requirements' digest);
+    # empty: each workspace builds its own venv.
+    cache: str = "~/.sb-fleet/cache"
     runtime: Literal["none", "docker", "podman", "enroot"] = "none"
     python: str = "/usr/bin/python3"
     venv: bool = True

@@ -178,7 +178,7 @@ class Plan:
 
 
 def host_setup(host: Host, config: Config) -> HostSetup:
-    ws = str(host.vars.get("sb_workspace") or config.fleet.workspace)
+    ws = str(host.vars.get("sb_workspace") or config.fleet.workspace).replace("{host}", host.name)
     base = str(host.vars.get("sb_python") or config.fleet.python)
     py = "venv/bin/python" if config.fleet.venv else base  # relative to the workspace
     return HostSetup(ws, py, base)

@@ -104,9 +104,14 @@ else
     echo "cannot unpack the benchmark suite into $ws" >&2
     exit 1
   fi
-  rm -rf -- "$suite"
-  mv -- "$tmp/$suite" "$suite"
-  rmdir -- "$tmp"
+  # Hosts that share the workspace may unpack at once: the first rename wins, the others keep it.
+  if [ -e "$suite" ] && [ ! -f "$suite/sb_bench/__init__.py" ]; then rm -rf -- "$suite"; fi
+  if ! mv -T -- "$tmp/$suite" "$suite" 2>/dev/null && [ ! -f "$suite/sb_bench/__init__.py" ]; then
+    rm -rf -- "$tmp"
+    echo "cannot put the benchmark suite into $ws" >&2
+    exit 1
+  fi
+  rm -rf -- "$tmp"
 fi
 ln -sfn -- "$suite" suite
 exec "$@"
