@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sb_bench.launch_mpi import pattern_env, run_mpi
 from sb_bench.result import ReturnCode, failure, now_iso, rank_file, write_result
 
 SPEC_VERSION = 1
@@ -370,6 +371,8 @@ class Runner:
                 offset += n
             elif name == "torch.distributed":
                 self.run_torchrun(er, mode, deadline)
+            elif name == "mpi":
+                run_mpi(self, er, mode, deadline)  # mpirun over this node's group (sb_bench/launch_mpi.py)
             else:
                 raise SpecError(f"{er.key}: mode {name!r} is not supported")
             if er.timed_out:
@@ -406,6 +409,7 @@ class Runner:
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in (mode.get("env") or {}).items()})
         env.update({"SB_HOST": self.host, "SB_RUN_ID": self.run_id})
+        env.update(pattern_env(self.args))  # a pattern round's indexes and this node's address
         return env
 
     def run_local(self, er: EntryRun, mode: dict, ranks: list[int], deadline: float) -> None:
@@ -663,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master-addr")
     ap.add_argument("--master-port", type=int, default=29500)
     ap.add_argument("--local-addr")
+    ap.add_argument("--mode-index", help="a pattern round: SERIAL,PARALLEL (SuperBench's indexes)")
+    ap.add_argument("--mpi-group-b64", help="mpi mode: this node's group (base64 JSON, from sb-fleet's plan)")
     args = ap.parse_args(argv)
     try:
         if args.spec:

@@ -16,6 +16,7 @@ MODULES: dict[str, str] = {
     "disk-benchmark": "sb_bench.micro.disk_benchmark",
     "cpu-memory-bw-latency": "sb_bench.micro.cpu_memory_bw_latency",
     "noop": "sb_bench.micro.noop",
+    "tcp-bw": "sb_bench.micro.tcp_bw",
     "gpu-stream": "sb_bench.micro.gpu_stream",
     "gpu-burn": "sb_bench.micro.gpu_burn",
 }
