@@ -191,6 +191,21 @@ def expand(
     return topo_aware(hosts, order, distance, spec.min_dist, spec.max_dist)
 
 
+ROUND_SEP = "@"
+
+
+def round_key(key: str, serial: int) -> str:
+    """The results directory of one round of a pattern entry (``nccl-bw@3``); its results are summarised
+    under the entry's own key, the round being in the metric names as SuperBench writes them."""
+    return f"{key}{ROUND_SEP}{serial}"
+
+
+def base_key(key: str) -> str:
+    """The entry key of a round's results directory (``nccl-bw@3`` -> ``nccl-bw``)."""
+    head, sep, tail = key.rpartition(ROUND_SEP)
+    return head if sep and tail.isdigit() else key
+
+
 def mpi_pattern_text(benchmark: str, schedule: Schedule) -> str:
     """The schedule in SuperBench's ``mpi_pattern.txt`` format: a header line, one line per round
     (groups separated by ``;``, hosts by ``,``), a blank line."""
