@@ -54,3 +54,22 @@ def test_rules_matching_nothing_are_loud(tmp_path: Path, data_dir: Path) -> None
 def test_superbench_output_needs_rules(tmp_path: Path, data_dir: Path) -> None:
     res = CliRunner().invoke(report_cmd, [str(data_dir / "test_results.jsonl"), "--superbench-output"])
     assert res.exit_code == 2 and "needs --rules" in res.stderr
+
+
+def test_missing_baseline_for_a_variance_rule_is_exit_2(tmp_path: Path, data_dir: Path) -> None:
+    # Item 6: no silent skip. SuperBench stops with an error naming the metric; so does sb-fleet (exit 2).
+    base = json.loads((data_dir / "test_baseline.json").read_text())
+    del base["mem-bw/D2H_Mem_BW"]
+    b = tmp_path / "baseline.json"
+    b.write_text(json.dumps(base))
+    args = [
+        str(data_dir / "test_results.jsonl"),
+        "--rules",
+        str(data_dir / "test_rules.yaml"),
+        "--baseline",
+        str(b),
+    ]
+    res = CliRunner().invoke(report_cmd, [*args, "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "variance rule 'rule1': no baseline for metric mem-bw/D2H_Mem_BW:" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
