@@ -15,13 +15,15 @@ FILES = ("report.json", "report.md", "report.html", "junit.xml", "quarantine.txt
 
 def write_all(result: ReportResult, out_dir: Path) -> list[Path]:
     """Render every format first, then write each file atomically (temp file, rename)."""
+    from sb_fleet.analysis.measured import figures_of
     from sb_fleet.analysis.writers import html, json_report, junit, markdown, quarantine
 
-    doc = json_report.build(result)
+    figs = figures_of(result.fleet)  # the measured figures: every report shows them
+    doc = json_report.build(result, figs)
     rendered = {
         "report.json": json_report.dumps(doc),
-        "report.md": markdown.render(result).encode(),
-        "report.html": html.render(result, doc).encode(),
+        "report.md": markdown.render(result, figs).encode(),
+        "report.html": html.render(result, doc, figs).encode(),
         "junit.xml": junit.render(result).encode(),
         "quarantine.txt": quarantine.render(result).encode(),
     }

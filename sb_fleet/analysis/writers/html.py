@@ -18,6 +18,7 @@ import orjson
 from sb_fleet.analysis.writers.html_page import PAGE
 
 if TYPE_CHECKING:
+    from sb_fleet.analysis.figures import Figures
     from sb_fleet.analysis.reportresult import ReportResult
 
 BINS = 40
@@ -104,9 +105,15 @@ def _embed(obj: Any) -> str:
     return text.replace("</", "<\\/").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def render(result: ReportResult, doc: dict[str, Any]) -> str:
+def render(result: ReportResult, doc: dict[str, Any], figures: Figures | None = None) -> str:
     title = f"sb-fleet report: gate {'passed' if result.gate.passed else 'failed'}"
     page = PAGE.replace("@@TITLE@@", _html.escape(title)).replace("@@DATA@@", _embed(data(result, doc)))
+    if figures is not None:  # the measured figures: static tables and matplotlib plots
+        from sb_fleet.analysis.writers.figures_html import render as render_figures
+
+        anchor = "<section><h2>Metric distributions</h2>"  # the numbers first, then their spread
+        head, mark, tail = page.partition(anchor)
+        page = head + render_figures(figures) + "\n" + mark + tail
     if result.history is not None:  # trend plots of flagged hosts and fleet medians (sb_fleet.history)
         from sb_fleet.history.plots import html_section
 

@@ -42,6 +42,11 @@ svg .axis { stroke: #9aa3ae; } svg text { font-size: 10px; fill: #5a6270; }
 input, select { font: inherit; padding: 3px 6px; }
 code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
 .muted { color: #5a6270; }
+.figplots { display: flex; flex-wrap: wrap; gap: 12px; margin-bottom: 8px; }
+.fig-plot { margin: 0; border: 1px solid #e3e6ea; border-radius: 4px; padding: 6px; max-width: 520px; }
+.fig-plot figcaption { font-size: 12px; max-width: 500px; }
+table.figs td, table.figs th { padding: 3px 8px; } table.ranks { width: auto; margin: 4px 0 4px 12px; }
+h3 { font-size: 14px; margin: 14px 0 6px; }
 </style>
 </head>
 <body>

@@ -17,6 +17,7 @@ import orjson
 from sb_fleet import __version__
 
 if TYPE_CHECKING:
+    from sb_fleet.analysis.figures import Figures
     from sb_fleet.analysis.reportresult import ReportResult
 
 SCHEMA_VERSION = 1
@@ -28,7 +29,8 @@ def _num(v: float | None) -> float | None:
     return v
 
 
-def build(result: ReportResult) -> dict[str, Any]:
+def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any]:
+    """The report as JSON; with ``figures``, the measured figures under ``figures``."""
     fleet = result.fleet
     flagged: dict[int, set[int]] = {}
     for row, col in result.flagged_cells:
@@ -82,6 +84,7 @@ def build(result: ReportResult) -> dict[str, Any]:
         "gates": result.gates.model_dump(mode="json"),
         "seconds": round(result.seconds, 3),
         **({"history": result.history.to_json()} if result.history is not None else {}),
+        **({"figures": figures.to_json()} if figures is not None else {}),
     }
 
 

@@ -9,13 +9,14 @@ import numpy as np
 
 if TYPE_CHECKING:
     from sb_fleet.analysis.detect import FamilyStats
+    from sb_fleet.analysis.figures import Figures
     from sb_fleet.analysis.issues import Issue
     from sb_fleet.analysis.reportresult import ReportResult
 
 MAX_HOST_ROWS = 100
 MAX_PROBLEMS = 30
 MAX_FAMILY_ROWS = 15
-_ORDER = {"fail": 0, "incomplete": 1, "missing": 2, "pass": 3}
+_ORDER = {"fail": 0, "incomplete": 1, "missing": 2, "flaky": 3, "pass": 4}
 
 
 def _cell(text: object) -> str:
@@ -54,7 +55,7 @@ def _flagged_families(result: ReportResult) -> list[tuple[str, FamilyStats, int]
     return out
 
 
-def render(result: ReportResult) -> str:
+def render(result: ReportResult, figures: Figures | None = None) -> str:
     counts = result.counts()
     gate = result.gate
     status = "PASSED" if gate.passed else "FAILED"
@@ -142,6 +143,12 @@ def render(result: ReportResult) -> str:
         lines.append("")
     if result.history is not None:  # regressions against own past, offenders (sb_fleet.history)
         lines.append(result.history.markdown())
+    if figures is not None:  # every measured figure, against its peak (sb_fleet.analysis.figures)
+        from sb_fleet.analysis.writers.figures_md import render as render_figures
+
+        section = render_figures(figures)
+        if section:
+            lines.append(section)
     if result.warnings:
         lines += ["## Warnings", ""]
         lines += [f"- {w}" for w in result.warnings]
