@@ -190,6 +190,7 @@ def bench_list(as_json: bool) -> int:
 
 
 def _register_commands() -> None:
+    from sb_fleet.commands.compare import compare_cmd
     from sb_fleet.commands.history import history_cmd
     from sb_fleet.commands.report import baseline_cmd, report_cmd
     from sb_fleet.commands.summary import summary_cmd
@@ -198,6 +199,7 @@ def _register_commands() -> None:
     main.add_command(baseline_cmd)
     main.add_command(history_cmd)
     main.add_command(summary_cmd)
+    main.add_command(compare_cmd)
 
 
 _register_commands()

@@ -16,6 +16,14 @@ IMAGE_DIGEST = "image digest"  # container-deploy.yml / container run: the image
 IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creating an enroot image
 IMAGE_CHECK = "the suite runs in the image"  # container-deploy.yml: the image's torch facts
 
+RUN_STEP = "run {step}"  # run.yml / container run: the runner of one step (its rc and stdout are judged)
+
+
+def run_task(step_id: str) -> str:
+    """The name of the task that runs step ``step_id`` (templates: ``tasks.run_step.format(step=...)``)."""
+    return RUN_STEP.format(step=step_id)
+
+
 TASKS = MappingProxyType(
     {
         "hostprep_fast": HOSTPREP_FAST,
@@ -23,5 +31,6 @@ TASKS = MappingProxyType(
         "image_digest": IMAGE_DIGEST,
         "image_load": IMAGE_LOAD,
         "image_check": IMAGE_CHECK,
+        "run_step": RUN_STEP,
     }
 )
