@@ -22,6 +22,7 @@ from sb_fleet.runinputs import RunInputs
 from sb_fleet.runrecord import judge_run
 from sb_fleet.stages.common import eligible
 from sb_fleet.tasks import run_task
+from sb_fleet.tasks import run_task
 from sb_fleet.templates import runner_args
 
 
