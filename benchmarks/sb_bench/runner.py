@@ -14,7 +14,8 @@ runner owns everything that has to happen on the host itself:
 * keep ``status.json`` current after each entry, so an interrupted run can be
   resumed (``--resume`` skips what finished) and the control node can tell
   what happened;
-* on SIGTERM/SIGINT/SIGHUP, kill what it started and record the interruption;
+* on SIGTERM/SIGINT, kill what it started and record the interruption (SIGHUP, a lost SSH session,
+  does not stop the host's run);
 * never look like success when it fails itself: an exception in the runner marks the entry it was
   running ``failed`` with the exception's last line, keeps the traceback in
   ``runner-error-<step>.txt``, leaves no entry ``running`` and exits 3;
@@ -155,8 +156,13 @@ class Runner:
             self.interrupted = signal.Signals(signum).name
             self.kill_all()
 
-        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, handler)
+        # SIGHUP: the SSH session that started the runner died (a lost link, a killed sshd; the run
+        # task has a tty). The host goes on and a later collect fetches its results; an interrupted
+        # run is stopped with SIGTERM (sb-fleet's stop_runners). A handler, not SIG_IGN, so that the
+        # benchmarks do not inherit it.
+        signal.signal(signal.SIGHUP, _lost_session)
 
     def kill_all(self, sig: int = signal.SIGTERM) -> None:
         for p in self.live:
@@ -318,7 +324,7 @@ class Runner:
         header = "".join(f"{k}: {v}\n" for k, v in self.identity.items())
         tb = traceback.format_exc()
         tb_file.write_text(f"{header}time: {now_iso()}\n\n{tb}")
-        print(tb, file=sys.stderr, end="")
+        say(tb.rstrip("\n"), sys.stderr)
         for p in list(self.live):
             _killpg(p.popen, signal.SIGKILL)
             p.popen.wait()
@@ -591,6 +597,18 @@ def summarize(er: EntryRun, interrupted: str | None) -> dict:
     }
 
 
+def _lost_session(_signum: int, _frame: Any) -> None:
+    pass
+
+
+def say(text: str, stream: Any = None) -> None:
+    """Print one line; a terminal that went away with the SSH session is no reason to fail."""
+    try:
+        print(text, file=stream or sys.stdout, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _killpg(p: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(p.pid, sig)
@@ -691,14 +709,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = runner.run()
     except ForeignResults as exc:
-        print(f"sb_bench.runner: {exc}", file=sys.stderr)
-        print(RECORD_PREFIX + json.dumps({**runner.identity, "error": str(exc), "entries": {}}), flush=True)
+        say(f"sb_bench.runner: {exc}", sys.stderr)
+        say(RECORD_PREFIX + json.dumps({**runner.identity, "error": str(exc), "entries": {}}))
         return RC_RUNNER_ERROR
     finally:
         runner.release()
     # The spec, named by host and run, written once the directory is known to be this host's.
     write_result(args.results / f"spec-{runner.step}.json", {**spec, "host": runner.host})
-    print(RECORD_PREFIX + json.dumps(runner.record(), sort_keys=True), flush=True)
+    say(RECORD_PREFIX + json.dumps(runner.record(), sort_keys=True))
     return rc
 
 
