@@ -187,7 +187,8 @@ def test_host_down_before_start_and_host_lost_mid_run(ffleet, tmp_path):
     assert r.returncode == 3  # the ghost is still down
     col = _stage(run_dir, "collect")
     assert col[victim]["outcome"] == "ok" and col[victim]["details"]["fetched"] >= 2
-    assert _stage(run_dir, "benchmarks")[victim]["outcome"] == "ok"
+    bench = _stage(run_dir, "benchmarks")[victim]
+    assert bench["outcome"] == "ok", bench
     assert _summary(run_dir)[victim]["noop:b/return_code"] == 0
     _no_partials(run_dir)
 
@@ -290,7 +291,9 @@ def test_corrupt_and_truncated_result_files_cost_only_their_benchmark(ffleet, tm
     assert r.returncode == 1, r.stdout + r.stderr  # a host failed; no infrastructure trouble
     bench = _stage(run_dir, "benchmarks")
     assert bench[trunc]["outcome"] == "failed" and "noop:a" in bench[trunc]["reason"]
-    assert "corrupt or truncated" in bench[trunc]["reason"]
+    assert "corrupt" in bench[trunc]["reason"], bench[
+        trunc
+    ]  # the normaliser's word for an unreadable rank file
     assert bench[garbage]["outcome"] == "failed" and "noop:b" in bench[garbage]["reason"]
     summary = _summary(run_dir)
     assert summary[trunc]["noop:a/return_code"] == 3 and summary[trunc]["noop:b/return_code"] == 0
