@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sb_fleet.errors import InventoryError
+from sb_fleet.inventory_ini import read_names_and_groups
 
 SECRET_VAR = re.compile(
     r"(pass(word)?|passphrase|token|secret|credential|api_?key)$|^ansible_become_pass", re.I
@@ -106,13 +107,19 @@ def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) 
 
     ``with_vars=False`` reads only names and groups, skipping Ansible's per-host variable
     resolution (host_vars/group_vars, vars plugins), which dominates on 10,000-host inventories:
-    for a report, which needs to know which hosts exist, not how to reach them.
+    for a report, which needs to know which hosts exist, not how to reach them. A plain INI file
+    is then read without Ansible (:mod:`sb_fleet.inventory_ini`; anything else still goes to Ansible).
     """
     sources = [str(p) for p in (path if isinstance(path, list) else [path])]
     for s in sources:
         if not Path(s).exists():
             raise InventoryError(s, None, "inventory not found", "check the path given to -i/--inventory")
     _quiet_ansible_env()
+    if not with_vars and len(sources) == 1:
+        # Names and groups only: a plain INI file is read without Ansible (see inventory_ini).
+        fast = read_names_and_groups(sources[0])
+        if fast:
+            return Inventory(tuple(sources), tuple(Host(n, g, {}) for n, g in fast))
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
