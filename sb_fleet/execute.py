@@ -59,6 +59,9 @@ def ansible_env(ssh: SshSettings, python: str) -> dict[str, str]:
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
         "ANSIBLE_SYSTEM_WARNINGS": "False",
         "ANSIBLE_COMMAND_WARNINGS": "False",
+        # raw tasks (run steps, deploy's fast path) without a tty: the command's stderr stays its own
+        # (a tty merges it into stdout and adds OpenSSH's "Shared connection ... closed." line)
+        "ANSIBLE_SSH_USETTY": "False",
         # No per-host fact cache or logs outside the run directory.
         "ANSIBLE_LOG_PATH": "",
     }
