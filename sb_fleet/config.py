@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sb_fleet.container import ContainerSettings
 from sb_fleet.errors import ConfigError
 from sb_fleet.gatespec import Gates
+from sb_fleet.patterns import PatternSpec
 from sb_fleet.yamlsrc import load_yaml, pydantic_error
 
 
@@ -46,9 +47,9 @@ class Mode(_Strict):
     prefix: str = ""
     parallel: bool = True
     env: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    # SuperBench's mpi mode keys, accepted so its configs load; mpi itself is reported unsupported.
+    # SuperBench's mpi mode keys; `pattern` (mpi and torch.distributed) is expanded in sb_fleet/pattern_plan.py.
     mca: dict[str, Any] | None = None
-    pattern: dict[str, Any] | None = None
+    pattern: PatternSpec | None = None
 
     @field_validator("node_num")
     @classmethod
@@ -59,6 +60,10 @@ class Mode(_Strict):
 
     @property
     def multi_node(self) -> bool:
+        if self.pattern is not None:
+            return True
+        if self.name == "mpi":  # SuperBench: an mpi mode without node_num runs across every node
+            return "node_num" not in self.model_fields_set or self.node_num != 1
         return self.name == "torch.distributed" and self.node_num != 1
 
 

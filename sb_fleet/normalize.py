@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.patterns import base_key
 
 REDUCERS: dict[str, Callable[[list[float]], float]] = {
     "max": max,
@@ -178,15 +179,18 @@ def entry_dirs(root: Path) -> list[Path]:
     return sorted({p.parent for p in root.rglob("rank*.json") if "logs" not in p.parts})
 
 
-def summarize_host(host: str, raw_dir: Path) -> HostRecord:
-    """The record of one host from its ``raw/<host>/`` directory."""
+def summarize_host(host: str, raw_dir: Path, merge_rounds: bool = True) -> HostRecord:
+    """The record of one host from its ``raw/<host>/`` directory. The rounds of a pattern entry
+    (``nccl-bw@3``) are summarised under the entry's key (their metric names carry the round), unless
+    ``merge_rounds`` is False."""
     out = HostRecord(host)
     results = raw_dir / "results"
     root = results if results.is_dir() else raw_dir
     if not root.is_dir():
         return out
     for d in entry_dirs(root):
-        read_entry(str(d.relative_to(root)), sorted(d.glob("rank*.json")), out)
+        key = str(d.relative_to(root))
+        read_entry(base_key(key) if merge_rounds else key, sorted(d.glob("rank*.json")), out)
     return out
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from sb_fleet.config import BenchmarkEntry, Config
 from sb_fleet.inventory import Host, Inventory
+from sb_fleet.pattern_plan import group_port, head_args, load_topology, mpi_member, schedule_for
+from sb_fleet.patterns import PatternSpec, estimate_cost, mpi_pattern_text, round_key
 
 PLAN_SCHEMA = 2
 STEP_MARGIN_S = 60  # on top of the entries' timeouts, for process start and result writing
@@ -31,6 +33,8 @@ class RunEntry:
     multi_node: bool = False
     node_num: int | str = 1
     port_offset: int = 0
+    pattern: dict[str, Any] | None = None  # the multi-node mode's pattern (SuperBench's keys), if any
+    launcher: str = "torchrun"  # multi-node: torchrun on every node, or mpirun from each group's first node
 
     def spec(self) -> dict[str, Any]:
         """This entry as the on-host runner reads it."""
@@ -49,8 +53,20 @@ class RunEntry:
 class NodeGroup:
     hosts: tuple[str, ...]
     master: str  # address of the first host: the rendezvous point
+    mode_index: str | None = None  # a pattern round's "serial,parallel" (SuperBench's indexes)
+    parallel: int = 0  # the group's index in its round: its own rendezvous port
+    mpi: dict[str, Any] | None = None  # mpi: members, host-key policy and known_hosts (pattern_plan.py)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The hosts that run the runner: every node, or (mpi) the first, whose mpirun starts the rest."""
+        return self.hosts[:1] if self.mpi is not None else self.hosts
 
     def node_args(self, inv: Inventory, master_port: int) -> dict[str, list[str]]:
+        master_port = group_port(master_port, self.parallel)
+        if self.mpi is not None:
+            return {self.hosts[0]: head_args(self.mpi, master_port, self.mode_index)}
+        extra = ["--mode-index", self.mode_index] if self.mode_index else []
         n = len(self.hosts)
         return {
             h: [
@@ -64,6 +80,7 @@ class NodeGroup:
                 str(master_port),
                 "--local-addr",
                 inv.get(h).address,
+                *extra,
             ]
             for i, h in enumerate(self.hosts)
         }
@@ -76,6 +93,7 @@ class Step:
     timeout: int
     groups: tuple[NodeGroup, ...] = ()  # multi-node steps only
     left_out: tuple[str, ...] = ()  # hosts that fit no node group
+    label: str = ""  # a pattern round: "tcp-bw pair-wise round 3/7"
 
     @property
     def multi_node(self) -> bool:
@@ -96,6 +114,9 @@ class Plan:
     steps: tuple[Step, ...]
     benchmarks: tuple[str, ...]  # enabled config entries expected on every host
     unsupported: dict[str, str] = field(default_factory=dict)  # entry -> reason
+    patterns: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # entry key -> rounds, cost (pattern_plan)
 
     def entries(self) -> list[RunEntry]:
         return [e for s in self.steps for e in s.entries]
@@ -107,16 +128,25 @@ class Plan:
             "benchmarks": list(self.benchmarks),
             "entries": [e.key for e in self.entries()],
             "unsupported": self.unsupported,
+            "patterns": self.patterns,
             "host_setup": {h: asdict(s) for h, s in self.host_setup.items()},
             "steps": [
                 {
                     "id": s.id,
                     "timeout": s.timeout,
                     "entries": [
-                        {**e.spec(), "multi_node": e.multi_node, "node_num": e.node_num} for e in s.entries
+                        {
+                            **e.spec(),
+                            "multi_node": e.multi_node,
+                            "node_num": e.node_num,
+                            "pattern": e.pattern,
+                            "launcher": e.launcher,
+                        }
+                        for e in s.entries
                     ],
                     "groups": [asdict(g) for g in s.groups],
                     "left_out": list(s.left_out),
+                    "label": s.label,
                 }
                 for s in self.steps
             ],
@@ -140,17 +170,38 @@ class Plan:
                     multi_node=bool(e["multi_node"]),
                     node_num=e["node_num"],
                     port_offset=int(e.get("port_offset", 0)),
+                    pattern=e.get("pattern"),
+                    launcher=str(e.get("launcher", "torchrun")),
                 )
                 for e in s["entries"]
             )
-            groups = tuple(NodeGroup(tuple(g["hosts"]), str(g["master"])) for g in s["groups"])
-            steps.append(Step(str(s["id"]), entries, int(s["timeout"]), groups, tuple(s["left_out"])))
+            groups = tuple(
+                NodeGroup(
+                    tuple(g["hosts"]),
+                    str(g["master"]),
+                    g.get("mode_index"),
+                    int(g.get("parallel", 0)),
+                    g.get("mpi"),
+                )
+                for g in s["groups"]
+            )
+            steps.append(
+                Step(
+                    str(s["id"]),
+                    entries,
+                    int(s["timeout"]),
+                    groups,
+                    tuple(s["left_out"]),
+                    str(s.get("label", "")),
+                )
+            )
         return cls(
             hosts=tuple(d["hosts"]),
             host_setup={h: HostSetup(**v) for h, v in d["host_setup"].items()},
             steps=tuple(steps),
             benchmarks=tuple(d["benchmarks"]),
             unsupported=dict(d["unsupported"]),
+            patterns=dict(d.get("patterns", {})),
         )
 
     def describe(self) -> str:
@@ -160,7 +211,7 @@ class Plan:
         ]
         for s in self.steps:
             kind = f"multi-node, {len(s.groups)} group(s)" if s.multi_node else "every host"
-            lines.append(f"{s.id} ({kind}, timeout {s.timeout} s):")
+            lines.append(f"{s.id} ({kind}, timeout {s.timeout} s){(': ' + s.label) if s.label else ''}:")
             for e in s.entries:
                 modes = ", ".join(
                     f"{m['name']}×{m.get('proc_num', 1)}"
@@ -172,6 +223,8 @@ class Plan:
                 lines.append(f"  group master {g.master}: {', '.join(g.hosts)}")
             if s.left_out:
                 lines.append(f"  left out (no full group): {', '.join(s.left_out)}")
+        for name, info in self.patterns.items():
+            lines.append(f"pattern {name}: {info['cost']}")
         for name, why in self.unsupported.items():
             lines.append(f"not run: {name}: {why}")
         return "\n".join(lines)
@@ -193,9 +246,6 @@ def expand_entry(
     import_suite()
     from sb_bench.registry import resolve
 
-    unsupported = [m.name for m in entry.modes if m.name == "mpi"]
-    if unsupported:
-        return [], "mode 'mpi' is not supported by sb-fleet yet (use local or torch.distributed)"
     targets = (
         [(f"{name}/{resolve(name, m)}", resolve(name, m)) for m in entry.models]
         if entry.models
@@ -206,10 +256,16 @@ def expand_entry(
         return [], f"benchmark {missing[0]!r} is not in this suite (see: sb-fleet bench list)"
     multi = any(m.multi_node for m in entry.modes)
     node_num = next((m.node_num for m in entry.modes if m.multi_node), 1)
-    modes = tuple(m.model_dump(exclude_none=True, exclude={"mca", "pattern"}) for m in entry.modes)
+    multi_mode = next((m for m in entry.modes if m.multi_node), None)
+    pattern = multi_mode.pattern.model_dump() if multi_mode and multi_mode.pattern else None
+    launcher = "mpirun" if multi_mode is not None and multi_mode.name == "mpi" else "torchrun"
+    if multi_mode is not None and multi_mode.name == "mpi" and pattern is None:
+        node_num = "all"  # SuperBench: one mpirun across every node
+    modes = tuple(m.model_dump(exclude_none=True, exclude={"pattern"}) for m in entry.modes)
     timeout = entry.timeout or default_timeout
     return [
-        RunEntry(k, name, b, dict(entry.parameters), modes, timeout, multi, node_num) for k, b in targets
+        RunEntry(k, name, b, dict(entry.parameters), modes, timeout, multi, node_num, 0, pattern, launcher)
+        for k, b in targets
     ], None
 
 
@@ -242,11 +298,20 @@ def build_plan(config: Config, inventory: Inventory, known: set[str] | None = No
             )
             batch.clear()
 
+    setups = {h.name: host_setup(h, config) for h in inventory.hosts}
+    patterns: dict[str, dict[str, Any]] = {}
     for e in runnable:
         if not e.multi_node:
             batch.append(e)
             continue
         flush()
+        if e.pattern is not None or e.launcher == "mpirun":
+            e = RunEntry(**{**asdict(e), "port_offset": port_offset})
+            port_offset += 1
+            round_steps, info = pattern_steps(e, inventory, config, setups, len(steps))
+            steps.extend(round_steps)
+            patterns[e.key] = info
+            continue
         groups, left = node_groups(inventory, e.node_num)
         e = RunEntry(**{**asdict(e), "port_offset": port_offset})
         port_offset += 1
@@ -254,13 +319,7 @@ def build_plan(config: Config, inventory: Inventory, known: set[str] | None = No
             Step(f"step{len(steps) + 1:02d}", (e,), e.timeout + STEP_MARGIN_S, tuple(groups), tuple(left))
         )
     flush()
-    return Plan(
-        hosts,
-        {h.name: host_setup(h, config) for h in inventory.hosts},
-        tuple(steps),
-        tuple(enabled),
-        unsupported,
-    )
+    return Plan(hosts, setups, tuple(steps), tuple(enabled), unsupported, patterns)
 
 
 def node_groups(inventory: Inventory, node_num: int | str) -> tuple[list[NodeGroup], list[str]]:
@@ -273,3 +332,57 @@ def node_groups(inventory: Inventory, node_num: int | str) -> tuple[list[NodeGro
         groups.append(NodeGroup(tuple(h.name for h in chunk), chunk[0].address))
     used = {h for g in groups for h in g.hosts}
     return groups, [h.name for h in hosts if h.name not in used]
+
+
+def pattern_steps(
+    e: RunEntry, inventory: Inventory, config: Config, setups: dict[str, HostSetup], before: int
+) -> tuple[list[Step], dict[str, Any]]:
+    """One multi-node step per round of the entry's pattern (no pattern, mpi: one round of every node).
+
+    Each round's results go to their own directory (``<key>@<round>``) and the groups of a round run
+    at the same time; rounds run one after the other, each under the entry's timeout."""
+    spec = PatternSpec.model_validate(e.pattern) if e.pattern is not None else None
+    names = inventory.names()
+    sched = schedule_for(spec, names, load_topology(spec) if spec is not None else None)
+    steps: list[Step] = []
+    total = len(sched.rounds)
+    for r, rnd in enumerate(sched.rounds):
+        groups = []
+        for p, hosts in enumerate(rnd):
+            mpi = None
+            if e.launcher == "mpirun":
+                mpi = {
+                    "members": [mpi_member(inventory.get(h), setups[h]) for h in hosts],
+                    "policy": config.fleet.host_key_checking,
+                    "known_hosts": config.fleet.known_hosts or "~/.ssh/known_hosts",
+                }
+            index = f"{r},{p}" if spec is not None else None
+            groups.append(NodeGroup(tuple(hosts), inventory.get(hosts[0]).address, index, p, mpi))
+        entry = RunEntry(**{**asdict(e), "key": round_key(e.key, r) if spec is not None else e.key})
+        busy = {h for g in rnd for h in g}
+        label = f"{e.key} {sched.pattern} round {r + 1}/{total}" + (
+            f" ({sched.labels[r]})" if r < len(sched.labels) else ""
+        )
+        steps.append(
+            Step(
+                f"step{before + len(steps) + 1:02d}",
+                (entry,),
+                e.timeout + STEP_MARGIN_S,
+                tuple(groups),
+                tuple(h for h in names if h not in busy),
+                label,
+            )
+        )
+    cost = estimate_cost(sched, e.timeout + STEP_MARGIN_S, "at most the benchmark's timeout per round")
+    info = {
+        "type": sched.pattern,
+        "pattern": e.pattern,
+        "launcher": e.launcher,
+        "rounds": [[list(g) for g in rnd] for rnd in sched.rounds],
+        "labels": list(sched.labels),
+        "unused": {h: (sched.why_idle or {}).get(h, "in no group") for h in sched.unused()},
+        "cost": cost.describe(),
+        "cost_s": cost.total_s,
+        "mpi_pattern": mpi_pattern_text(e.entry, sched),
+    }
+    return steps, info

@@ -15,6 +15,8 @@ from sb_fleet.execute import Executor
 from sb_fleet.normalize import benchmark_outcome, summarize_host
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.outcome_table import load_stage, save_stage
+from sb_fleet.pattern_outputs import write_pattern_outputs
+from sb_fleet.patterns import base_key
 from sb_fleet.rundir import RunDir, atomic_write_text, safe_name
 from sb_fleet.runinputs import RunInputs
 from sb_fleet.runrecord import foreign_files
@@ -47,7 +49,9 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
             save_stage(run.rd, "collect", outcomes)
         raise
     save_stage(run.rd, "collect", outcomes)
-    normalize_run(run.rd, list(run.plan.hosts), [e.key for e in run.plan.entries()])
+    expected = list(dict.fromkeys(base_key(e.key) for e in run.plan.entries()))  # a pattern's rounds: one key
+    normalize_run(run.rd, list(run.plan.hosts), expected)
+    write_pattern_outputs(run.rd, run.plan)  # mpi_pattern.txt, pairs/<entry>.json
     return outcomes
 
 

@@ -58,9 +58,16 @@ def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) ->
                     for g in step.groups
                     if all(h in live for h in g.hosts) and any(h in todo for h in g.hosts)
                 ]
-                targets = [h for g in in_groups for h in g.hosts]
+                targets = [h for g in in_groups for h in g.targets]  # mpi: each group's first node
+                members = {h for g in in_groups for h in g.hosts}
                 for h in todo:
-                    if h not in targets and h not in outcomes:
+                    if step.label and h not in members and h in step.left_out:
+                        done[h].add(step.id)  # a pattern round this host sits out
+                    if (
+                        h not in targets
+                        and h not in outcomes
+                        and not (step.label and h in members | set(step.left_out))
+                    ):
                         why = (
                             "fits no full node group"
                             if h in step.left_out
@@ -81,6 +88,16 @@ def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) ->
                 record_digests(run.rd, run.config.fleet.runtime, "run", res.results)
             for h, o in res.outcomes.items():
                 o = checked(run, ex, step, o, res.results.get(h, {}))
+                if step.label:  # a pattern round: a pair's result, not the end of its hosts (pattern_plan.py)
+                    group = next((g.hosts for g in step.groups if h in g.hosts), (h,))
+                    for m in group:
+                        if o.outcome == Outcome.OK:
+                            done[m].add(step.id)
+                        elif o.outcome != Outcome.PENDING and m not in outcomes:
+                            outcomes[m] = HostOutcome(
+                                m, "run", o.outcome, f"{step.id} ({step.label}): {o.reason}"
+                            )
+                    continue
                 if o.outcome == Outcome.OK:
                     done[h].add(step.id)
                 elif o.outcome != Outcome.PENDING:

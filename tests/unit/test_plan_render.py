@@ -69,7 +69,7 @@ def test_plan_groups_entries_into_steps(inputs):
     assert second.left_out == ("gpu05",)
     assert plan.unsupported == {
         "fake-bench": "benchmark 'fake-bench' is not in this suite (see: sb-fleet bench list)",
-        "mpi-thing": "mode 'mpi' is not supported by sb-fleet yet (use local or torch.distributed)",
+        "mpi-thing": "benchmark 'mpi-thing' is not in this suite (see: sb-fleet bench list)",
     }
     assert "other-gemm" not in plan.benchmarks
     assert plan.host_setup["gpu01"].workspace == "/scratch/sbf"

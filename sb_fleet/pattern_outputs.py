@@ -1,0 +1,98 @@
+"""A pattern run's own files in the run directory, written after collect (offline, from raw/ alone):
+
+* ``mpi_pattern.txt``: every pattern entry's rounds in SuperBench's format (its ``./output`` file);
+* ``pairs/<entry>.json``: the pair matrix (each pair's figure, round and group, or why it has none),
+  the localisation (node, NIC, path or link culprits with evidence and confidence), and the second
+  pass that would confirm them (rounds of suspects paired with known-good hosts).
+
+The report renders ``pairs/*.json`` as heatmaps (sb_fleet/analysis/pairmap.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sb_fleet.analysis.localise import Localisation, PairMatrix, localise, second_pass
+from sb_fleet.analysis.pairresults import matrix_from_results
+from sb_fleet.errors import SbFleetError
+from sb_fleet.normalize import summarize_host
+from sb_fleet.pattern_plan import load_topology
+from sb_fleet.patterns import PatternSpec
+from sb_fleet.plan import Plan
+from sb_fleet.rundir import RunDir, atomic_write_text, safe_name
+
+PAIRS_DIR = "pairs"
+
+
+def write_pattern_outputs(rd: RunDir, plan: Plan) -> list[Path]:
+    """Write the files above for every pattern entry of ``plan``; the paths written."""
+    if not plan.patterns:
+        return []
+    written = [rd.path / "mpi_pattern.txt"]
+    atomic_write_text(written[0], "".join(p["mpi_pattern"] for p in plan.patterns.values()))
+    records: dict[str, dict[str, object]] = {}
+    statuses: dict[str, dict[str, dict[str, object]]] = {}
+    for h in plan.hosts:
+        raw = rd.path / "raw" / safe_name(h)
+        if not raw.is_dir():
+            continue
+        rec = summarize_host(h, raw, merge_rounds=False)
+        records[h] = dict(rec.metrics)
+        statuses[h] = {k: st.to_json() for k, st in rec.statuses.items()}
+    for key, info in plan.patterns.items():
+        matrix = matrix_from_results(records, info["rounds"], plan.hosts, key, statuses)
+        if matrix is None:
+            continue
+        distance = leaves = None
+        if info.get("pattern"):
+            try:
+                topo = load_topology(PatternSpec.model_validate(info["pattern"]))
+            except (SbFleetError, ValueError):
+                topo = None  # the fabric files are gone: the verdicts go without path culprits
+            if topo is not None:
+                distance, leaves = topo.distance, topo.leaves
+        loc = localise(matrix, distance, leaves)
+        doc = {
+            "entry": key,
+            "pattern": info.get("type"),
+            "launcher": info.get("launcher"),
+            "matrix": matrix.to_json(),
+            "localisation": loc.to_json(),
+            "second_pass": [[list(p) for p in rnd] for rnd in second_pass(loc, plan.hosts)],
+        }
+        rd.sub(PAIRS_DIR)
+        written.append(rd.write_json(f"{PAIRS_DIR}/{safe_name(key)}.json", doc))
+    return written
+
+
+def load_pair_files(run_dir: Path) -> list[tuple[PairMatrix, Localisation, dict[str, Any]]]:
+    """The pair files of a run directory (for the report), each as (matrix, localisation, document)."""
+    out = []
+    for f in sorted((Path(run_dir) / PAIRS_DIR).glob("*.json")):
+        try:
+            doc = json.loads(f.read_text())
+            matrix = PairMatrix.from_json(doc["matrix"])
+            loc = localise(matrix)  # recomputed: the same pure function over the same matrix
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if doc.get("localisation", {}).get("culprits") is not None:
+            loc = _with_topology_verdicts(loc, doc["localisation"])
+        out.append((matrix, loc, doc))
+    return out
+
+
+def _with_topology_verdicts(loc: Localisation, saved: dict[str, Any]) -> Localisation:
+    """Keep the written verdicts when they used the fabric (path culprits need it)."""
+    if any(c.get("kind") == "path" for c in saved.get("culprits", [])):
+        from sb_fleet.analysis.localise import Culprit, Evidence
+
+        culprits = tuple(
+            Culprit(
+                **{**c, "hosts": tuple(c["hosts"]), "evidence": tuple(Evidence(**e) for e in c["evidence"])}
+            )
+            for c in saved["culprits"]
+        )
+        return Localisation(**{**loc.__dict__, "culprits": culprits})
+    return loc
