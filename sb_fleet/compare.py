@@ -217,8 +217,7 @@ def side_of(fleet: Fleet) -> Side:
         values[metric] = obs[finite]
         hosts_of[metric] = int(finite.any(axis=1).sum())
         runs[metric] = most
-        first = next(iter(by_rank.values()))[0][0]
-        units[metric] = fleet.directions.unit(cols[first])
+        units[metric] = fleet.directions.unit(metric)
     return Side(fleet.source, len(fleet.hosts), values, hosts_of, runs, fleet.directions, units)
 
 

@@ -342,7 +342,8 @@ def build_figures(
                 ok = np.isfinite(col)
                 if ok.any():
                     per_rank.append((u, float(np.median(col[ok])), int(ok.sum())))
-        unit = directions.unit(columns[g.cols[0]])
+        probe = split_run(parse_metric(columns[g.cols[0]]).base)[0]  # as metrics.json names it
+        unit = directions.unit(probe)
         peak_val, peak_src, eff = _efficiency(g.metric, unit, block, host_has, peak_rows)
         cv_med = cv_max = None
         if cv is not None and np.isfinite(cv).any():
@@ -353,7 +354,7 @@ def build_figures(
                 metric=g.metric,
                 benchmark=bench,
                 unit=unit,
-                direction=directions.of(columns[g.cols[0]]),
+                direction=directions.of(probe),
                 hosts=int(host_has.sum()),
                 values=int(flat.size),
                 median=float(q[2]),
@@ -523,7 +524,9 @@ def _rooflines(
     bad = _rc_rows(columns, values, "gemm-flops")
 
     def scale(col: int, kind: str, default: str) -> float:
-        return unit_scale(directions.unit(columns[col]) or default, kind) or 0.0
+        return (
+            unit_scale(directions.unit(split_run(parse_metric(columns[col]).base)[0]) or default, kind) or 0.0
+        )
 
     def one(
         label: str, rows: np.ndarray, hp: HostPeaks | None, shape: tuple[int, int, int] | None

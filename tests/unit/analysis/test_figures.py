@@ -1,0 +1,187 @@
+"""The measured figures (analysis.figures) and the nominal peaks they are held against (sb_fleet.peaks).
+
+Expected numbers are worked out by hand from the inputs (datasheet figures, the CPU formula, the
+order statistics of a handful of values), not read back from the code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sb_fleet.analysis.figures import CV_LIMIT, build_figures, model_group, model_metric, split_run
+from sb_fleet.analysis.measured import figures_of
+from sb_fleet.analysis.names import Directions, MetricInfo
+from sb_fleet.analysis.results import load_fleet
+from sb_fleet.analysis.writers.figures_md import render
+from sb_fleet.peaks import cpu_gemm_peaks, host_peaks, peak_for_metric, unit_scale
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "figures"
+H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_width": 16}
+
+
+@pytest.mark.parametrize(
+    "facts, fp64_gflops",
+    [
+        # 2 cores x 2.2 GHz x 8 lanes (AVX-512, fp64) x 2 (FMA) x 2 units
+        ({"cpu_cores": 2, "cpu_mhz": 2200, "cpu_flags": "sse2 avx avx2 fma avx512f"}, 140.8),
+        # 4 cores x 3.0 GHz x 4 lanes (AVX2) x 2 x 2
+        ({"cpu_cores": 4, "cpu_mhz": 3000, "cpu_flags": ["sse2", "avx", "avx2", "fma"]}, 192.0),
+        # 1 core x 2.0 GHz x 2 lanes (SSE2) x 2 (mul + add) x 1 unit (no FMA)
+        ({"cpu_count": 1, "cpu_mhz": 2000, "cpu_flags": ["sse2"]}, 8.0),
+    ],
+)
+def test_cpu_peak_from_cores_frequency_and_simd_flags(facts: dict, fp64_gflops: float) -> None:
+    peaks, notes = cpu_gemm_peaks(facts)
+    assert not notes
+    assert peaks["fp64"].value / 1e9 == pytest.approx(fp64_gflops)
+    assert peaks["fp32"].value == pytest.approx(2 * peaks["fp64"].value)
+    assert "FMA" in peaks["fp64"].source
+
+
+def test_cpu_peak_needs_its_facts() -> None:
+    peaks, notes = cpu_gemm_peaks({"cpu_count": 2, "cpu_flags": ["avx2"]})
+    assert peaks == {} and "cpu_mhz" in notes[0]
+    assert host_peaks(None).empty()
+
+
+def test_gpu_peaks_from_facts() -> None:
+    hp = host_peaks({**H100, "nics": [{"ports": [{"state": "4: ACTIVE", "rate": "400 Gb/sec (4X NDR)"}]}]})
+    assert hp.gpu and hp.device == "NVIDIA H100 80GB HBM3"
+    assert hp.gemm["fp16_tc"].value == pytest.approx(989.4e12)  # the suite's H100 SXM row, dense
+    assert hp.memory is not None and hp.memory.value == pytest.approx(3350e9)
+    assert hp.pcie is not None and hp.pcie.value == pytest.approx(32e9 * 128 / 130 * 16 / 8)
+    assert hp.ib is not None and hp.ib.value == pytest.approx(50e9)
+    assert peak_for_metric("mem-bw/h2d_bw", hp) is hp.pcie
+    assert peak_for_metric("mem-bw/d2d_bw", hp) is hp.memory
+    assert peak_for_metric("nccl-bw/allreduce_8589934592_busbw", hp) is hp.nvlink
+    assert peak_for_metric("nccl-bw/allreduce_8589934592_time", hp) is None
+    assert peak_for_metric("gemm-flops/int8_tc_iops", hp) is hp.gemm["int8_tc"]
+    assert hp.gemm["fp16_tc"].in_unit("TFLOPS") == pytest.approx(989.4)
+
+
+def test_unit_scales() -> None:
+    assert unit_scale("GB/s", "bytes") == 1e9
+    assert unit_scale("Gb/s", "bytes") == 1e9 / 8  # small b: bits
+    assert unit_scale("MB/s", "bytes") == 1e6
+    assert unit_scale("GiB/s", "bytes") == 2**30
+    assert unit_scale("GFLOPS", "flops") == 1e9 and unit_scale("GIOPS", "flops") == 1e9
+    assert unit_scale("ms", "bytes") is None and unit_scale(None, "flops") is None
+
+
+def test_names() -> None:
+    assert split_run("gemm-flops/2/fp16_flops") == ("gemm-flops/fp16_flops", 2)
+    assert split_run("gpt_models/pytorch-gpt2-large/0/fp16_train_throughput") == (
+        "gpt_models/pytorch-gpt2-large/fp16_train_throughput",
+        0,
+    )
+    assert split_run("nccl-bw/allreduce_1024_busbw") == ("nccl-bw/allreduce_1024_busbw", None)
+    mm = model_metric("bert_models/pytorch-bert-large/fp16_inference_step_time_99.9")
+    assert mm is not None and (mm.precision, mm.action, mm.kind, mm.percentile) == (
+        "fp16",
+        "inference",
+        "step_time",
+        "99.9",
+    )
+    assert model_metric("gemm-flops/fp16_flops") is None
+    assert [
+        model_group(m) for m in ("pytorch-gpt2-large", "pytorch-bert-base", "pytorch-lstm", "pytorch-vgg11")
+    ] == [
+        "GPT-2",
+        "BERT",
+        "LSTM",
+        "CNNs",
+    ]
+
+
+def _figs(columns: list[str], rows: list[list[float]], **kw):
+    return build_figures(
+        [f"h{i}" for i in range(len(rows))],
+        columns,
+        np.array(rows, dtype=float),
+        kw.pop("directions", Directions()),
+        **kw,
+    )
+
+
+def test_fleet_statistics_pool_ranks_and_keep_a_per_rank_drill_down() -> None:
+    cols = ["mem-bw/d2d_bw:0", "mem-bw/d2d_bw:1"]
+    f = _figs(cols, [[1, 2], [3, 4], [5, 6]]).metrics[0]
+    assert f.metric == "mem-bw/d2d_bw" and f.direction == 1
+    assert (f.hosts, f.values, f.median, f.min, f.max) == (3, 6, 3.5, 1, 6)
+    assert f.p5 == pytest.approx(1.25) and f.p95 == pytest.approx(5.75)  # linear interpolation of 1..6
+    assert f.per_rank == (("0", 3.0, 3), ("1", 4.0, 3))
+    one = _figs(cols, [[10, 20]]).metrics[0]
+    assert one.hosts == 1 and one.median == 15
+
+
+def test_a_failed_result_check_counts_zero() -> None:
+    cols = ["gemm-flops/fp16_tc_flops:0", "gemm-flops/return_code:0"]
+    figs = _figs(cols, [[700.0, 0], [690.0, 0], [9999.0, 3]])
+    f = figs.metrics[0]
+    assert f.invalid_hosts == 1 and f.min == 0.0 and f.max == 700.0 and f.median == 690.0
+    assert any("count as zero" in n for n in figs.notes)
+
+
+def test_run_to_run_spread() -> None:
+    # SuperBench's per-run columns: runs 100 and 120 -> CV = 14.14 / 110; 100 and 101 -> 0.70%
+    cols = ["kernel-launch/0/event_time", "kernel-launch/1/event_time"]
+    noisy = _figs(cols, [[100.0, 120.0]]).metrics[0]
+    assert noisy.median == 110.0 and noisy.runs == 2
+    assert noisy.cv == pytest.approx(math.sqrt(200) / 110) and noisy.noisy
+    calm = _figs(cols, [[100.0, 101.0]]).metrics[0]
+    assert calm.cv is not None and calm.cv < CV_LIMIT and not calm.noisy
+    # sb-fleet's own result files: the per-run values come beside the summary
+    f = _figs(
+        ["gemm-flops/fp32_flops"], [[27.0]], runs={"h0": {"gemm-flops/fp32_flops": [33.0, 21.0]}}
+    ).metrics[0]
+    assert f.cv == pytest.approx(math.sqrt(72) / 27) and f.noisy
+
+
+def test_efficiency_against_the_hosts_peak() -> None:
+    d = Directions({"gemm-flops/fp16_tc_flops": MetricInfo("GFLOPS", True)})
+    peaks = {"h0": host_peaks(H100), "h1": host_peaks(H100)}
+    f = _figs(["gemm-flops/fp16_tc_flops:0"], [[692_580.0], [742_050.0]], directions=d, peaks=peaks).metrics[
+        0
+    ]
+    assert f.peak == pytest.approx(989_400.0)
+    assert f.efficiency == pytest.approx((0.70 + 0.75) / 2)
+    assert "H100 SXM" in f.peak_source
+
+
+def test_cpu_roofline_of_the_demo_fixture() -> None:
+    figs = figures_of(load_fleet(FIXTURES / "figures_cpu"))
+    (rl,) = figs.rooflines
+    p = {x.precision: x for x in rl.points}
+    # 512^3 fp32: 2*512^3 / (4 bytes * 3 * 512^2) = 85.33 FLOP/byte; peak 281.6 GFLOPS; 27/281.6 = 9.6%
+    assert p["fp32"].intensity == pytest.approx(2 * 512 / 12)
+    assert p["fp32"].regime == "compute-bound" and p["fp32"].efficiency == pytest.approx(27.0 / 281.6)
+    assert rl.bandwidth == pytest.approx(6000e6) and "measured" in rl.bandwidth_source
+    gemm = {m.metric: m for m in figs.metrics}
+    assert gemm["gemm-flops/fp32_flops"].efficiency == pytest.approx(27.0 / 281.6)
+    assert gemm["gemm-flops/fp32_flops"].noisy  # runs 33 and 21
+
+
+def test_models_and_collective_curves() -> None:
+    figs = figures_of(load_fleet(FIXTURES / "figures_run"))
+    (row,) = figs.models
+    assert (row.model, row.group, row.precision) == ("gpt_models/pytorch-gpt2-large", "GPT-2", "fp16")
+    assert row.values["train_throughput"] == 61.0 and row.values["inference_step_time_p99"] == 13.0
+    (curve,) = figs.curves
+    assert curve.op == "allreduce" and curve.sizes == (1048576, 16777216, 268435456, 8589934592)
+    assert curve.busbw[0] == pytest.approx(40.4) and curve.algbw[0] == pytest.approx(40.4 / 1.75)
+    assert curve.peak == pytest.approx(450.0)  # H100 NVLink, one direction
+
+
+def test_results_section_golden(golden) -> None:
+    """The results section of report.md and the figures of report.json on a small three-host run."""
+    figs = figures_of(load_fleet(FIXTURES / "figures_run"))
+    golden(GOLDEN / "results_section.md", render(figs))
+    golden(GOLDEN / "figures.json", json.dumps(figs.to_json(), indent=1, sort_keys=True) + "\n")
+    cpu = figures_of(load_fleet(FIXTURES / "figures_cpu"))
+    golden(GOLDEN / "results_section_cpu.md", render(cpu))
