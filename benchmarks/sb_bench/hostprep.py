@@ -66,7 +66,57 @@ def cpu_facts() -> dict:
         "cpu_model": model or platform.processor(),
         "cpu_count": os.cpu_count(),
         "memory_gb": round(mem_kb / 1024 / 1024, 2),
+        **cpu_peak_facts(),
     }
+
+
+# The CPU flags that decide a nominal FLOPS peak (sb_fleet.peaks): SIMD width and FMA units.
+SIMD_FLAGS = ("sse2", "avx", "avx2", "fma", "avx512f", "asimd", "neon", "sve", "amx_tile")
+
+
+def parse_cpuinfo(text: str, max_khz: str = "") -> dict:
+    """cpu_flags (the SIMD subset), cpu_mhz (cpufreq's maximum, else /proc/cpuinfo's), cpu_cores
+    (physical: distinct (package, core) pairs) and cpu_vendor from /proc/cpuinfo's text."""
+    flags: set[str] = set()
+    mhz = 0.0
+    cores: set[tuple[str, str]] = set()
+    vendor = ""
+    phys = core = ""
+    for line in text.splitlines() + [""]:
+        key, _, val = (x.strip() for x in line.partition(":"))
+        if key in ("flags", "Features"):
+            flags |= set(val.split()) & set(SIMD_FLAGS)
+        elif key == "cpu MHz":
+            mhz = max(mhz, float(val or 0))
+        elif key == "vendor_id":
+            vendor = val
+        elif key == "physical id":
+            phys = val
+        elif key == "core id":
+            core = val
+        elif not line.strip() and core:
+            cores.add((phys, core))
+            phys = core = ""
+    out: dict = {"cpu_flags": sorted(flags), "cpu_vendor": vendor}
+    if max_khz.strip().isdigit():
+        mhz = int(max_khz.strip()) / 1000
+    if mhz:
+        out["cpu_mhz"] = round(mhz, 1)
+    if cores:
+        out["cpu_cores"] = len(cores)
+    return out
+
+
+def cpu_peak_facts() -> dict:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    try:
+        max_khz = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()
+    except OSError:
+        max_khz = ""
+    return parse_cpuinfo(text, max_khz)
 
 
 def gpu_facts() -> dict:

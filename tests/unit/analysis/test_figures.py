@@ -185,3 +185,38 @@ def test_results_section_golden(golden) -> None:
     golden(GOLDEN / "figures.json", json.dumps(figs.to_json(), indent=1, sort_keys=True) + "\n")
     cpu = figures_of(load_fleet(FIXTURES / "figures_cpu"))
     golden(GOLDEN / "results_section_cpu.md", render(cpu))
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz
+cpu MHz\t\t: 2000.000
+physical id\t: 0
+core id\t\t: 0
+flags\t\t: fpu sse sse2 ssse3 fma avx avx2 avx512f avx512dq
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+cpu MHz\t\t: 2000.000
+physical id\t: 0
+core id\t\t: 0
+flags\t\t: fpu sse sse2 ssse3 fma avx avx2 avx512f avx512dq
+
+processor\t: 2
+vendor_id\t: GenuineIntel
+cpu MHz\t\t: 2000.000
+physical id\t: 0
+core id\t\t: 1
+flags\t\t: fpu sse sse2 ssse3 fma avx avx2 avx512f avx512dq
+"""
+
+
+def test_hostprep_cpu_facts_feed_the_cpu_peak() -> None:
+    from sb_bench.hostprep import parse_cpuinfo
+
+    facts = parse_cpuinfo(CPUINFO, "3200000\n")  # cpufreq's maximum wins over "cpu MHz"
+    assert facts["cpu_cores"] == 2  # two hyperthreads of core 0, one of core 1
+    assert facts["cpu_mhz"] == 3200.0 and facts["cpu_vendor"] == "GenuineIntel"
+    assert set(facts["cpu_flags"]) == {"sse2", "fma", "avx", "avx2", "avx512f"}
+    peaks = host_peaks({"cpu_model": "Xeon", **facts})
+    assert peaks.gemm["fp64"].value == pytest.approx(2 * 3.2e9 * 8 * 2 * 2)
