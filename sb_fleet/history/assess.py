@@ -54,7 +54,8 @@ class Assessment:
     regressions: list[Regression] = field(default_factory=list)
     drifts: list[Drift] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # the store's queries and the regression arithmetic
+    prepare_seconds: float = 0.0  # reading the facts and keying every value by component
 
 
 def assess(
@@ -73,16 +74,17 @@ def assess(
     path = Path(path)
     meta = run_meta(source, run_dir, hosts)
     cmap = map_components(hosts, columns, meta.facts)
+    prepared = time.perf_counter()
     with open_store(path, lock_wait=lock_wait) as st:
         window = st.window(meta.time, settings.window, exclude_key=meta.run_key)
         q25, q50, q75, count = st.own_baseline(
             [r.run for r in window], cmap.components, cmap.metrics, cmap.comp, cmap.metric
         )
         past = st.fleet_medians(window)
-    a = Assessment(path, settings, meta, cmap, window)
+    a = Assessment(path, settings, meta, cmap, window, prepare_seconds=prepared - t0)
     if not window:
         a.warnings.append(f"history: {path} has no earlier run; this run starts its history")
-        a.seconds = time.perf_counter() - t0
+        a.seconds = time.perf_counter() - prepared
         return a
     dirs = [directions.of(c) for c in columns]
     if settings.regression != "off":
@@ -138,7 +140,7 @@ def assess(
                 f"last {d.runs} runs{since}"
                 + (" (fails the gate: gates.history.drift)" if settings.drift == "fail" else "")
             )
-    a.seconds = time.perf_counter() - t0
+    a.seconds = time.perf_counter() - prepared
     return a
 
 
@@ -168,8 +170,7 @@ def conclude(
         seqs = st.verdicts(before[-(s.offenders_n - 1) :] if s.offenders_n > 1 else [], names)
         trend_runs = [*before[-(TREND_RUNS - 1) :], *st.window_of(a.meta.run_key)]
         flagged = _trend_hosts(a, judged)
-        trends = {h: st.host_trend(h, None, trend_runs) for h, _ in flagged}
-        trends = {h: {m: trends[h].get(m, []) for m in ms} for h, ms in flagged}
+        trends = st.host_trends(dict(flagged), trend_runs)
         fams = [d.family for d in a.drifts]
         fams += [parse_metric(m).family for _, ms in flagged for m in ms]
         fams = list(dict.fromkeys(fams))[:TREND_FAMILIES] or _default_families(columns)
@@ -212,6 +213,7 @@ def conclude(
         fleet_trends=fleet_trends,
         query_seconds=a.seconds + (time.perf_counter() - t0 - t_build - t_rec),
         record_seconds=t_build + t_rec,
+        prepare_seconds=a.prepare_seconds,
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 
 from sb_fleet import __version__
 from sb_fleet.analysis.names import parse_metric
@@ -65,7 +66,7 @@ def _utc(ts: str | None) -> _dt.datetime | None:
 
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return orjson.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
 

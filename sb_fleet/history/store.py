@@ -8,7 +8,8 @@ so a window of runs is a contiguous, zone-map-pruned scan)::
     names(kind, name, id)                 kind: host | metric | comp | cmetric | family
     host_runs(run, host, verdict, outcome, reason, gpu_model, facts, issues)
     facts(digest, facts)                  facts JSON, stored once per distinct content
-    vals(run, host, metric, comp, cmetric, ok, value)
+    cells(comp, cmetric, id)              a component's metric: what its own history is kept under
+    vals(run, host, metric, cell, ok, value)
     fleet(run, family, median, n)         the fleet median of each metric family per run
 
 A run is keyed by its ``run_key`` (the run directory's run id, or the results file's digest).
@@ -49,8 +50,9 @@ CREATE TABLE IF NOT EXISTS names(kind VARCHAR NOT NULL, name VARCHAR NOT NULL, i
 CREATE TABLE IF NOT EXISTS host_runs(run INTEGER, host INTEGER, verdict VARCHAR, outcome VARCHAR,
     reason VARCHAR, gpu_model VARCHAR, facts VARCHAR, issues VARCHAR);
 CREATE TABLE IF NOT EXISTS facts(digest VARCHAR PRIMARY KEY, facts VARCHAR);
-CREATE TABLE IF NOT EXISTS vals(run INTEGER, host INTEGER, metric INTEGER, comp INTEGER, cmetric INTEGER,
-    ok BOOLEAN, value DOUBLE);
+CREATE TABLE IF NOT EXISTS cells(comp INTEGER NOT NULL, cmetric INTEGER NOT NULL, id INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS vals(run INTEGER, host INTEGER, metric INTEGER, cell INTEGER, ok BOOLEAN,
+    value DOUBLE);
 CREATE TABLE IF NOT EXISTS fleet(run INTEGER, family INTEGER, median DOUBLE, n INTEGER);
 """
 
@@ -182,6 +184,40 @@ class Store:
             out[missing] = new_ids
         return out
 
+    def cell_ids(self, comp: np.ndarray, cmetric: np.ndarray, create: bool = True) -> np.ndarray:
+        """The id of every (component, component-metric) pair (new ones get ids when ``create``, else -1;
+        a pair with a negative part is -1)."""
+        comp = np.asarray(comp, dtype=np.int64)
+        cmetric = np.asarray(cmetric, dtype=np.int64)
+        out = np.full(len(comp), -1, dtype=np.int32)
+        valid = (comp >= 0) & (cmetric >= 0)
+        if not valid.any():
+            return out
+        key = comp[valid] * (1 << 31) + cmetric[valid]
+        uniq, inverse = np.unique(key, return_inverse=True)
+        with self._frame(
+            comp=(uniq >> 31).astype(np.int32),
+            cmetric=(uniq & ((1 << 31) - 1)).astype(np.int32),
+            pos=np.arange(len(uniq), dtype=np.int64),
+        ) as f:
+            got = self.sql(
+                f"SELECT f.pos, c.id FROM {f} f JOIN cells c ON c.comp = f.comp AND c.cmetric = f.cmetric"
+            ).fetchnumpy()
+        ids = np.full(len(uniq), -1, dtype=np.int32)
+        ids[got["pos"]] = got["id"]
+        missing = np.nonzero(ids < 0)[0]
+        if create and len(missing):
+            start = int(self.one("SELECT coalesce(max(id), -1) + 1 FROM cells")[0])
+            ids[missing] = np.arange(start, start + len(missing), dtype=np.int32)
+            self.append(
+                "cells",
+                comp=(uniq[missing] >> 31).astype(np.int32),
+                cmetric=(uniq[missing] & ((1 << 31) - 1)).astype(np.int32),
+                id=ids[missing],
+            )
+        out[np.nonzero(valid)[0]] = ids[inverse.reshape(-1)]
+        return out
+
     def names_of(self, kind: str) -> dict[int, str]:
         rows = self.sql("SELECT id, name FROM names WHERE kind = ?", [kind]).fetchall()
         return {int(i): str(n) for i, n in rows}
@@ -254,8 +290,10 @@ class Store:
         if rec.values.size:
             vhost = self.ids("host", rec.hosts)
             vmetric = self.ids("metric", rec.metrics)
-            vcomp = self.ids("comp", rec.components)
-            vcm = self.ids("cmetric", rec.cmetrics)
+            cell = self.cell_ids(
+                self.ids("comp", rec.components)[rec.comp.reshape(-1)],
+                self.ids("cmetric", rec.cmetrics)[rec.cmetric.reshape(-1)],
+            )
             h, c = rec.values.shape
             vals = rec.values.reshape(-1)
             keep = np.isfinite(vals)
@@ -265,8 +303,7 @@ class Store:
                 run=np.full(len(rr), run, dtype=np.int32),
                 host=vhost[rr],
                 metric=vmetric[cc],
-                comp=vcomp[rec.comp.reshape(-1)[keep]],
-                cmetric=vcm[rec.cmetric.reshape(-1)[keep]],
+                cell=cell[keep],
                 ok=rec.ok[rr],
                 value=vals[keep],
             ) as f:
@@ -379,31 +416,39 @@ class Store:
         count = np.zeros(shape, dtype=np.int64)
         if not runs or comp.size == 0:
             return q25, q50, q75, count
-        comp_ids = self.ids("comp", components, create=False)
-        cm_ids = self.ids("cmetric", cmetrics, create=False)
-        g_comp = comp_ids[comp.reshape(-1)]
-        g_cm = cm_ids[cmetric.reshape(-1)]
-        known = (g_comp >= 0) & (g_cm >= 0)
-        if not known.any():
+        cells = self.cell_ids(
+            self.ids("comp", components, create=False)[comp.reshape(-1)],
+            self.ids("cmetric", cmetrics, create=False)[cmetric.reshape(-1)],
+            create=False,
+        )
+        known = np.nonzero(cells >= 0)[0]
+        if not len(known):
             return q25, q50, q75, count
         run_list = ",".join(str(int(r)) for r in runs)
-        with self._frame(
-            pos=np.nonzero(known)[0].astype(np.int64), comp=g_comp[known], cmetric=g_cm[known]
-        ) as f:
-            got = self.sql(
-                f"""
-                WITH agg AS (
-                    SELECT comp, cmetric, quantile_cont(value, [0.25, 0.5, 0.75]) AS q, count(*) AS n
-                    FROM vals WHERE run IN ({run_list}) AND ok AND isfinite(value)
-                    GROUP BY comp, cmetric)
-                SELECT f.pos, agg.q[1] AS q25, agg.q[2] AS q50, agg.q[3] AS q75, agg.n
-                FROM {f} f JOIN agg ON agg.comp = f.comp AND agg.cmetric = f.cmetric
-                """
-            ).fetchnumpy()
-        pos = got["pos"]
-        for arr, key in ((q25, "q25"), (q50, "q50"), (q75, "q75")):
-            arr.reshape(-1)[pos] = got[key]
-        count.reshape(-1)[pos] = got["n"]
+        got = self.sql(
+            f"SELECT run, cell, value FROM vals WHERE run IN ({run_list}) AND ok AND isfinite(value)"
+        ).fetchnumpy()
+        # Dense [runs, cells of tonight] in numpy: a lookup array from cell id to tonight's position.
+        where = np.full(int(max(cells.max(), got["cell"].max(initial=0))) + 1, -1, dtype=np.int64)
+        where[cells[known]] = known
+        pos = where[got["cell"]]
+        sel = pos >= 0
+        run_idx = np.full(max(int(r) for r in runs) + 1, 0, dtype=np.int64)
+        run_idx[np.asarray([int(r) for r in runs])] = np.arange(len(runs))
+        dense = np.full((comp.size, len(runs)), np.nan)  # a row per cell: sorting a row is contiguous
+        dense[pos[sel], run_idx[got["run"][sel]]] = got["value"][sel]
+        dense.sort(axis=1)  # NaN last
+        n = np.isfinite(dense).sum(axis=1)
+        flat = (q25.reshape(-1), q50.reshape(-1), q75.reshape(-1))
+        has = n > 0
+        cols = np.nonzero(has)[0]
+        for out, q in zip(flat, (0.25, 0.5, 0.75), strict=True):
+            at = (n[has] - 1) * q  # linear interpolation between order statistics (quantile_cont)
+            lo = np.floor(at).astype(np.int64)
+            hi = np.minimum(lo + 1, n[has] - 1)
+            frac = at - lo
+            out[cols] = dense[cols, lo] * (1 - frac) + dense[cols, hi] * frac
+        count.reshape(-1)[:] = n
         return q25, q50, q75, count
 
     def fleet_medians(self, runs: Sequence[RunInfo]) -> dict[str, list[tuple[str, float]]]:
@@ -423,21 +468,61 @@ class Store:
 
     def verdicts(self, runs: Sequence[RunInfo], hosts: Sequence[str]) -> dict[str, list[str]]:
         """Host -> its verdicts in ``runs`` (oldest first; runs it was not in are left out)."""
+        out: dict[str, list[str]] = {h: [] for h in hosts}
         if not runs or not hosts:
-            return {h: [] for h in hosts}
-        order = {r.run: i for i, r in enumerate(runs)}
+            return out
         host_ids = self.ids("host", hosts, create=False)
-        by_id = {int(i): h for i, h in zip(host_ids, hosts, strict=True) if i >= 0}
+        known = host_ids >= 0
+        if not known.any():
+            return out
         run_list = ",".join(str(r.run) for r in runs)
-        out: dict[str, list[tuple[int, str]]] = {h: [] for h in hosts}
-        if by_id:
-            with self._frame(host=np.array(list(by_id), dtype=np.int32)) as f:
-                rows = self.sql(
-                    f"SELECT run, host, verdict FROM host_runs WHERE run IN ({run_list}) AND host IN (SELECT host FROM {f})"
-                ).fetchall()
-            for run, host, verdict in rows:
-                out[by_id[int(host)]].append((order[int(run)], str(verdict)))
-        return {h: [v for _, v in sorted(seq)] for h, seq in out.items()}
+        with self._frame(host=host_ids[known]) as f:
+            got = self.sql(
+                f"SELECT h.host, h.verdict FROM host_runs h JOIN runs r ON r.run = h.run "
+                f"WHERE h.run IN ({run_list}) AND h.host IN (SELECT host FROM {f}) "
+                f"ORDER BY h.host, r.time, r.run"
+            ).fetchnumpy()
+        name_of = dict(
+            zip(host_ids[known].tolist(), np.asarray(hosts, dtype=object)[known].tolist(), strict=True)
+        )
+        ids, verdicts = got["host"], got["verdict"]
+        if len(ids):
+            cuts = np.flatnonzero(np.diff(ids)) + 1
+            for chunk_ids, chunk in zip(np.split(ids, cuts), np.split(verdicts, cuts), strict=True):
+                out[name_of[int(chunk_ids[0])]] = chunk.tolist()
+        return out
+
+    def host_trends(
+        self, wanted: dict[str, list[str]], runs: Sequence[RunInfo]
+    ) -> dict[str, dict[str, list[tuple[str, float]]]]:
+        """Host -> metric -> [(run key, value)] over ``runs`` for the given hosts' metrics, in one scan."""
+        out: dict[str, dict[str, list[tuple[str, float]]]] = {
+            h: {m: [] for m in ms} for h, ms in wanted.items()
+        }
+        if not wanted or not runs:
+            return out
+        hosts = list(wanted)
+        metrics = sorted({m for ms in wanted.values() for m in ms})
+        hid = self.ids("host", hosts, create=False)
+        mid = self.ids("metric", metrics, create=False)
+        host_of = {int(i): h for i, h in zip(hid, hosts, strict=True) if i >= 0}
+        metric_of = {int(i): m for i, m in zip(mid, metrics, strict=True) if i >= 0}
+        if not host_of or not metric_of:
+            return out
+        order = {r.run: (i, r.run_key) for i, r in enumerate(runs)}
+        rows: list[tuple[Any, ...]] = []
+        for (
+            h
+        ) in host_of:  # one query per host: an equality keeps DuckDB's row-group pruning, IN lists lose it
+            rows += self.sql(
+                f"SELECT run, host, metric, value FROM vals WHERE run IN ({','.join(str(r) for r in order)}) "
+                f"AND host = {h} AND metric IN ({','.join(map(str, metric_of))})"
+            ).fetchall()
+        for run, h, m, v in sorted(rows, key=lambda x: order[int(x[0])][0]):
+            host, metric = host_of[int(h)], metric_of[int(m)]
+            if metric in out[host]:
+                out[host][metric].append((order[int(run)][1], float(v)))
+        return out
 
     def host_trend(
         self, host: str, metric: str | None, runs: Sequence[RunInfo]

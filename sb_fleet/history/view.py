@@ -60,6 +60,7 @@ class HistoryView:
     fleet_trends: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     query_seconds: float = 0.0
     record_seconds: float = 0.0
+    prepare_seconds: float = 0.0  # facts read and values keyed by component
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,7 +81,11 @@ class HistoryView:
                 for h, ms in self.host_trends.items()
             },
             "fleet_trends": {f: [[k, _num(v)] for k, v in seq] for f, seq in self.fleet_trends.items()},
-            "seconds": {"queries": round(self.query_seconds, 3), "record": round(self.record_seconds, 3)},
+            "seconds": {
+                "prepare": round(self.prepare_seconds, 3),
+                "queries": round(self.query_seconds, 3),
+                "record": round(self.record_seconds, 3),
+            },
         }
 
     def markdown(self) -> str:
