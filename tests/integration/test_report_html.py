@@ -100,3 +100,56 @@ def test_screenshot_is_kept(html_report: tuple[Path, dict], tmp_path: Path) -> N
     assert shot.is_file(), res.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+FIXTURES = ROOT / "tests" / "unit" / "fixtures"
+
+
+def _page_state(res: subprocess.CompletedProcess[str]) -> str:
+    head = re.search(r"<html[^>]*>", res.stdout)
+    assert res.returncode == 0 and head, res.stderr[-2000:]
+    assert "Uncaught" not in res.stderr, res.stderr[-2000:]
+    return head.group(0)
+
+
+@pytest.mark.parametrize("fixture", ["figures_run", "figures_cpu"])
+def test_measured_figures_are_drawn(fixture: str, tmp_path: Path) -> None:
+    """The results section: tables with units and % of peak, every matplotlib plot laid out with marks."""
+    out = tmp_path / "out"
+    write_reports(report(FIXTURES / fixture), out)
+    page = out / "report.html"
+    res = chromium(tmp_path, "--dump-dom", page.as_uri())
+    head = _page_state(res)
+    assert 'data-ready="1"' in head and "data-errors" not in head, head
+    drawn, total = re.search(r'data-figure-plots="(\d+)/(\d+)"', head).groups()
+    assert drawn == total and int(total) >= (2 if fixture == "figures_run" else 1)  # busbw curves, rooflines
+    assert '<section id="figures">' in res.stdout and "% of peak" in res.stdout
+    assert "GFLOPS" in res.stdout and "too noisy" in res.stdout
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / f"report-figures-{fixture}.png"
+    shot.unlink(missing_ok=True)
+    chromium(tmp_path, "--window-size=1400,2600", f"--screenshot={shot}", "--hide-scrollbars", page.as_uri())
+    assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_page_renders(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sb_fleet.cli import main
+
+    fx = FIXTURES / "compare"
+    res = CliRunner().invoke(
+        main, ["compare", str(fx / "baseline.jsonl"), str(fx / "target.jsonl"), "--out", str(tmp_path / "c")]
+    )
+    assert res.exit_code == 0, res.output
+    page = tmp_path / "c" / "compare.html"
+    dump = chromium(tmp_path, "--dump-dom", page.as_uri())
+    head = _page_state(dump)
+    assert 'data-plots="3"' in head
+    assert dump.stdout.count("<svg") == 3 and dump.stdout.count("<path") > 10
+    assert "GPT-2" in dump.stdout and "2.017x" in dump.stdout
+    shot = ARTIFACTS / "compare-html.png"
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot.unlink(missing_ok=True)
+    chromium(tmp_path, "--window-size=1400,2000", f"--screenshot={shot}", "--hide-scrollbars", page.as_uri())
+    assert shot.is_file()

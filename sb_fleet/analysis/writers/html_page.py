@@ -254,6 +254,13 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
   var m = /^#host=(.+)$/.exec(window.location.hash);
   if (m) { drill(decodeURIComponent(m[1])); }
   document.documentElement.setAttribute("data-plots", String(drawn));
+  // The measured figures' plots are static SVG (matplotlib): count those the browser laid out with marks.
+  var figDrawn = 0, figAll = document.querySelectorAll(".fig-plot svg");
+  figAll.forEach(function (svg) {
+    var box = svg.getBBox ? svg.getBBox() : null;
+    if (box && box.width > 0 && box.height > 0 && svg.querySelectorAll("path, use").length > 0) { figDrawn++; }
+  });
+  document.documentElement.setAttribute("data-figure-plots", figDrawn + "/" + figAll.length);
   document.documentElement.setAttribute("data-ready", "1");
 })();
 </script>
