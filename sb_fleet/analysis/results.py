@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sb_fleet.analysis.names import Directions, MetricInfo, load_metrics_json, parse_metric
+from sb_fleet.analysis.names import Directions, MetricInfo, load_metrics_json
 from sb_fleet.errors import ResultsError
 from sb_fleet.rundir import safe_name
 
@@ -340,11 +340,3 @@ def _load_run_dir(run: Path) -> Fleet:
         directions=Directions(declared),
         run_dir=run,
     )
-
-
-def benchmarks_of_columns(columns: list[str]) -> list[str]:
-    """The benchmarks present among the columns, in first-seen order."""
-    seen: dict[str, None] = {}
-    for c in columns:
-        seen.setdefault(parse_metric(c).group, None)
-    return list(seen)

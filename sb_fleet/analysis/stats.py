@@ -78,15 +78,3 @@ def column_stats(values: np.ndarray) -> ColumnStats:
     return ColumnStats(
         count=counts, mean=mean, std=std, min=mn, max=mx, percentiles=dict(zip(PERCENTILES, qs, strict=True))
     )
-
-
-def robust_center_spread(x: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Median and MAD-based sigma along an axis, ignoring NaNs."""
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(x, axis=axis)
-            mad = np.nanmedian(np.abs(x - np.expand_dims(med, axis)), axis=axis)
-    return med, mad * MAD_TO_SIGMA
