@@ -218,3 +218,19 @@ def test_two_nodes_on_loopback(tmp_path):
     assert sorted(r["rank"] for r in results) == [0, 1]
     assert all(r["world_size"] == 2 for r in results)
     _check_nccl(results, 2)
+
+
+@pytest.mark.parametrize("op", ["reducescatter", "allreduce"])
+def test_128mib_on_two_gloo_ranks_passes_its_data_check(op, tmp_path):
+    """Issue 15's repro: 2**25 float32 elements, past float32's exact integers, checked on both ranks."""
+    import json
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "sb_bench.micro.nccl_bw", "--device", "cpu", "--ngpus", "2"]
+    argv += ["--operation", op, "--minbytes", "128M", "--maxbytes", "128M", "--num-steps", "2"]
+    argv += ["--num-warmup", "1", "--out", str(tmp_path)]
+    proc = subprocess.run(argv, env=bench_env(), capture_output=True, text=True, timeout=300)
+    env = json.loads((tmp_path / "rank0.json").read_text())
+    assert proc.returncode == 0 and env["status"] == "ok", (env["reason"], proc.stderr[-500:])
+    assert env["result"][f"{op}_134217728_busbw"][0] > 0
