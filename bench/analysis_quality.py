@@ -8,7 +8,8 @@ all-reduce, a degraded IB port, slow kernel launch on one GPU, lower model
 throughput, failed benchmarks, missing hosts. Prints recall per fault type
 and the false-positive rate among healthy hosts. With ``--lownoise`` the fleets
 come from ``tests/synth/lownoise.py``: every family's spread is 0.2-0.8% and one
-more fault is planted, one GPU's tensor-core GEMMs all 1.5-3% low. Usage::
+more fault is planted, one GPU's tensor-core GEMMs all 1.5-3% low; ``--heavy-tails``
+adds rare wild values (Student-t jitter). Usage::
 
     python bench/analysis_quality.py [--hosts 5000] [--seeds 9001,9002,9003] [--lownoise]
     python bench/analysis_quality.py --lownoise --fleet '{"floor_sigmas": 0}'   # the fixed floors, for comparison
@@ -41,9 +42,13 @@ def score(
     gates: Gates,
     per_gpu: bool,
     lownoise: bool = False,
+    heavy_tails: bool = False,
 ) -> tuple[Counter, Counter, int, int, list]:
-    make = generate_lownoise if lownoise else generate
-    fleet = make(n, seed=seed, benign_fraction=benign, fault_fraction=fault_fraction, benign_per_gpu=per_gpu)
+    kw = {"benign_fraction": benign, "fault_fraction": fault_fraction, "benign_per_gpu": per_gpu}
+    if lownoise:
+        fleet = generate_lownoise(n, seed=seed, heavy_tails=heavy_tails, **kw)  # type: ignore[arg-type]
+    else:
+        fleet = generate(n, seed=seed, **kw)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory(prefix="sb-fleet-quality-") as d:
         run = Path(d)
         (run / "manifest.json").write_text('{"schema_version": 1}')
@@ -72,6 +77,7 @@ def main() -> None:
         "--benign-per-gpu", action="store_true", help="the slower batch is a share of the GPUs, not of hosts"
     )
     ap.add_argument("--lownoise", action="store_true", help="0.2-0.8%% noise and the tensor-core fault")
+    ap.add_argument("--heavy-tails", action="store_true", help="with --lownoise: Student-t jitter too")
     args = ap.parse_args()
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; fleet settings: {args.fleet}")
     gates = Gates.model_validate({"fleet": json.loads(args.fleet)})
@@ -81,7 +87,14 @@ def main() -> None:
     examples = []
     for seed in (int(s) for s in args.seeds.split(",")):
         p, f, nfp, nh, fps = score(
-            args.hosts, seed, args.benign, args.faults, gates, args.benign_per_gpu, args.lownoise
+            args.hosts,
+            seed,
+            args.benign,
+            args.faults,
+            gates,
+            args.benign_per_gpu,
+            args.lownoise,
+            args.heavy_tails,
         )
         planted += p
         found += f

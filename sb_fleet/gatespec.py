@@ -60,7 +60,7 @@ class DetectionSettings:
     sibling_min_deviation: float = 0.025  # sibling check: at least 2.5% worse than the siblings
     combined_min_deviation: float = 0.02  # combined sibling check: mean deviation at least 2%
     min_hosts: int = 8  # fewer hosts than this: no fleet statistics
-    floor_sigmas: float = 4.0  # sibling checks: the floor follows the family's noise (0: fixed floors)
+    floor_sigmas: float = 2.0  # combined sibling check: its floor follows the family noise (0: fixed)
     min_floor: float = 0.01  # ... but never below 1%
 
 

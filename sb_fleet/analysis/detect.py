@@ -19,13 +19,15 @@ the direction is unknown) and needs two things at once: a statistical
 threshold (``threshold`` robust sigmas) and a practical one (a minimum
 relative deviation), so a tight metric does not flag harmless wiggles.
 
-The practical floor of the sibling checks follows each family's measured noise:
-``floor_sigmas`` times the family's robust sibling sigma, between ``min_floor``
-and the configured floor. A GPU a few percent low on every tensor-core GEMM of a
-family with 0.3% noise is then found, while a noisy family keeps its floor. The
-fleet checks keep their fixed floors: a benign batch of hosts shifts every metric
-of a host together, and only a fixed floor tells it from a fault when the batch
-is too rare to widen the measured tail.
+The practical floor of the combined sibling check follows the measured noise of
+the metrics it combines: ``floor_sigmas`` times their mean robust sibling sigma,
+between ``min_floor`` and the configured floor. A GPU a few percent low on every
+tensor-core GEMM of a family with 0.3% noise is then found (the other GEMMs on the
+GPU dilute the average below the fixed 2%), while noisy families keep their floor.
+The single-metric checks keep their fixed floors, which guard against one wild
+value; the fleet checks too: a benign batch of hosts shifts every metric of a host
+together, and only a fixed floor tells it from a fault when the batch is too rare
+to widen the measured tail.
 
 The spread is the larger of the MAD-based sigma and a tail-based sigma read
 from the 2% quantile on the bad side. A benign sub-population (say a tenth
@@ -216,8 +218,7 @@ def detect(
                 sib_sigma = _spread(rel, direction, 2 * settings.sibling_min_deviation)
                 if np.isfinite(sib_sigma):
                     sbad = _badness(rel, direction)
-                    floor = noise_floor(sib_sigma, settings.sibling_min_deviation, settings)
-                    sib_limit = max(settings.threshold * sib_sigma, floor)
+                    sib_limit = max(settings.threshold * sib_sigma, settings.sibling_min_deviation)
                     shit = sbad > sib_limit
                     for r, u in zip(*np.nonzero(shit), strict=True):
                         c = cols[u]

@@ -7,6 +7,8 @@ precision is 1.5-3% low (one factor per host). Each metric alone is many robust 
 out but under the fixed practical floors (2-3%); together they are unmistakable.
 The generator's benign sub-population (1.5% slower hosts, or GPUs with
 ``benign_per_gpu``) and its other faults are kept, so false positives are measured too.
+With ``heavy_tails``, every measured value also gets a Student-t (3 degrees of freedom)
+jitter of scale ``tail_scale``: rare wild values, as real fleets have and Gaussian noise lacks.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def generate_lownoise(
     tc_fraction: float = 0.01,
     benign_fraction: float | None = None,
     benign_per_gpu: bool = False,
+    heavy_tails: bool = False,
+    tail_scale: float = 0.001,
 ) -> SynthFleet:
     fleet = generate(
         n_hosts,
@@ -47,6 +51,11 @@ def generate_lownoise(
     lines = []
     for line in fleet.lines:
         row = json.loads(line)
+        if heavy_tails:
+            for key, v in row.items():
+                if key != "node" and not key.endswith("/return_code"):
+                    row[key] = round(v * (1.0 + tail_scale * float(rng.standard_t(3))), 6)
+            line = json.dumps(row)
         if row["node"] in targets:
             g = int(rng.integers(GPUS))
             factor = 1.0 - float(rng.uniform(*TC_DROP))
