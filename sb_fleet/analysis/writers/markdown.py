@@ -77,6 +77,8 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
     if result.gates.limits:
         checks.append(f"{len(result.gates.limits)} absolute limit(s)")
     lines.append(f"- Checks: {', '.join(checks) if checks else 'none'}")
+    for rule, patterns in result.rules_unmatched.items():  # a rule that judges nothing passes every host
+        lines.append(f"- **WARNING: rule `{rule}` matches no metric**: {patterns}")
     lines.append("")
 
     bad = sorted((h for h in result.hosts if h.verdict != "pass"), key=lambda h: (_ORDER[h.verdict], h.name))

@@ -49,6 +49,8 @@ def test_rules_matching_nothing_are_loud(tmp_path: Path, data_dir: Path) -> None
         [str(data_dir / "test_results.jsonl"), "--rules", str(rules), "--out", str(tmp_path / "o"), "-q"],
     )
     assert "WARNING: rule 'tc': patterns match no metric" in res.stderr
+    head = (tmp_path / "o" / "report.md").read_text().split("## ")[0]  # the header, before any section
+    assert "**WARNING: rule `tc` matches no metric**" in head
 
 
 def test_superbench_output_needs_rules(tmp_path: Path, data_dir: Path) -> None:
