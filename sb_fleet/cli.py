@@ -67,6 +67,7 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.workflow.Options, i
         forks=kw.get("forks"),
         resume=bool(kw.get("resume")),
         history=kw.get("history"),
+        confirm=bool(kw.get("confirm")),
         progress=not kw.get("quiet"),
         argv=("sb-fleet", *sys.argv[1:]),
     )
@@ -139,6 +140,12 @@ def collect(**kw: Any) -> int:
     type=PathArg,
     help="history store (DuckDB file): record the run and judge every host against its own past too "
     "(default: fleet.history of the config).",
+)
+@click.option(
+    "--confirm",
+    is_flag=True,
+    help="before the verdict, run the failing hosts' flagged benchmarks again (with a few passing control "
+    "hosts); a finding that does not reproduce makes the host 'flaky', not failed.",
 )
 @guarded
 def validate(**kw: Any) -> int:

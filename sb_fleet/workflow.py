@@ -45,6 +45,7 @@ class Options:
     forks: int | None = None
     resume: bool = False
     history: Path | None = None  # the history store to record into (else fleet.history of the config)
+    confirm: bool = False  # validate: run the flagged hosts' benchmarks again before the verdict
     progress: bool = True
     argv: tuple[str, ...] = field(default_factory=tuple)
 
@@ -114,14 +115,14 @@ def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
     return finish(run, opts, start, hosts), run
 
 
-def report(run: RunInputs, history: Path | None = None) -> int:
+def report(run: RunInputs, history: Path | None = None, confirmations: dict | None = None) -> int:
     """The fleet analysis of the run directory, written into it; the gate's exit code (0 or 1).
     With a history store (``history`` or fleet.history), the run is judged against and recorded in it."""
     from sb_fleet.analysis.api import report as analyse
     from sb_fleet.analysis.api import write_reports
 
     store = history or run.config.fleet.history
-    result = analyse(run.rd.path, gates=run.config.gates, history=store)
+    result = analyse(run.rd.path, gates=run.config.gates, history=store, confirmations=confirmations)
     write_reports(result, run.rd.path)
     return int(result.exit_code)
 
@@ -140,8 +141,47 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
         return finish(run, opts, start, hosts), run
     collect_stage(run, ex, hosts)
     merge(run.rd, list(run.plan.hosts))
-    gate = report(run, opts.history)
+    confirmations = confirm(run, opts) if opts.confirm else None
+    gate = report(run, opts.history, confirmations)
     return finish(run, opts, start, hosts, gate_passed=gate == 0), run
+
+
+def confirm(run: RunInputs, opts: Options) -> dict | None:
+    """validate --confirm: the benchmarks the failing hosts were flagged on run again, on them and on a
+    few passing control hosts, as a sub-run in ``<run>/confirm/``; each host's findings judged
+    reproduced or not (:mod:`sb_fleet.history.confirm`), written to ``confirm.json``."""
+    import yaml
+
+    from sb_fleet.analysis.api import report as analyse
+    from sb_fleet.analysis.results import load_fleet
+    from sb_fleet.history import confirm as cf
+    from sb_fleet.rundir import atomic_write_text
+
+    first = analyse(run.rd.path, gates=run.config.gates)
+    plan = cf.plan_confirmation(first.hosts)
+    cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), plan.all_benchmarks)
+    if not plan.benchmarks or cfg is None or len(run.inventory.sources) != 1:
+        return None
+    cfg_path = run.rd.path / "confirm-config.yaml"
+    atomic_write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
+    sub = create_run(run.rd.path / "confirm", cfg_path, Path(run.inventory.sources[0]), ",".join(plan.hosts))
+    hosts, ex = sub.select(None), executor(sub, opts)
+    deployed = deploy_stage(sub, ex, hosts)
+    if sub.config.fleet.runtime != "none":
+        deploy_image(sub, ex, deployed)
+    run_stage(sub, ex, hosts)
+    collect_stage(sub, ex, hosts)
+    again, before = load_fleet(sub.rd.path), first.fleet
+    rerun = cf.rerun_values(again.hosts, again.columns, again.values)
+    firsts = cf.rerun_values(before.hosts, before.columns, before.values)
+    result = cf.judge_confirmation(
+        {h.name: h.issues for h in first.hosts if h.name in plan.benchmarks},
+        {h: rerun[h] for h in plan.benchmarks if h in rerun},
+        {c: firsts.get(c, {}) for c in plan.controls},
+        {c: rerun[c] for c in plan.controls if c in rerun},
+    )
+    run.rd.write_json("confirm.json", cf.confirmation_json(plan, result, sub.rd.path))
+    return result
 
 
 def cleanup(opts: Options, images: bool, workspaces: bool) -> tuple[int, str]:

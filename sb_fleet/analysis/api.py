@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,9 +24,12 @@ from sb_fleet.analysis.results import Fleet, HostInfo, load_fleet
 from sb_fleet.analysis.rules import Diagnosis, RuleSummary, apply_rules, load_rules
 from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import column_stats
-from sb_fleet.analysis.verdict import HostReport, judge
+from sb_fleet.analysis.verdict import FAILV, FLAKY, HostReport, judge
 from sb_fleet.errors import ResultsError
 from sb_fleet.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
+
+if TYPE_CHECKING:
+    from sb_fleet.history.confirm import Confirmation
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -48,6 +53,7 @@ def report(
     baseline: Path | str | None = None,
     gates: Gates | None = None,
     history: Path | str | None = None,
+    confirmations: Mapping[str, Confirmation] | None = None,
 ) -> ReportResult:
     """Judge every host of a run directory or results-summary.jsonl (and with ``history``, against
     each host's own past; the run is recorded there)."""
@@ -158,6 +164,8 @@ def report(
             f"no host results and no inventory: nothing to judge{first}",
             "a gate must not pass on an empty run; give -i INVENTORY or a results file with host lines",
         )
+    if confirmations:  # validate --confirm: a failure that did not reproduce is flaky, not failed
+        hosts = [_confirmed(h, confirmations.get(h.name)) for h in hosts]
     gate = decide(gates.policy, [h.verdict for h in hosts])
     view = None
     if hist is not None:
@@ -193,6 +201,15 @@ def report(
         rules_unmatched=rules_unmatched,
         history=view,
     )
+
+
+def _confirmed(h: HostReport, c: Confirmation | None) -> HostReport:
+    if c is None or h.verdict != FAILV:
+        return h
+    note = c.sentence()
+    if c.result == FLAKY:
+        return dataclasses.replace(h, verdict=FLAKY, reason=note)
+    return dataclasses.replace(h, reason=f"{h.reason}; {note}" if h.reason else note)
 
 
 def partition_by_model(gpu_models: list[str | None]) -> dict[str, np.ndarray]:

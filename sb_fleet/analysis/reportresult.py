@@ -53,7 +53,7 @@ class ReportResult:
     def counts(self) -> dict[str, int]:
         c = dict.fromkeys(VERDICTS, 0)
         for h in self.hosts:
-            c[h.verdict] += 1
+            c[h.verdict] = c.get(h.verdict, 0) + 1  # "flaky" only after validate --confirm
         return c
 
     def quarantine(self) -> list[str]:

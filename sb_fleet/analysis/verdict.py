@@ -23,6 +23,9 @@ from sb_fleet.outcome import Outcome
 
 PASS, FAILV, INCOMPLETEV, MISSING = "pass", "fail", "incomplete", "missing"
 VERDICTS = (PASS, FAILV, INCOMPLETEV, MISSING)
+# validate --confirm: a host whose findings did not reproduce in the confirmation run (never counted
+# by the gate policy; in the counts only when some host has it, so other reports keep their shape).
+FLAKY = "flaky"
 BAD_OUTCOMES = frozenset(o.value for o in Outcome if o is not Outcome.OK)  # the closed set, from its enum
 
 

@@ -218,8 +218,49 @@ __all__ = [
     "Confirmation",
     "Replay",
     "benchmark_of",
+    "confirm_config",
+    "confirmation_json",
     "control_ratio",
     "judge_confirmation",
     "plan_confirmation",
     "rerun_values",
 ]
+
+
+def confirm_config(config: Mapping[str, Any], benchmarks: Sequence[str]) -> dict[str, Any] | None:
+    """The run's config (as loaded from its YAML) narrowed to ``benchmarks`` for the confirmation run,
+    or None when none of them is a benchmark of the config."""
+    sb = dict(config.get("superbench") or {})
+    known = set((sb.get("benchmarks") or {}).keys())
+    keep = [b for b in benchmarks if b in known]
+    if not keep:
+        return None
+    sb["enable"] = keep
+    return {**config, "superbench": sb}
+
+
+def confirmation_json(plan: ConfirmPlan, result: Mapping[str, Confirmation], sub_run: Any) -> dict[str, Any]:
+    """confirm.json: the plan, the sub-run and every host's replays."""
+    return {
+        "schema_version": 1,
+        "plan": plan.to_json(),
+        "run_dir": str(sub_run),
+        "hosts": {
+            h: {
+                "result": c.result,
+                "detail": c.sentence(),
+                "replays": [
+                    {
+                        "metric": r.metric,
+                        "check": r.check,
+                        "first": r.first,
+                        "again": r.again,
+                        "reproduced": r.reproduced,
+                        "why": r.why,
+                    }
+                    for r in c.replays
+                ],
+            }
+            for h, c in result.items()
+        },
+    }

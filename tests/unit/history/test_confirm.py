@@ -108,3 +108,19 @@ def test_return_codes_reproduce_when_the_benchmark_fails_again() -> None:
 def test_rerun_values_from_a_matrix() -> None:
     vals = rerun_values(["x", "y"], [GEMM, NCCL], np.array([[1.0, np.nan], [2.0, 3.0]]))
     assert vals == {"x": {GEMM: 1.0}, "y": {GEMM: 2.0, NCCL: 3.0}}
+
+
+def test_confirm_config_narrows_the_run_to_the_findings_benchmarks() -> None:
+    from sb_fleet.history.confirm import confirm_config
+
+    cfg = {
+        "version": "v0.4",
+        "superbench": {"enable": None, "benchmarks": {"gemm-flops": {}, "nccl-bw": {}, "noop": {}}},
+    }
+    out = confirm_config(cfg, ["nccl-bw", "gemm-flops", "not-in-config"])
+    assert out is not None and out["superbench"]["enable"] == ["nccl-bw", "gemm-flops"]
+    assert (
+        out["superbench"]["benchmarks"] == cfg["superbench"]["benchmarks"]
+        and cfg["superbench"]["enable"] is None
+    )
+    assert confirm_config(cfg, ["other"]) is None

@@ -1,0 +1,170 @@
+"""validate --confirm on a real loopback fleet: a finding that does not reproduce makes its host
+``flaky`` (not failed), one that does stays failed, and a healthy fleet validated twice back to back
+gets the same verdicts.
+
+The fault is real and transient: host X's benchmark process is stopped (SIGSTOP) for a few seconds
+while it measures, so its step takes longer than the gate's ceiling, once (or, for the persistent
+case, in every run). The benchmark is ``noop`` (a timed sleep, no torch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from .conftest import SB_FLEET, started_fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SLEEP_S = 3.0
+CEILING_MS = 3600.0  # a 3 s step plus scheduling noise passes; a step stopped for 5 s does not
+STOP_AFTER_S = 2.0  # the step has begun by then (the noop process imports no torch)
+STOP_FOR_S = 5.0
+
+CONFIG = f"""\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  python: /usr/bin/python3
+  venv: false
+  install_requirements: never
+  min_free_disk_gb: 0
+  forks: 16
+superbench:
+  benchmarks:
+    noop:a:
+      timeout: 120
+      modes: [{{name: local, proc_num: 1}}]
+      parameters: {{sleep: {SLEEP_S}}}
+gates:
+  fleet: {{enabled: false}}
+  limits:
+    - metric: "noop:a/step_time"
+      max: {CEILING_MS}
+"""
+
+
+@pytest.fixture(scope="module")
+def cfleet():
+    with started_fleet(4, "127.0.21", check_torch=False) as f:
+        yield f
+
+
+class Staller(threading.Thread):
+    """Stops host ``victim``'s benchmark for STOP_FOR_S once it has run STOP_AFTER_S: ``times`` times
+    (each time a new benchmark process appears)."""
+
+    def __init__(self, fleet, victim: str, times: int):  # noqa: ANN001
+        super().__init__(daemon=True)
+        self.fleet, self.victim, self.times = fleet, victim, times
+        self.done = threading.Event()
+        self.stalled = 0
+
+    def run(self) -> None:
+        seen: set[int] = set()
+        while not self.done.is_set() and self.stalled < self.times:
+            pids = [p for p in self.fleet.processes(self.victim, b"noop:a") if p not in seen]
+            if not pids:
+                time.sleep(0.05)
+                continue
+            first = time.monotonic()
+            while time.monotonic() - first < STOP_AFTER_S and not self.done.is_set():
+                time.sleep(0.05)
+            pids = [p for p in self.fleet.processes(self.victim, b"noop:a") if p not in seen] or pids
+            seen.update(pids)
+            for p in pids:
+                _signal(p, signal.SIGSTOP)
+            time.sleep(STOP_FOR_S)  # the fault's own length, not a wait for a condition
+            for p in pids:
+                _signal(p, signal.SIGCONT)
+            self.stalled += 1
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _validate(fleet, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:  # noqa: ANN001
+    run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
+    cfg = fleet.config(CONFIG, "confirm.yaml")
+    r = subprocess.run(
+        [
+            SB_FLEET,
+            "validate",
+            "-i",
+            str(fleet.inventory()),
+            "-c",
+            str(cfg),
+            "--run-dir",
+            str(run_dir),
+            "--quiet",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return r, run_dir
+
+
+def _verdicts(run_dir: Path) -> dict[str, str]:
+    doc = json.loads((run_dir / "report.json").read_text())
+    return {h["name"]: h["verdict"] for h in doc["hosts"]}
+
+
+def test_a_transient_slowdown_is_flaky_not_failed(cfleet, tmp_path: Path) -> None:
+    victim = cfleet.hosts[2].name
+    staller = Staller(cfleet, victim, times=1)
+    staller.start()
+    try:
+        r, run_dir = _validate(cfleet, tmp_path, "--confirm")
+    finally:
+        staller.done.set()
+        staller.join(timeout=30)
+    assert staller.stalled == 1
+    first = json.loads((run_dir / "confirm.json").read_text())
+    assert first["plan"]["benchmarks"] == {victim: ["noop:a"]}, first
+    assert sorted(first["plan"]["controls"]) == sorted(h.name for h in cfleet.hosts if h.name != victim)
+    assert first["hosts"][victim]["result"] == "flaky", first["hosts"][victim]
+    assert first["hosts"][victim]["replays"][0]["first"] > 0  # it was over the ceiling the first time
+    verdicts = _verdicts(run_dir)
+    assert verdicts[victim] == "flaky"
+    assert all(v == "pass" for h, v in verdicts.items() if h != victim), verdicts
+    doc = json.loads((run_dir / "report.json").read_text())
+    assert doc["summary"]["flaky"] == 1 and doc["gate"]["passed"] is True
+    assert "did not reproduce" in next(h for h in doc["hosts"] if h["name"] == victim)["reason"]
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_persistent_slowdown_stays_failed(cfleet, tmp_path: Path) -> None:
+    victim = cfleet.hosts[1].name
+    staller = Staller(cfleet, victim, times=2)  # the first run and the confirmation run
+    staller.start()
+    try:
+        r, run_dir = _validate(cfleet, tmp_path, "--confirm")
+    finally:
+        staller.done.set()
+        staller.join(timeout=30)
+    assert staller.stalled == 2
+    conf = json.loads((run_dir / "confirm.json").read_text())
+    assert conf["hosts"][victim]["result"] == "confirmed"
+    assert _verdicts(run_dir)[victim] == "fail"
+    assert r.returncode == 1, r.stdout + r.stderr
+
+
+def test_a_healthy_fleet_gets_the_same_verdicts_twice(cfleet, tmp_path: Path) -> None:
+    r1, d1 = _validate(cfleet, tmp_path, "--confirm")
+    r2, d2 = _validate(cfleet, tmp_path, "--confirm")
+    assert r1.returncode == r2.returncode == 0, r1.stderr + r2.stderr
+    assert _verdicts(d1) == _verdicts(d2) == {h.name: "pass" for h in cfleet.hosts}
+    assert not (d1 / "confirm.json").exists()  # nothing to confirm
