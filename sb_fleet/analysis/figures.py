@@ -313,7 +313,7 @@ def build_figures(
     figures: list[MetricFigure] = []
     invalid_by_bench: dict[str, np.ndarray] = {}
     host_list = list(hosts)
-    peak_rows = [peaks.get(h) for h in host_list]
+    peak_rows = [peaks.get(h) for h in host_list] if any(not p.empty() for p in peaks.values()) else []
     for g in _groups(columns).values():
         block = values[:, g.cols]
         block, units, cv, most = _collapse_runs(block, g)
@@ -337,11 +337,13 @@ def build_figures(
         host_has = finite.any(axis=1)
         per_rank: list[tuple[str, float, int]] = []
         if len(units) > 1:
+            n_of = finite.sum(axis=0)
+            dense = bool(finite.all())
+            med_of = np.median(block, axis=0) if dense else None  # one pass when no value is missing
             for k, u in enumerate(units):
-                col = block[:, k]
-                ok = np.isfinite(col)
-                if ok.any():
-                    per_rank.append((u, float(np.median(col[ok])), int(ok.sum())))
+                if n_of[k]:
+                    med = med_of[k] if med_of is not None else np.median(block[finite[:, k], k])
+                    per_rank.append((u, float(med), int(n_of[k])))
         probe = split_run(parse_metric(columns[g.cols[0]]).base)[0]  # as metrics.json names it
         unit = directions.unit(probe)
         peak_val, peak_src, eff = _efficiency(g.metric, unit, block, host_has, peak_rows)
@@ -406,7 +408,7 @@ def _efficiency(
     host_has: np.ndarray,
     peak_rows: list[HostPeaks | None],
 ) -> tuple[float | None, str, float | None]:
-    if not any(p is not None and not p.empty() for p in peak_rows):
+    if not peak_rows:  # no host has a nominal figure
         return None, "", None
     if unit is None and gemm_precision(metric):
         unit = "GFLOPS"
@@ -519,8 +521,8 @@ def _rooflines(
             gemm_cols.setdefault(prec, []).append(i)
         elif _MEMORY_BW.match(base):
             bw_cols.append(i)
-    if not gemm_cols:
-        return []
+    if not gemm_cols or not any(hp.gemm for hp in peaks.values()):
+        return []  # no compute roof anywhere: nothing to draw a roofline against
     bad = _rc_rows(columns, values, "gemm-flops")
 
     def scale(col: int, kind: str, default: str) -> float:
@@ -587,7 +589,7 @@ def _rooflines(
     if len(hosts) <= MAX_ROOFLINE_HOSTS:
         for r, h in enumerate(hosts):
             rl = one(h, np.array([r]), peaks.get(h), shapes.get(h))
-            if rl.points:
+            if rl.points and any(p.peak for p in rl.points):
                 out.append(rl)
     else:
         devices: dict[str, int] = {}
@@ -602,6 +604,6 @@ def _rooflines(
         )
         shape = next(iter(shapes.values()), None)
         rl = one(f"fleet median ({len(rows)} hosts)", rows, rep, shape)
-        if rl.points:
+        if rl.points and any(p.peak for p in rl.points):  # without a compute roof there is no roofline
             out.append(rl)
     return out

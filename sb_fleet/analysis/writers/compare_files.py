@@ -118,7 +118,12 @@ def _speedup_svg(rows: list[tuple[str, float | None, float | None, float | None]
     ax.set_xlabel("speedup (target vs baseline; > 1: target better)", fontsize=8)
     ax.set_title(title, fontsize=9)
     ax.grid(True, axis="x", color="#e3e6ea", linewidth=0.6)
-    fig.tight_layout()
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.42, right=0.97, top=1 - 0.35 / height, bottom=0.55 / height)
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "sb-fleet (matplotlib)"})
     text = buf.getvalue()
