@@ -28,6 +28,7 @@ from sb_fleet.history.regress import (
     back_to_healthy,
     flapping,
     fleet_drift,
+    fleet_scale,
     own_regressions,
     repeat_offenders,
     robust_sigma,
@@ -41,6 +42,7 @@ TREND_RUNS = 30  # runs shown in a trend plot
 TREND_HOSTS = 12  # flagged hosts plotted
 TREND_METRICS = 3  # metrics plotted per flagged host
 TREND_FAMILIES = 8  # fleet-median plots
+MIN_HOSTS_TO_SCALE = 8  # own references follow the fleet median only in fleets of at least this many hosts
 
 
 @dataclass
@@ -87,10 +89,20 @@ def assess(
         a.seconds = time.perf_counter() - prepared
         return a
     dirs = [directions.of(c) for c in columns]
+    families = [parse_metric(c).family for c in columns]
+    now = {k: v for k, (v, _) in fleet_medians(columns, values).items()}
+    # Own references move with the whole fleet (a fleet-wide shift is one drift finding, below); a
+    # fleet too small for a stable median is not scaled.
+    scale = (
+        fleet_scale(families, now, past, settings.min_runs)
+        if len(hosts) >= MIN_HOSTS_TO_SCALE
+        else np.ones(len(columns))
+    )
+    center = q50 * scale[None, :]
     if settings.regression != "off":
         reg = own_regressions(
             values,
-            OwnBaseline(center=q50, sigma=robust_sigma(q25, q75), count=count),
+            OwnBaseline(center=center, sigma=robust_sigma(q25, q75) * scale[None, :], count=count),
             dirs,
             settings.threshold,
             settings.min_deviation,
@@ -104,10 +116,11 @@ def assess(
                 metric=columns[c],
                 component=comp,
                 value=float(values[r, c]),
-                reference=float(q50[r, c]),
+                reference=float(center[r, c]),
                 deviation=float(reg.deviation[r, c]),
                 sigmas=float(reg.sigmas[r, c]),
                 runs=int(count[r, c]),
+                fleet_shift=float(scale[c] - 1.0),
             )
             a.regressions.append(g)
             if settings.regression == "fail":
@@ -128,8 +141,7 @@ def assess(
             more = f" and {len(a.regressions) - 5} more" if len(a.regressions) > 5 else ""
             a.warnings.append(f"history: {len(a.regressions)} regression(s) against own past: {shown}{more}")
     if settings.drift != "off":
-        fam_dir = {parse_metric(c).family: d for c, d in zip(columns, dirs, strict=True)}
-        now = {k: v for k, (v, _) in fleet_medians(columns, values).items()}
+        fam_dir = dict(zip(families, dirs, strict=True))
         a.drifts = fleet_drift(
             now, past, fam_dir, settings.drift_min_deviation, settings.drift_threshold, settings.min_runs
         )

@@ -93,6 +93,28 @@ def own_regressions(
     return Regressions(flagged=flagged, deviation=dev, sigmas=z)
 
 
+def fleet_scale(
+    families: Sequence[str],
+    current: Mapping[str, float],
+    past: Mapping[str, Sequence[tuple[str, float]]],
+    min_runs: int,
+) -> np.ndarray:
+    """Per column: tonight's fleet median of its family over the median of the family's fleet medians
+    in the window (1 where either is unknown). Own references are scaled by it, so a shift of the whole
+    fleet (a driver update) is one fleet drift finding, not a regression of every host."""
+    out = np.ones(len(families))
+    cache: dict[str, float] = {}
+    for i, fam in enumerate(families):
+        if fam not in cache:
+            seq = [v for _, v in past.get(fam, ()) if np.isfinite(v)]
+            now = current.get(fam)
+            ref = float(np.median(seq)) if len(seq) >= min_runs else 0.0
+            ok = now is not None and np.isfinite(now) and ref != 0 and now / ref > 0
+            cache[fam] = float(now / ref) if ok and now is not None else 1.0
+        out[i] = cache[fam]
+    return out
+
+
 @dataclass(frozen=True)
 class Drift:
     """The fleet median of one metric family moved against its own trailing window."""

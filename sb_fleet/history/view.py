@@ -23,12 +23,14 @@ class Regression:
     deviation: float  # (value - reference) / |reference|
     sigmas: float  # (value - reference) / own robust sigma
     runs: int  # healthy runs behind the reference
+    fleet_shift: float = 0.0  # the reference moved with the fleet median by this much
 
     def sentence(self) -> str:
         comp = "" if self.component.startswith("host:") else f"; {self.component}"
+        moved = f", moved with the fleet's {self.fleet_shift:+.1%}" if abs(self.fleet_shift) >= 0.001 else ""
         return (
             f"{self.deviation:+.1%} against its own median over its last {self.runs} healthy runs "
-            f"({abs(self.sigmas):.1f} of its own sigmas{comp})"
+            f"({abs(self.sigmas):.1f} of its own sigmas{comp}{moved})"
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from unit.history.nights import Nights  # noqa: E402
+from unit.history.nights import NCCL, Nights  # noqa: E402
 
 from sb_fleet.analysis.api import report  # noqa: E402
 
@@ -56,7 +56,8 @@ def nights(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Nights 0..LAST as run directories; 0..LAST-1 recorded in the store (through the API: faster)."""
     root = tmp_path_factory.mktemp("nights")
     bad = {n: {OFFENDER: ("gemm-flops/fp16_tc_flops", 0.6, None)} for n in (8, 10, 11)}
-    gen = Nights(hosts=200, seed=11, regress={**bad, LAST: REGRESSED})
+    # the whole fleet's all-reduce slides 3% on the last night (a driver update): one drift finding
+    gen = Nights(hosts=200, seed=11, regress={**bad, LAST: REGRESSED}, shift={LAST: {NCCL: 0.97}})
     store = root / "history.duckdb"
     for n in range(NIGHTS):
         run = gen.write(n, root / f"night-{n:03d}")
@@ -101,8 +102,12 @@ def test_the_last_night_flags_exactly_the_regressed_hosts(nights: tuple[Path, Pa
                 prefix, factor, gpu = REGRESSED[h["name"]]
                 assert i["metric"].startswith(prefix)
                 assert np.sign(i["deviation"]) == np.sign(factor - 1)
-    # repeat offender: failed 3 of the last 5 runs, passes tonight (back to healthy)
+    # the fleet-wide slide is one drift warning, not 200 regressions (references move with the fleet)
     hist = doc["history"]
+    assert [d["family"] for d in hist["drift"]] == [NCCL]
+    assert -0.035 < hist["drift"][0]["deviation"] < -0.025
+    assert any(w.startswith(f"history: fleet median of {NCCL} -3.") for w in doc["warnings"]), doc["warnings"]
+    # repeat offender: failed 3 of the last 5 runs, passes tonight (back to healthy)
     assert hist["repeat_offenders"] == {OFFENDER: 3}
     assert OFFENDER in hist["back_to_healthy"]
     assert len(hist["window"]) == 10 and hist["recorded"] == "recorded"

@@ -50,6 +50,9 @@ class Nights:
     gpu_spread: float = 0.015  # persistent per-GPU offset on top
     noise: float = 0.004  # night-to-night noise, relative sd
     regress: dict[int, dict[str, tuple[str, float, int | None]]] = field(default_factory=dict)
+    shift: dict[int, dict[str, float]] = field(
+        default_factory=dict
+    )  # night -> metric prefix -> factor, every host
     start: dt.datetime = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 
     def __post_init__(self) -> None:
@@ -79,6 +82,10 @@ class Nights:
             off = self._host_off[:, 0] + (self._gpu_off[:, dev] if dev is not None else 0.0)
             sign = -1.0 if key == KERNEL else 1.0  # a slow host has a longer launch time
             out[:, c] = BASE[key] * (1 + sign * off) * (1 + rng.normal(0, self.noise, self.hosts))
+        for prefix, factor in self.shift.get(night, {}).items():
+            for c, col in enumerate(self.cols):
+                if col.startswith(prefix):
+                    out[:, c] *= factor
         for host, (prefix, factor, gpu) in self.regress.get(night, {}).items():
             r = self.names.index(host)
             for c, col in enumerate(self.cols):

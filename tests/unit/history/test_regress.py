@@ -84,3 +84,11 @@ def test_repeat_offenders_flapping_and_back_to_healthy() -> None:
     assert flapping(seqs, 5, 3) == {"offender": 3, "flapper": 4}
     assert back_to_healthy(seqs) == {"repaired": 3, "offender": 1, "flapper": 1}
     assert "gone" not in back_to_healthy(seqs)  # missing in between: not a repair we saw
+
+
+def test_fleet_scale_moves_own_references_with_the_fleet() -> None:
+    from sb_fleet.history.regress import fleet_scale
+
+    past = {"nccl": [(f"r{i}", 100.0) for i in range(6)], "gemm": [("r0", 50.0)]}
+    scale = fleet_scale(["nccl", "nccl", "gemm", "other"], {"nccl": 97.0, "gemm": 40.0}, past, 5)
+    assert scale.tolist() == [0.97, 0.97, 1.0, 1.0]  # gemm: too few runs; other: unknown
