@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from sb_fleet.history.view import HistoryView
 
 W, H, PAD = 360, 120, 28
+MIN_SPAN = 0.04  # the y axis spans at least 4% of the values' level
 
 
 def _e(s: object) -> str:
@@ -25,8 +26,11 @@ def sparkline(title: str, points: Sequence[tuple[str, float]], reference: float 
         min(vals + ([reference] if reference is not None else [])),
         max(vals + ([reference] if reference is not None else [])),
     )
-    if hi <= lo:
-        lo, hi = lo - (abs(lo) * 0.01 or 1.0), hi + (abs(hi) * 0.01 or 1.0)
+    # Never zoom in below MIN_SPAN of the level: night-to-night noise of 0.2% must look like noise.
+    mid, span = (lo + hi) / 2, max(hi - lo, abs(lo + hi) / 2 * MIN_SPAN)
+    if span == 0:
+        span = 1.0
+    lo, hi = min(lo, mid - span / 2), max(hi, mid + span / 2)
     n = len(points)
 
     def x(i: int) -> float:
@@ -53,8 +57,8 @@ def sparkline(title: str, points: Sequence[tuple[str, float]], reference: float 
         f'<figure class="trend"><svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
         f'viewBox="0 0 {W} {H}" role="img" aria-label="{_e(title)}">'
         f'<rect x="0" y="0" width="{W}" height="{H}" fill="#fafafa" stroke="#ddd"/>'
-        f'<text x="{PAD}" y="14" font-size="10" fill="#333">{_e(hi if hi >= 1000 else round(hi, 4))}</text>'
-        f'<text x="{PAD}" y="{H - 6}" font-size="10" fill="#333">{_e(lo if lo >= 1000 else round(lo, 4))}</text>'
+        f'<text x="{PAD}" y="14" font-size="10" fill="#333">{hi:.6g}</text>'
+        f'<text x="{PAD}" y="{H - 6}" font-size="10" fill="#333">{lo:.6g}</text>'
         f'{ref}<path d="{path}" fill="none" stroke="#1565c0" stroke-width="1.5"/>{dots}</svg>'
         f"<figcaption>{_e(title)}</figcaption></figure>"
     )
