@@ -416,8 +416,8 @@ def summarize(
     for s in samples:
         for k, v in (s.get("host") or {}).items():
             host.setdefault(k, []).append(v)
-        for idx, g in (s.get("gpus") or {}).items():
-            for k, v in g.items():
+        for idx, per_gpu in (s.get("gpus") or {}).items():
+            for k, v in per_gpu.items():
                 if k == "gpu_throttle_reasons":
                     reasons.setdefault(idx, set()).update(v)
                 else:
@@ -431,7 +431,7 @@ def summarize(
     }
     alerts = []
     for idx in sorted(set(gpus) | set(reasons), key=lambda x: (len(x), x)):
-        g = _reduce(gpus.get(idx, {}))
+        g: dict[str, Any] = dict(_reduce(gpus.get(idx, {})))
         seen = sorted(reasons.get(idx, set()))
         g["throttle_reasons"] = seen
         g["xid"] = list((xids or {}).get(idx, []))

@@ -351,9 +351,10 @@ def test_gpu_burn_summary_and_mismatch_count():
 
 
 def test_gpu_burn_on_cpu_and_a_planted_error(monkeypatch):
-    env = run_bench("gpu-burn", duration=0.6, window=0.2)
+    env = run_bench("gpu-burn", duration=1.0, window=0.2)
     assert env["status"] == "ok", env["reason"]
-    assert env["result"]["burn_errors"] == [0.0] and len(env["details"]["windows"]) >= 2
+    windows = env["details"]["windows"]
+    assert env["result"]["burn_errors"] == [0.0] and windows and all(w["errors"] == 0 for w in windows)
     assert "no NVML here" in env["reason"]
     real = gpu_burn.count_mismatches
     monkeypatch.setattr(gpu_burn, "count_mismatches", lambda got, ref, rtol: real(got, ref * 1.5, rtol))

@@ -229,7 +229,8 @@ class DeviceInfo:
         if device.type != "cuda":
             return cls("cpu")
         kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
-        return cls(kind, torch.cuda.get_device_name(device), tuple(torch.cuda.get_device_capability(device)))
+        cap = torch.cuda.get_device_capability(device)
+        return cls(kind, torch.cuda.get_device_name(device), (int(cap[0]), int(cap[1])))
 
     @property
     def fp64_tensor_cores(self) -> bool:

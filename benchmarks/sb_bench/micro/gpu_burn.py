@@ -128,7 +128,7 @@ class GpuBurn(Benchmark):
             torch.backends.cuda.matmul.allow_tf32 = self._tf32
         if getattr(self, "nvml", None) is not None:
             self.nvml.close()
-        self.a = self.b = self.c = self.ref = None
+        self.a = self.b = self.c = self.ref = None  # type: ignore[assignment]
 
     def run_once(self, ctx: RankContext, harness) -> dict[str, float]:
         import torch
@@ -137,7 +137,8 @@ class GpuBurn(Benchmark):
         ops = 2.0 * self.m**3
         rtol = RTOL[self.args["precision"]]
         windows: list[dict] = []
-        # Estimate the GEMM time, then run windows of whole GEMM batches.
+        # Estimate the GEMM time (after one untimed GEMM), then run windows of whole GEMM batches.
+        torch.matmul(a, b, out=c)
         with ctx.timer() as t:
             for _ in range(3):
                 torch.matmul(a, b, out=c)
@@ -159,6 +160,8 @@ class GpuBurn(Benchmark):
             windows.append(w)
             if time.monotonic() >= deadline:
                 break
+            # Re-aim the next window from this one's GEMM time (clocks and load change).
+            batch = max(1, int(self.window / (t.seconds / batch)))
         self.details = {"windows": windows, "m": self.m, "precision": self.args["precision"]}
         bad = [w["t"] for w in windows if w["errors"]]
         if bad:
@@ -188,7 +191,7 @@ def _nvml_for(ctx: RankContext) -> Any:
 def _nvml_window(src: Any) -> dict[str, Any]:
     from sb_bench.monitor import SLOWDOWN
 
-    sample = next(iter(src.sample().values()), {})
+    sample: dict[str, Any] = next(iter(src.sample().values()), {})
     return {
         "temperature": sample.get("gpu_temperature"),
         "sm_clock": sample.get("gpu_sm_clock"),

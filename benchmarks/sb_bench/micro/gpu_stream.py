@@ -21,6 +21,10 @@ kernels measure the host's memory through torch (fewer threads than a tuned STRE
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 from sb_bench.benchmark import Benchmark, Case
 from sb_bench.context import RankContext
 from sb_bench.metric import Metric, Param
@@ -74,7 +78,7 @@ class GpuStream(Benchmark):
         import torch
 
         a, b, c = (self.arr[k] for k in "abc")
-        steps = {
+        steps: dict[str, Callable[[], Any]] = {
             "copy": lambda: c.copy_(a),
             "scale": lambda: torch.mul(c, SCALAR, out=b),
             "add": lambda: torch.add(a, b, out=c),
@@ -82,12 +86,10 @@ class GpuStream(Benchmark):
         }
         # STREAM's order matters for the expected values: run the kernels in its order.
         for k in [k for k in KERNELS if k in self.args["kernels"]]:
-            yield Case(
-                k,
-                steps[k],
-                lambda s, k=k: {f"stream_{k}_bw": bandwidth_gbs(k, self.size, s)},
-                lambda k=k: self._check(k),
-            )
+            yield Case(k, steps[k], functools.partial(self._rate, k), functools.partial(self._check, k))
+
+    def _rate(self, kernel: str, seconds: float) -> dict[str, float]:
+        return {f"stream_{kernel}_bw": bandwidth_gbs(kernel, self.size, seconds)}
 
     def _check(self, kernel: str) -> str | None:
         name, want = EXPECT[kernel]

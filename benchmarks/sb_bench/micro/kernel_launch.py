@@ -38,7 +38,7 @@ class KernelLaunch(Benchmark):
         "kernel launch overhead: per-launch device event time, launch+sync wall time, and back-to-back "
         "launch time (ms)"
     )
-    params: dict = {
+    params = {
         "num_warmup": Param("int", 100, "untimed launches before timing"),
         "num_steps": Param("int", 2000, "timed launches per metric"),
     }

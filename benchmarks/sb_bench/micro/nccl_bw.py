@@ -120,7 +120,8 @@ class Collective:
             self.inp = torch.zeros(chunk * self.n, dtype=f32, device=dev)
             self.out = torch.zeros(chunk if op == "reducescatter" else chunk * self.n, dtype=f32, device=dev)
         # The ring's scratch buffers exist only when the ring runs (see _p2p_scratch).
-        self.tmp = self.work = None
+        self.tmp: Any = None
+        self.work: Any = None
         self.chunk = chunk
         # torch >= 2.10 renamed the tensor forms (the old names warn on every call).
         self._all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
