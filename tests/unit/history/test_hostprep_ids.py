@@ -71,3 +71,16 @@ def test_read_ib_nics_from_a_sysfs_tree(tmp_path: Path) -> None:
     ]
     assert nic_keys({"nics": nics})["ib1"] == "nic:0c42:a103:0065:2a2d"
     assert read_ib_nics(tmp_path / "absent") == []
+
+
+def test_parse_gpu_ids_on_output_captured_from_an_h100() -> None:
+    """Captured with ``nvidia-smi --query-gpu=index,uuid,serial,pci.bus_id --format=csv,noheader``."""
+    text = (Path(__file__).parent / "fixtures" / "nvidia-smi-gpu-ids-h100.csv").read_text()
+    assert parse_gpu_ids(text) == [
+        {
+            "index": 0,
+            "uuid": "GPU-7a9f3d33-2433-54be-de45-a6c31626639e",
+            "serial": "1753024036091",
+            "pci_bus_id": "00000000:00:06.0",
+        }
+    ]
