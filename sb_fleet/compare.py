@@ -6,8 +6,8 @@ training throughput of the target SKU over the baseline SKU).
 
 * **Observations**: each host's value of each rank (``:rank`` pooled, as SuperBench's name
   without it). A host's values of a benchmark that did not end with return code 0 are left out.
-  Where runs repeat (SuperBench's ``<bench>/<run>/<metric>`` columns), each host and rank is
-  first reduced by MLPerf's rule: drop the highest and the lowest run, average the rest (the
+  Where runs repeat (SuperBench's ``<bench>/<run>/<metric>`` columns, or the per-run values of
+  sb-fleet's result files in a run directory), each host and rank is first reduced by MLPerf's rule: drop the highest and the lowest run, average the rest (the
   plain mean with two runs).
 * **Fleet statistic**: the median of the observations (robust to a few bad hosts).
 * **95% confidence interval of the speedup**: a percentile bootstrap of the ratio of medians
@@ -26,7 +26,7 @@ Pure apart from :func:`load_side` (reads a run directory or a results-summary.js
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from sb_fleet.analysis.figures import model_group, model_metric, split_run
+from sb_fleet.analysis.measured import MAX_RAW_HOSTS, load_run_files
 from sb_fleet.analysis.names import Directions, parse_metric
 from sb_fleet.analysis.results import Fleet, load_fleet
 from sb_fleet.errors import ResultsError
@@ -177,10 +178,23 @@ def mlperf_mean(runs: np.ndarray) -> np.ndarray:
     return out
 
 
-def side_of(fleet: Fleet) -> Side:
-    """Observations per metric of one fleet (see the module doc)."""
+def side_of(fleet: Fleet, per_run: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> Side:
+    """Observations per metric of one fleet (see the module doc). ``per_run``: host -> summary column ->
+    its per-run values (sb-fleet's result files), reduced by MLPerf's rule in place of the summary's mean."""
     cols = fleet.columns
     vals = fleet.values
+    repeated: dict[int, int] = {}  # column -> most runs behind one of its values
+    if per_run:
+        vals = vals.copy()
+        col_of, row_of = fleet.column_index(), fleet.host_index()
+        for host, per in per_run.items():
+            row = row_of.get(host)
+            for name_, xs in per.items():
+                ci = col_of.get(name_)
+                if row is None or ci is None or len(xs) < 2:
+                    continue
+                vals[row, ci] = mlperf_mean(np.asarray([xs], dtype=float))[0]
+                repeated[ci] = max(repeated.get(ci, 1), len(xs))
     failed: dict[str, np.ndarray] = {}  # benchmark -> rows whose run of it failed
     groups: dict[str, dict[str, list[tuple[int, int | None]]]] = {}  # metric -> rank -> [(col, run)]
     for i, c in enumerate(cols):
@@ -209,6 +223,7 @@ def side_of(fleet: Fleet) -> Side:
                 col = mlperf_mean(block)
             else:
                 col = block[:, 0]
+                most = max(most, repeated.get(int(idx[0]), 1))
             blocks.append(np.where(keep, col, np.nan))
         obs = np.stack(blocks, axis=1)
         finite = np.isfinite(obs)
@@ -232,7 +247,10 @@ def load_side(source: Path | str, label: str) -> Side:
             f"the {label} has no host results{first}",
             "give a run directory or results file with host lines",
         )
-    side = side_of(fleet)
+    per_run = None
+    if fleet.run_dir is not None and len(fleet.hosts) <= MAX_RAW_HOSTS:  # sb-fleet's per-run values
+        per_run, _ = load_run_files(fleet.run_dir, fleet.hosts, fleet.columns)
+    side = side_of(fleet, per_run)
     if not side.values:
         raise ResultsError(fleet.source, None, f"the {label} has no numeric metric", "check the results file")
     return side

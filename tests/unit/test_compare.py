@@ -192,3 +192,23 @@ def test_compare_json_golden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, go
     assert res.exit_code == 0, res.output
     golden(GOLDEN / "compare.json", (tmp_path / "compare.json").read_text())
     golden(GOLDEN / "compare.md", (tmp_path / "compare.md").read_text())
+
+
+def test_a_run_directorys_per_run_values_use_mlperfs_rule(tmp_path: Path) -> None:
+    """sb-fleet's summary keeps the mean of a rank's runs; compare reads the runs from raw/ instead."""
+    sides = []
+    for name, runs in (("base", [100.0, 101.0, 99.0, 10.0]), ("target", [150.0, 151.0, 149.0, 500.0])):
+        run = tmp_path / name
+        (run / "raw" / "h1" / "results" / "gemm-flops").mkdir(parents=True)
+        (run / "manifest.json").write_text("{}")
+        summary = {"node": "h1", "gemm-flops/fp32_flops": sum(runs) / len(runs), "gemm-flops/return_code": 0}
+        (run / "results-summary.jsonl").write_text(json.dumps(summary) + "\n")
+        rank0 = {"run_count": 4, "result": {"fp32_flops": runs, "return_code": [0]}}
+        (run / "raw" / "h1" / "results" / "gemm-flops" / "rank0.json").write_text(json.dumps(rank0))
+        sides.append(load_side(run, name))
+    c = compare(sides[0], sides[1])
+    (m,) = c.metrics
+    # sorted runs 10, 99, 100, 101 -> mean(99, 100); 149, 150, 151, 500 -> mean(150, 151). The plain
+    # means the summary holds would be 77.5 and 237.5.
+    assert (m.baseline, m.target) == (99.5, 150.5)
+    assert m.speedup == pytest.approx(150.5 / 99.5) and m.statistic == "median of MLPerf-trimmed runs"
