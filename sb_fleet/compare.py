@@ -7,8 +7,8 @@ training throughput of the target SKU over the baseline SKU).
 * **Observations**: each host's value of each rank (``:rank`` pooled, as SuperBench's name
   without it). A host's values of a benchmark that did not end with return code 0 are left out.
   Where runs repeat (SuperBench's ``<bench>/<run>/<metric>`` columns, or the per-run values of
-  sb-fleet's result files in a run directory), each host and rank is first reduced by MLPerf's rule: drop the highest and the lowest run, average the rest (the
-  plain mean with two runs).
+  sb-fleet's result files in a run directory), each host and rank is first reduced by MLPerf's
+  rule: drop the highest and the lowest run, average the rest (the plain mean with two runs).
 * **Fleet statistic**: the median of the observations (robust to a few bad hosts).
 * **95% confidence interval of the speedup**: a percentile bootstrap of the ratio of medians
   (:data:`BOOTSTRAP` resamples of each side's observations, fixed seed: the same inputs give the
