@@ -176,10 +176,12 @@ class Figures:
     notes: tuple[str, ...] = ()
 
     def by_benchmark(self) -> dict[str, list[MetricFigure]]:
+        """Metrics per benchmark; benchmarks measured against a peak first, then in the results' order."""
         out: dict[str, list[MetricFigure]] = {}
         for m in self.metrics:
             out.setdefault(m.benchmark, []).append(m)
-        return out
+        ranked = sorted(out.items(), key=lambda kv: all(f.efficiency is None for f in kv[1]))
+        return dict(ranked)
 
     def to_json(self) -> dict[str, Any]:
         def clean(v: Any) -> Any:
