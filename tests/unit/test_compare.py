@@ -212,3 +212,23 @@ def test_a_run_directorys_per_run_values_use_mlperfs_rule(tmp_path: Path) -> Non
     # means the summary holds would be 77.5 and 237.5.
     assert (m.baseline, m.target) == (99.5, 150.5)
     assert m.speedup == pytest.approx(150.5 / 99.5) and m.statistic == "median of MLPerf-trimmed runs"
+
+
+@pytest.mark.parametrize("n, method", [(40, "bootstrap"), (3000, "order statistics")])
+def test_the_95_percent_interval_covers_the_true_ratio(n: int, method: str) -> None:
+    """Calibration: over 40 independent pairs of samples, the interval holds the true ratio about 38
+    times (binomial: fewer than 34 has probability < 1% for a correct 95% interval)."""
+    from sb_fleet.compare import speedup_ci
+
+    rng = np.random.default_rng(7)
+    boot = np.random.default_rng(8)
+    hits = 0
+    for _ in range(40):
+        base = 100.0 * np.exp(rng.normal(0, 0.03, n))
+        target = 130.0 * np.exp(rng.normal(0, 0.03, n))  # medians 100 and 130: the true speedup is 1.3
+        lo, hi, how = speedup_ci(base, target, 1, boot)
+        assert how == method and lo is not None and hi is not None
+        # not wide to be safe: about +-1.96 x 1.25 x 3% x sqrt(2 / n) (the median's standard error)
+        assert hi / lo < math.exp(2 * 1.96 * 1.25 * 0.03 * math.sqrt(2 / n) * 1.5)
+        hits += lo <= 1.3 <= hi
+    assert hits >= 34, hits
