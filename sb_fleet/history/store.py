@@ -425,18 +425,30 @@ class Store:
         if not len(known):
             return q25, q50, q75, count
         run_list = ",".join(str(int(r)) for r in runs)
-        got = self.sql(
-            f"SELECT run, cell, value FROM vals WHERE run IN ({run_list}) AND ok AND isfinite(value)"
-        ).fetchnumpy()
-        # Dense [runs, cells of tonight] in numpy: a lookup array from cell id to tonight's position.
-        where = np.full(int(max(cells.max(), got["cell"].max(initial=0))) + 1, -1, dtype=np.int64)
-        where[cells[known]] = known
-        pos = where[got["cell"]]
-        sel = pos >= 0
-        run_idx = np.full(max(int(r) for r in runs) + 1, 0, dtype=np.int64)
-        run_idx[np.asarray([int(r) for r in runs])] = np.arange(len(runs))
+        got = self.sql(f"SELECT run, cell, ok, value FROM vals WHERE run IN ({run_list})").fetchnumpy()
+        g_run, g_cell, g_val = got["run"], got["cell"], np.where(got["ok"], got["value"], np.nan)
+        run_idx = {int(r): i for i, r in enumerate(runs)}
         dense = np.full((comp.size, len(runs)), np.nan)  # a row per cell: sorting a row is contiguous
-        dense[pos[sel], run_idx[got["run"][sel]]] = got["value"][sel]
+        mine = cells[known]
+        where: np.ndarray | None = None
+        # A run's rows come back as they were appended; when a run had tonight's layout (the usual case:
+        # the same hosts and metrics), its values drop into their column in one step, else each row is
+        # placed through a lookup from cell id to tonight's position.
+        cuts = [0, *(np.flatnonzero(np.diff(g_run)) + 1).tolist(), len(g_run)]
+        for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+            if a == b:
+                continue
+            k = run_idx[int(g_run[a])]
+            seg = g_cell[a:b]
+            if b - a == len(mine) and np.array_equal(seg, mine):
+                dense[known, k] = g_val[a:b]
+                continue
+            if where is None:
+                where = np.full(int(max(cells.max(), g_cell.max(initial=0))) + 1, -1, dtype=np.int64)
+                where[mine] = known
+            pos = where[seg]
+            sel = pos >= 0
+            dense[pos[sel], k] = g_val[a:b][sel]
         dense.sort(axis=1)  # NaN last
         n = np.isfinite(dense).sum(axis=1)
         flat = (q25.reshape(-1), q50.reshape(-1), q75.reshape(-1))
