@@ -223,12 +223,15 @@ def test_the_95_percent_interval_covers_the_true_ratio(n: int, method: str) -> N
     rng = np.random.default_rng(7)
     boot = np.random.default_rng(8)
     hits = 0
+    widths = []
     for _ in range(40):
         base = 100.0 * np.exp(rng.normal(0, 0.03, n))
         target = 130.0 * np.exp(rng.normal(0, 0.03, n))  # medians 100 and 130: the true speedup is 1.3
         lo, hi, how = speedup_ci(base, target, 1, boot)
         assert how == method and lo is not None and hi is not None
-        # not wide to be safe: about +-1.96 x 1.25 x 3% x sqrt(2 / n) (the median's standard error)
-        assert hi / lo < math.exp(2 * 1.96 * 1.25 * 0.03 * math.sqrt(2 / n) * 1.5)
+        widths.append(math.log(hi / lo))
         hits += lo <= 1.3 <= hi
     assert hits >= 34, hits
+    # and not wide to be safe: about 2 x 1.96 x the log ratio's standard error, 1.2533 x 3% x sqrt(2 / n)
+    expected = 2 * 1.96 * 1.2533 * 0.03 * math.sqrt(2 / n)
+    assert 0.7 * expected < float(np.median(widths)) < 1.3 * expected, (np.median(widths), expected)
