@@ -285,3 +285,32 @@ def test_ib_loopback_device_index_out_of_range(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     env = run_bench("ib-loopback", ib_index=3)
     assert env["status"] == "skipped" and "device index 3" in env["reason"]
+
+
+def test_ib_loopback_node_columns_are_superbench_names(tmp_path, monkeypatch):
+    """Eight local processes, one IB device each, through the control node's normaliser: the node's
+    columns are SuperBench's ``ib-loopback/ib_write_bw_8388608:<device>``, no rank suffix added."""
+    from suite_helpers import node_summary
+
+    _ib_sysfs(tmp_path, {f"mlx5_{i}": "InfiniBand" for i in range(8)})
+    monkeypatch.setattr(ib_loopback, "SYSFS_IB", str(tmp_path))
+    monkeypatch.setenv("PROC_NUM", "8")
+    results = []
+    for rank in range(8):
+        monkeypatch.setenv("PROC_RANK", str(rank))
+        bench = ib_loopback.IbLoopback(ib_loopback.IbLoopback.parse_params({}))
+        metrics = bench.metrics()
+        env = {
+            "name": "ib-loopback",
+            "rank": rank,
+            "return_code": 0,
+            "status": "ok",
+            "result": {m.name: [20.0 + rank] for m in metrics},
+            "reduce_op": {m.name: m.reduce for m in metrics},
+        }
+        env["result"]["return_code"] = [0]
+        results.append(env)
+    cols = node_summary(results)
+    assert cols["ib-loopback/ib_write_bw_8388608:3"] == 23.0
+    assert cols["ib-loopback/ib_write_bw_8388608_peak:7"] == 27.0
+    assert not [k for k in cols if k.count(":") > 1]
