@@ -251,21 +251,34 @@ def gemm_precision(metric: str) -> str | None:
 
 
 def peak_for_metric(metric: str, peaks: HostPeaks) -> Peak | None:
-    """The nominal figure a metric (name without rank) is measured against, or None."""
+    """The nominal figure a metric (name without rank; device indexes may be ``#``) is measured
+    against, or None. NCCL/RCCL bus bandwidth within a node (``nccl-bw``, ``nccl-bw:nvlink``) and
+    GPU-to-GPU copies go against NVLink; host-device copies against PCIe; device copies and STREAM
+    against the device memory; ib-loopback against the port rate."""
     prec = gemm_precision(metric)
     if prec is not None:
         return peaks.gemm.get(prec)
     bench, _, leaf = metric.rpartition("/")
     leaf = leaf.lower()
-    if bench.endswith(("nccl-bw", "rccl-bw")) and leaf.endswith("busbw"):
+    if re.fullmatch(r"(nccl|rccl)-bw(:nvlink)?", bench) and leaf.endswith("busbw"):
         return peaks.nvlink
     if bench.startswith("ib-loopback") and "bw" in leaf:
         return peaks.ib
-    if re.search(r"(^|_)(h2d|d2h)(_|$)|cpu_to_gpu|gpu_to_cpu|htod|dtoh", leaf):
+    if re.search(r"(^|_)(h2d|d2h|htod|dtoh)(_|$)|cpu_to_gpu|gpu[\d#]*_to_cpu", leaf):
         return peaks.pcie
+    if re.search(r"gpu[\d#]+_to_gpu[\d#]+|^p2p_(max|min|avg)_bw$", leaf):
+        return peaks.nvlink
     if bench.startswith("gpu-stream") or (bench.startswith("mem-bw") and "d2d" in leaf):
         return peaks.memory
     return None
+
+
+def default_unit(metric: str, peak: Peak) -> str | None:
+    """The unit to assume when a results file does not say (no metrics.json): SuperBench reports
+    GEMM rates in GFLOPS (GIOPS) and every bandwidth it compares with a peak here in GB/s."""
+    if peak.kind == "flops":
+        return "GIOPS" if metric.endswith("_iops") else "GFLOPS"
+    return "GB/s" if metric.endswith("bw") else None
 
 
 def load_facts(run_dir: Path | None, hosts: list[str]) -> dict[str, dict[str, Any]]:

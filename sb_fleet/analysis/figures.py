@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from sb_fleet.analysis.names import Directions, parse_metric
-from sb_fleet.peaks import PRECISION_BYTES, HostPeaks, gemm_precision, peak_for_metric, unit_scale
+from sb_fleet.peaks import (
+    PRECISION_BYTES,
+    HostPeaks,
+    default_unit,
+    gemm_precision,
+    peak_for_metric,
+    unit_scale,
+)
 
 CV_LIMIT = 0.05  # run-to-run coefficient of variation above which a figure is not trusted
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -108,6 +115,7 @@ class MetricFigure:
     per_rank: tuple[tuple[str, float, int], ...] = ()  # (rank or device, median, hosts)
     peak: float | None = None  # nominal peak in the metric's unit (the median host's)
     peak_source: str = ""
+    peak_unit: str | None = None  # the metric's unit, or SuperBench's where the results do not say
     efficiency: float | None = None  # measured / peak (median over hosts with a peak)
     cv: float | None = None  # run-to-run coefficient of variation (median over hosts and ranks)
     cv_max: float | None = None
@@ -348,7 +356,7 @@ def build_figures(
                     per_rank.append((u, float(med), int(n_of[k])))
         probe = split_run(parse_metric(columns[g.cols[0]]).base)[0]  # as metrics.json names it
         unit = directions.unit(probe)
-        peak_val, peak_src, eff = _efficiency(g.metric, unit, block, host_has, peak_rows)
+        peak_val, peak_src, eff, peak_unit = _efficiency(g.metric, unit, block, host_has, peak_rows)
         cv_med = cv_max = None
         if cv is not None and np.isfinite(cv).any():
             cv_med = float(np.nanmedian(cv))
@@ -371,6 +379,7 @@ def build_figures(
                 per_rank=tuple(per_rank),
                 peak=peak_val,
                 peak_source=peak_src,
+                peak_unit=peak_unit,
                 efficiency=eff,
                 cv=cv_med,
                 cv_max=cv_max,
@@ -409,34 +418,35 @@ def _efficiency(
     block: np.ndarray,
     host_has: np.ndarray,
     peak_rows: list[HostPeaks | None],
-) -> tuple[float | None, str, float | None]:
+) -> tuple[float | None, str, float | None, str | None]:
     if not peak_rows:  # no host has a nominal figure
-        return None, "", None
-    if unit is None and gemm_precision(metric):
-        unit = "GFLOPS"
+        return None, "", None, None
     host_val = np.full(block.shape[0], np.nan)
     with np.errstate(all="ignore"):
         ok_rows = np.flatnonzero(host_has)
         host_val[ok_rows] = np.nanmedian(block[ok_rows], axis=1)
     peak_of = np.full(block.shape[0], np.nan)
     sources: dict[str, int] = {}
+    used: str | None = unit
     for r, hp in enumerate(peak_rows):
         if hp is None or not host_has[r]:
             continue
         pk = peak_for_metric(metric, hp)
-        v = pk.in_unit(unit) if pk is not None else None
+        if pk is not None and unit is None:
+            used = default_unit(metric, pk)
+        v = pk.in_unit(unit or used) if pk is not None else None
         if v:
             peak_of[r] = v
             assert pk is not None
             sources[pk.source] = sources.get(pk.source, 0) + 1
     ok = np.isfinite(peak_of) & np.isfinite(host_val)
     if not ok.any():
-        return None, "", None
+        return None, "", None, None
     eff = float(np.median(host_val[ok] / peak_of[ok]))
     source = max(sources, key=lambda s: sources[s])
     if len(sources) > 1:
         source += f" (and {len(sources) - 1} other peak(s) in a mixed fleet)"
-    return float(np.median(peak_of[ok])), source, eff
+    return float(np.median(peak_of[ok])), source, eff, used
 
 
 def _models(figures: list[MetricFigure]) -> list[ModelRow]:
@@ -480,7 +490,7 @@ def _curves(figures: list[MetricFigure], peaks: Mapping[str, HostPeaks]) -> list
         if (
             some_peaks is not None
             and some_peaks.nvlink is not None
-            and bench.endswith(("nccl-bw", "rccl-bw"))
+            and peak_for_metric(f"{bench}/{op}_{sizes[-1]}_busbw", some_peaks) is some_peaks.nvlink
         ):
             peak_val = some_peaks.nvlink.in_unit(first.unit or "GB/s")
             peak_src = some_peaks.nvlink.source

@@ -73,7 +73,7 @@ def render(figs: Figures) -> str:
             if not one:
                 cells.append(f"<td>{f.hosts}</td>")
             title = (
-                f' title="{_e(f.peak_source)}: {num(f.peak)} {_e(f.unit or "")}"'
+                f' title="{_e(f.peak_source)}: {num(f.peak)} {_e(f.peak_unit or "")}"'
                 if f.peak is not None
                 else ""
             )

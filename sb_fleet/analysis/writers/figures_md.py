@@ -113,7 +113,9 @@ def render(figs: Figures) -> str:
                     f"intensity {p.intensity:.3g} FLOP/byte"
                 )
         lines.append("")
-    peaks = sorted({(f.metric, f.peak, f.unit, f.peak_source) for f in figs.metrics if f.peak is not None})
+    peaks = sorted(
+        {(f.metric, f.peak, f.peak_unit, f.peak_source) for f in figs.metrics if f.peak is not None}
+    )
     if peaks:
         lines += ["### Peaks used", ""]
         lines += [f"- `{m}`: {num(p)} {u or ''} ({s})" for m, p, u, s in peaks]

@@ -220,3 +220,23 @@ def test_hostprep_cpu_facts_feed_the_cpu_peak() -> None:
     assert set(facts["cpu_flags"]) == {"sse2", "fma", "avx", "avx2", "avx512f"}
     peaks = host_peaks({"cpu_model": "Xeon", **facts})
     assert peaks.gemm["fp64"].value == pytest.approx(2 * 3.2e9 * 8 * 2 * 2)
+
+
+def test_superbench_names_map_to_their_links() -> None:
+    hp = host_peaks(H100)
+    assert peak_for_metric("gpu-copy-bw/cpu_to_gpu#_by_sm_under_numa#_bw", hp) is hp.pcie
+    assert peak_for_metric("gpu-copy-bw/gpu#_to_cpu_by_dma_under_numa#_bw", hp) is hp.pcie
+    assert peak_for_metric("gpu-copy-bw/gpu#_to_gpu#_write_by_dma_bw", hp) is hp.nvlink
+    assert peak_for_metric("nccl-bw:nvlink/allreduce_8589934592_busbw", hp) is hp.nvlink
+    assert peak_for_metric("nccl-bw:ib/allreduce_8589934592_busbw", hp) is None  # across nodes: not NVLink
+    assert peak_for_metric("ib-loopback/ib_write_bw_8388608", hp) is hp.ib
+
+
+def test_a_superbench_file_without_units_still_gets_its_peaks() -> None:
+    """No metrics.json: GEMM rates are GFLOPS and bandwidths GB/s, as SuperBench writes them."""
+    cols = ["gemm-flops/fp16_tc_flops:0", "mem-bw/d2d_bw:0", "mem-bw/h2d_bw:0"]
+    figs = _figs(cols, [[494_700.0, 2680.0, 50.4]], peaks={"h0": host_peaks(H100)})
+    eff = {f.metric: f.efficiency for f in figs.metrics}
+    assert eff["gemm-flops/fp16_tc_flops"] == pytest.approx(0.5)  # of 989.4 TFLOPS
+    assert eff["mem-bw/d2d_bw"] == pytest.approx(0.8)  # of 3350 GB/s
+    assert eff["mem-bw/h2d_bw"] == pytest.approx(50.4 / (32 * 128 / 130 * 16 / 8))
