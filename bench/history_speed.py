@@ -98,6 +98,7 @@ def year(
     with open_store(store) as st:
         base = st.sql("SELECT host, metric, cell, value FROM vals WHERE run = 1").fetchnumpy()
         fam = st.sql("SELECT family, median, n FROM fleet WHERE run = 1").fetchnumpy()
+        layout = st.one("SELECT layout FROM runs WHERE run = 1")[0]  # the same cells in the same order
         hr = st.sql("SELECT host, gpu_model, facts FROM host_runs WHERE run = 1").fetchnumpy()
         n_vals, n_hosts = len(base["value"]), len(hr["host"])
         host_pos = {int(h): i for i, h in enumerate(hr["host"])}
@@ -107,7 +108,7 @@ def year(
             when = (start + dt.timedelta(days=night)).replace(tzinfo=None)
             failed = rng.random(n_hosts) < 0.01
             st.run(
-                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     run,
                     f"night-{night:03d}",
@@ -119,6 +120,7 @@ def year(
                     "{}",
                     n_hosts,
                     True,
+                    layout,
                 ],
             )
             st.append(

@@ -56,6 +56,7 @@ class Assessment:
     regressions: list[Regression] = field(default_factory=list)
     drifts: list[Drift] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    cells: np.ndarray | None = None  # tonight's stored cell ids (-1: new), reused when recording
     seconds: float = 0.0  # the store's queries and the regression arithmetic
     prepare_seconds: float = 0.0  # reading the facts and keying every value by component
 
@@ -79,11 +80,10 @@ def assess(
     prepared = time.perf_counter()
     with open_store(path, lock_wait=lock_wait) as st:
         window = st.window(meta.time, settings.window, exclude_key=meta.run_key)
-        q25, q50, q75, count = st.own_baseline(
-            [r.run for r in window], cmap.components, cmap.metrics, cmap.comp, cmap.metric
-        )
+        cells = st.tonight_cells(cmap.components, cmap.metrics, cmap.comp, cmap.metric)
+        q25, q50, q75, count = st.own_baseline(window, cells, cmap.comp.shape)
         past = st.fleet_medians(window)
-    a = Assessment(path, settings, meta, cmap, window, prepare_seconds=prepared - t0)
+    a = Assessment(path, settings, meta, cmap, window, prepare_seconds=prepared - t0, cells=cells)
     if not window:
         a.warnings.append(f"history: {path} has no earlier run; this run starts its history")
         a.seconds = time.perf_counter() - prepared
@@ -171,6 +171,7 @@ def conclude(
     drift_fails = s.drift == "fail" and bool(a.drifts)
     final_gate = gate_passed and not drift_fails
     rec = build_record(a.meta, hosts, columns, values, a.cmap, judged, final_gate)
+    rec.cells = a.cells
     t_build = time.perf_counter() - t0
     names = [j.name for j in judged]
     tonight = {j.name: j.verdict for j in judged}

@@ -4,7 +4,7 @@ Tables (names are integer-coded once in ``names``; values are one long table, ap
 so a window of runs is a contiguous, zone-map-pruned scan)::
 
     meta(key, value)                      schema_version
-    runs(run, run_key, digest, source, time, recorded, config_digest, versions, hosts, gate_passed)
+    runs(run, run_key, digest, source, time, recorded, config_digest, versions, hosts, gate_passed, layout)
     names(kind, name, id)                 kind: host | metric | comp | cmetric | family
     host_runs(run, host, verdict, outcome, reason, gpu_model, facts, issues)
     facts(digest, facts)                  facts JSON, stored once per distinct content
@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS meta(key VARCHAR PRIMARY KEY, value VARCHAR);
 CREATE TABLE IF NOT EXISTS runs(
     run INTEGER PRIMARY KEY, run_key VARCHAR NOT NULL UNIQUE, digest VARCHAR NOT NULL, source VARCHAR,
     time TIMESTAMP NOT NULL, recorded TIMESTAMP NOT NULL, config_digest VARCHAR, versions VARCHAR,
-    hosts INTEGER, gate_passed BOOLEAN);
+    hosts INTEGER, gate_passed BOOLEAN, layout VARCHAR);
 CREATE TABLE IF NOT EXISTS names(kind VARCHAR NOT NULL, name VARCHAR NOT NULL, id INTEGER NOT NULL,
     PRIMARY KEY (kind, name));
 CREATE TABLE IF NOT EXISTS host_runs(run INTEGER, host INTEGER, verdict VARCHAR, outcome VARCHAR,
@@ -97,6 +97,7 @@ class RunRecord:
     cmetric: np.ndarray  # int32 [hosts, metrics], into ``cmetrics``
     ok: np.ndarray  # bool [hosts]: the host was healthy in this run
     fleet_medians: dict[str, tuple[float, int]] = field(default_factory=dict)  # family -> (median, n)
+    cells: np.ndarray | None = None  # int32 [hosts * metrics]: cell ids when already looked up (-1: new)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,15 @@ class RunInfo:
     gate_passed: bool | None
     config_digest: str | None
     versions: dict[str, Any]
+    layout: str | None = None  # digest of the run's stored cell sequence
+
+
+def layout_digest(cells: np.ndarray) -> str:
+    """The digest of a run's stored cell-id sequence: runs with equal digests store their values in the
+    same order, so a window's values line up without a lookup."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(cells, dtype=np.int32).tobytes()).hexdigest()[:32]
 
 
 _tmp_names = itertools.count()
@@ -250,7 +260,7 @@ class Store:
 
     def _insert(self, run: int, rec: RunRecord) -> None:
         self.run(
-            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 run,
                 rec.run_key,
@@ -262,6 +272,7 @@ class Store:
                 json.dumps(rec.versions, sort_keys=True),
                 len(rec.host_rows),
                 rec.gate_passed,
+                None,
             ],
         )
         rows = rec.host_rows
@@ -290,10 +301,12 @@ class Store:
         if rec.values.size:
             vhost = self.ids("host", rec.hosts)
             vmetric = self.ids("metric", rec.metrics)
-            cell = self.cell_ids(
-                self.ids("comp", rec.components)[rec.comp.reshape(-1)],
-                self.ids("cmetric", rec.cmetrics)[rec.cmetric.reshape(-1)],
-            )
+            cell = rec.cells
+            if cell is None or (cell < 0).any():
+                cell = self.cell_ids(
+                    self.ids("comp", rec.components)[rec.comp.reshape(-1)],
+                    self.ids("cmetric", rec.cmetrics)[rec.cmetric.reshape(-1)],
+                )
             h, c = rec.values.shape
             vals = rec.values.reshape(-1)
             keep = np.isfinite(vals)
@@ -308,6 +321,7 @@ class Store:
                 value=vals[keep],
             ) as f:
                 self.run(f"INSERT INTO vals SELECT * FROM {f}")
+            self.run("UPDATE runs SET layout = ? WHERE run = ?", [layout_digest(cell[keep]), run])
         if rec.fleet_medians:
             fams = list(rec.fleet_medians)
             with self._frame(
@@ -320,7 +334,7 @@ class Store:
 
     def runs(self, last: int | None = None) -> list[RunInfo]:
         """The stored runs, oldest first (the ``last`` ones only, when given)."""
-        q = "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions FROM runs ORDER BY time DESC, run DESC"
+        q = "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions, layout FROM runs ORDER BY time DESC, run DESC"
         if last is not None:
             q += f" LIMIT {int(last)}"
         out = [
@@ -333,6 +347,7 @@ class Store:
                 r[5],
                 r[6],
                 json.loads(r[7] or "{}"),
+                r[8],
             )
             for r in self.sql(q).fetchall()
         ]
@@ -341,7 +356,7 @@ class Store:
     def window(self, before: _dt.datetime, n: int, exclude_key: str | None = None) -> list[RunInfo]:
         """The last ``n`` runs before ``before`` (other than ``exclude_key``), oldest first."""
         rows = self.sql(
-            "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions FROM runs "
+            "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions, layout FROM runs "
             "WHERE time < ? AND run_key IS DISTINCT FROM ? ORDER BY time DESC, run DESC LIMIT ?",
             [before, exclude_key, int(n)],
         ).fetchall()
@@ -355,6 +370,7 @@ class Store:
                 r[5],
                 r[6],
                 json.loads(r[7] or "{}"),
+                r[8],
             )
             for r in rows
         ][::-1]
@@ -362,7 +378,7 @@ class Store:
     def window_of(self, run_key: str) -> list[RunInfo]:
         """The stored run of ``run_key`` (a list of one, or empty)."""
         rows = self.sql(
-            "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions FROM runs WHERE run_key = ?",
+            "SELECT run, run_key, time, source, hosts, gate_passed, config_digest, versions, layout FROM runs WHERE run_key = ?",
             [run_key],
         ).fetchall()
         return [
@@ -375,6 +391,7 @@ class Store:
                 r[5],
                 r[6],
                 json.loads(r[7] or "{}"),
+                r[8],
             )
             for r in rows
         ]
@@ -401,54 +418,50 @@ class Store:
         return {keys[int(r)]: (str(v), i) for r, v, i in rows}
 
     # -- the queries of a report ---------------------------------------------------------------
-    def own_baseline(
-        self,
-        runs: Sequence[int],
-        components: Sequence[str],
-        cmetrics: Sequence[str],
-        comp: np.ndarray,
-        cmetric: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per cell of the current run: the quartiles and count of its component's healthy values in
-        ``runs`` (NaN / 0 where there are none). Returns (q25, median, q75, count), each [hosts, cols]."""
-        shape = comp.shape
-        q25, q50, q75 = (np.full(shape, np.nan) for _ in range(3))
-        count = np.zeros(shape, dtype=np.int64)
-        if not runs or comp.size == 0:
-            return q25, q50, q75, count
-        cells = self.cell_ids(
+    def tonight_cells(
+        self, components: Sequence[str], cmetrics: Sequence[str], comp: np.ndarray, cmetric: np.ndarray
+    ) -> np.ndarray:
+        """The stored cell id of every (host, column) of tonight's matrix, flattened (-1: never seen)."""
+        return self.cell_ids(
             self.ids("comp", components, create=False)[comp.reshape(-1)],
             self.ids("cmetric", cmetrics, create=False)[cmetric.reshape(-1)],
             create=False,
         )
+
+    def own_baseline(
+        self, runs: Sequence[RunInfo], cells: np.ndarray, shape: tuple[int, int]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per cell of tonight's matrix (``cells`` from :meth:`tonight_cells`): the quartiles and count of
+        its healthy values in ``runs`` (NaN / 0 where there are none). Returns (q25, median, q75, count),
+        each of ``shape``; quartiles interpolate linearly between order statistics, as quantile_cont."""
+        q25, q50, q75 = (np.full(shape, np.nan) for _ in range(3))
+        count = np.zeros(shape, dtype=np.int64)
         known = np.nonzero(cells >= 0)[0]
-        if not len(known):
+        if not runs or not len(known):
             return q25, q50, q75, count
-        run_list = ",".join(str(int(r)) for r in runs)
-        got = self.sql(f"SELECT run, cell, ok, value FROM vals WHERE run IN ({run_list})").fetchnumpy()
-        g_run, g_cell, g_val = got["run"], got["cell"], np.where(got["ok"], got["value"], np.nan)
-        run_idx = {int(r): i for i, r in enumerate(runs)}
-        dense = np.full((comp.size, len(runs)), np.nan)  # a row per cell: sorting a row is contiguous
+        dense = np.full((cells.size, len(runs)), np.nan)  # a row per cell: sorting a row is contiguous
         mine = cells[known]
+        same = layout_digest(mine)
         where: np.ndarray | None = None
-        # A run's rows come back as they were appended; when a run had tonight's layout (the usual case:
-        # the same hosts and metrics), its values drop into their column in one step, else each row is
-        # placed through a lookup from cell id to tonight's position.
-        cuts = [0, *(np.flatnonzero(np.diff(g_run)) + 1).tolist(), len(g_run)]
-        for a, b in zip(cuts[:-1], cuts[1:], strict=False):
-            if a == b:
-                continue
-            k = run_idx[int(g_run[a])]
-            seg = g_cell[a:b]
-            if b - a == len(mine) and np.array_equal(seg, mine):
-                dense[known, k] = g_val[a:b]
-                continue
+        # A run stored in tonight's layout (the usual case: the same hosts and metrics) gives its values
+        # in that order, so they drop into their column in one step; another run's rows are placed
+        # through a lookup from cell id to tonight's position.
+        for k, r in enumerate(runs):
+            if r.layout == same:
+                got = self.sql(f"SELECT ok, value FROM vals WHERE run = {int(r.run)}").fetchnumpy()
+                if len(got["value"]) == len(mine):
+                    dense[known, k] = np.where(got["ok"], got["value"], np.nan)
+                    continue
+            got = self.sql(f"SELECT cell, ok, value FROM vals WHERE run = {int(r.run)}").fetchnumpy()
             if where is None:
-                where = np.full(int(max(cells.max(), g_cell.max(initial=0))) + 1, -1, dtype=np.int64)
+                top = int(max(cells.max(), got["cell"].max(initial=0)))
+                where = np.full(top + 1, -1, dtype=np.int64)
                 where[mine] = known
-            pos = where[seg]
+            elif len(got["cell"]) and int(got["cell"].max()) >= len(where):
+                where = np.concatenate([where, np.full(int(got["cell"].max()) + 1 - len(where), -1)])
+            pos = where[got["cell"]]
             sel = pos >= 0
-            dense[pos[sel], k] = g_val[a:b][sel]
+            dense[pos[sel], k] = np.where(got["ok"], got["value"], np.nan)[sel]
         dense.sort(axis=1)  # NaN last
         n = np.isfinite(dense).sum(axis=1)
         flat = (q25.reshape(-1), q50.reshape(-1), q75.reshape(-1))

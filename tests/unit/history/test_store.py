@@ -90,7 +90,7 @@ def test_own_baseline_is_the_components_healthy_quartiles(tmp_path: Path) -> Non
         window = st.window(dt.datetime(2026, 2, 1), 6)  # nights 3..8
         cm = map_components(HOSTS, COLS, FACTS)
         q25, q50, q75, count = st.own_baseline(
-            [r.run for r in window], cm.components, cm.metrics, cm.comp, cm.metric
+            window, st.tonight_cells(cm.components, cm.metrics, cm.comp, cm.metric), cm.comp.shape
         )
     for h in range(3):
         healthy = [nights[n][h] for n in range(3, 9) if not (h == 1 and n == 4)]
@@ -109,7 +109,7 @@ def test_a_gpu_moved_to_another_host_keeps_its_history(tmp_path: Path) -> None:
         facts = {"c": {"gpus": [{"index": 1, "uuid": "GPU-a0"}]}}  # a's GPU 0 is now c's GPU 1
         cm = map_components(HOSTS, COLS, facts)
         _, q50, _, count = st.own_baseline(
-            [r.run for r in st.runs()], cm.components, cm.metrics, cm.comp, cm.metric
+            st.runs(), st.tonight_cells(cm.components, cm.metrics, cm.comp, cm.metric), cm.comp.shape
         )
     assert count[2, 1] == 3 and q50[2, 1] == 102.0
     assert count[0, 0] == 0  # a no longer tells its GPUs: the host-keyed column starts anew
