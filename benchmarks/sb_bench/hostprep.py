@@ -107,6 +107,22 @@ def parse_cpuinfo(text: str, max_khz: str = "") -> dict:
     return out
 
 
+def parse_pcie(csv: str) -> dict:
+    """pcie_gen / pcie_width (the first GPU's maximum link) from nvidia-smi's
+    ``--query-gpu=pcie.link.gen.max,pcie.link.width.max --format=csv,noheader,nounits``."""
+    first = csv.strip().splitlines()[0] if csv.strip() else ""
+    cells = [c.strip() for c in first.split(",")]
+    if len(cells) != 2 or not all(c.isdigit() for c in cells):
+        return {}
+    return {"pcie_gen": int(cells[0]), "pcie_width": int(cells[1])}
+
+
+def pcie_facts() -> dict:
+    """The GPUs' PCIe link (nominal host-device bandwidth, sb_fleet.peaks); {} without nvidia-smi."""
+    q = "--query-gpu=pcie.link.gen.max,pcie.link.width.max"
+    return parse_pcie(run(["nvidia-smi", q, "--format=csv,noheader,nounits"]))
+
+
 def cpu_peak_facts() -> dict:
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -399,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     facts.update(cpu_facts())
     facts.update(gpu_facts())
     facts.update(component_facts())
+    facts.update(pcie_facts())
     facts["free_disk_gb"] = round(shutil.disk_usage(".").free / 1e9, 2)
 
     def fail(msg: str) -> int:

@@ -240,3 +240,25 @@ def test_a_superbench_file_without_units_still_gets_its_peaks() -> None:
     assert eff["gemm-flops/fp16_tc_flops"] == pytest.approx(0.5)  # of 989.4 TFLOPS
     assert eff["mem-bw/d2d_bw"] == pytest.approx(0.8)  # of 3350 GB/s
     assert eff["mem-bw/h2d_bw"] == pytest.approx(50.4 / (32 * 128 / 130 * 16 / 8))
+
+
+def test_hostprep_pcie_facts_and_a_real_h100s_figures() -> None:
+    """nvidia-smi's answer and the facts of an H100 SXM as hostprep recorded them on one (captured)."""
+    from sb_bench.hostprep import parse_pcie
+
+    assert parse_pcie("5, 16\n") == {"pcie_gen": 5, "pcie_width": 16}
+    assert parse_pcie("[N/A], [N/A]\n") == {} and parse_pcie("") == {}
+    facts = {
+        "cpu_model": "Intel(R) Xeon(R) Processor",
+        "cpu_count": 16,
+        "cpu_flags": ["amx_tile", "avx", "avx2", "avx512f", "fma", "sse2"],
+        "cpu_mhz": 2100.0,
+        "cpu_cores": 16,
+        "gpu_count": 1,
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        **parse_pcie("5, 16"),
+    }
+    hp = host_peaks(facts)
+    assert hp.gpu and "H100 SXM" in hp.gemm["bf16_tc"].source
+    assert hp.memory is not None and hp.memory.value == 3350e9
+    assert hp.pcie is not None and round(hp.pcie.value / 1e9, 1) == 63.0
