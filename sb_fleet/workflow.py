@@ -132,6 +132,10 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
     start = utcnow()
     run = inputs_for(opts)
     hosts = run.select(opts.limit)
+    if opts.history or run.config.fleet.history:  # a bad history file fails now, not after the run
+        from sb_fleet.history.store import check_store
+
+        check_store(opts.history or run.config.fleet.history or "")
     ex = executor(run, opts)
     deployed = deploy_stage(run, ex, hosts)
     if run.config.fleet.runtime != "none":

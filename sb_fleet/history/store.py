@@ -691,3 +691,13 @@ def _check_schema(store: Store, read_only: bool) -> None:
             f"{ver!r} is not the version this sb-fleet reads ({SCHEMA_VERSION})",
             "use the sb-fleet that wrote it, or start a new store",
         )
+
+
+def check_store(path: Path | str) -> None:
+    """Fail early on a history file that is not a store (corrupt, foreign, another schema); a missing
+    file is fine (it is created when the run is recorded), and so is one in use right now."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with contextlib.suppress(HistoryLocked), open_store(path, create=False, read_only=True, lock_wait=0):
+        pass

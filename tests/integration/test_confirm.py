@@ -168,3 +168,13 @@ def test_a_healthy_fleet_gets_the_same_verdicts_twice(cfleet, tmp_path: Path) ->
     assert r1.returncode == r2.returncode == 0, r1.stderr + r2.stderr
     assert _verdicts(d1) == _verdicts(d2) == {h.name: "pass" for h in cfleet.hosts}
     assert not (d1 / "confirm.json").exists()  # nothing to confirm
+
+
+def test_validate_with_a_corrupt_history_fails_before_touching_a_host(cfleet, tmp_path: Path) -> None:
+    bad = tmp_path / "history.duckdb"
+    bad.write_bytes(b"\x00not a database" * 1000)
+    r, run_dir = _validate(cfleet, tmp_path, "--history", str(bad))
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in r.stderr
+    assert not (run_dir / "outcomes").exists() or not any((run_dir / "outcomes").iterdir())  # no stage ran
