@@ -184,3 +184,30 @@ def test_a_locked_history_is_one_line_exit_3(nights: tuple[Path, Path], tmp_path
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def test_repeat_offenders_are_quarantined_by_policy(nights: tuple[Path, Path], tmp_path: Path) -> None:
+    root, store = nights
+    copy = tmp_path / "h.duckdb"
+    copy.write_bytes(store.read_bytes())
+    cfg = tmp_path / "gate.yaml"
+    cfg.write_text(
+        "superbench: {benchmarks: {}}\ngates:\n  history: {offenders: quarantine, regression: warn}\n"
+    )
+    r = sb_fleet(
+        "report",
+        str(root / f"night-{LAST:03d}"),
+        "-c",
+        str(cfg),
+        "--history",
+        str(copy),
+        "--out",
+        str(tmp_path / "o"),
+    )
+    doc = json.loads((tmp_path / "o" / "report.json").read_text())
+    quarantined = (tmp_path / "o" / "quarantine.txt").read_text().split()
+    assert OFFENDER in quarantined  # passes tonight, failed 3 of its last 5 runs
+    assert doc["history"]["quarantined_by_history"] == [OFFENDER]
+    # regression: warn -> the regressed hosts are named in a warning, not failed
+    assert not _history_hosts(doc) and any("regression(s) against own past" in w for w in doc["warnings"])
+    assert r.returncode == 0, r.stdout + r.stderr
