@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from .conftest import sb_fleet, started_fleet
+from .conftest import ROOT, SB_FLEET, sb_fleet, started_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -156,8 +158,13 @@ def test_a_crashed_runner_is_failed_at_the_run_stage(hfleet, tmp_path):
     shutil.chown(res.parent.parent, hfleet.user.pw_name, hfleet.user.pw_name)
     for p in (res.parent, res, res / "noop"):
         shutil.chown(p, hfleet.user.pw_name, hfleet.user.pw_name)
-    r = sb_fleet("run", "--run-dir", str(run_dir), timeout=600)
+    # Not --quiet: the progress display must say so at once, not only the report later.
+    r = subprocess.run(
+        [SB_FLEET, "run", "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
     assert r.returncode == 1, r.stdout + r.stderr
+    assert f"run: {victim}: failed: step01: runner crashed: FileExistsError" in r.stderr, r.stderr
+    assert re.search(r"^run\s+done\s+3\s+failed\s+1\b", r.stderr, re.M), r.stderr
     run = _stage(run_dir, "run")
     assert run[victim]["outcome"] == "failed"
     assert run[victim]["reason"].startswith("step01: runner crashed: FileExistsError: [Errno 17] File exists")
