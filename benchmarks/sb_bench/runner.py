@@ -244,6 +244,8 @@ class Runner:
     def run(self) -> int:
         self.results.mkdir(parents=True, exist_ok=True)
         self.claim()
+        # The spec, named by host and run, once the directory is known to be this host's.
+        write_result(self.results / f"spec-{self.step}.json", {**self.spec, "host": self.host})
         ident = f"host={self.host} run_id={self.run_id} step={self.step}"
         (self.results / "runner.pid").write_text(f"{os.getpid()}\n# {ident}\n")
         # process groups started (cleanup after a hard kill); '#' lines are not pgids
@@ -714,8 +716,6 @@ def main(argv: list[str] | None = None) -> int:
         return RC_RUNNER_ERROR
     finally:
         runner.release()
-    # The spec, named by host and run, written once the directory is known to be this host's.
-    write_result(args.results / f"spec-{runner.step}.json", {**spec, "host": runner.host})
     say(RECORD_PREFIX + json.dumps(runner.record(), sort_keys=True))
     return rc
 
