@@ -72,7 +72,7 @@ def head_args(mpi: Mapping[str, Any], master_port: int, mode_index: str | None) 
         "members": members,
         "master_port": master_port,
         "policy": mpi.get("policy", "strict"),
-        "known_hosts": known_host_lines(kh, [(m["addr"], int(m.get("port") or 22)) for m in members[1:]]),
+        "known_hosts": known_host_lines(kh, [(m["addr"], int(m.get("port") or 22)) for m in members]),
     }
     b64 = base64.b64encode(json.dumps(group, sort_keys=True, separators=(",", ":")).encode()).decode()
     args = [

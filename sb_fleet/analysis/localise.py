@@ -184,15 +184,32 @@ def _ratio(value: float | None, median: float, higher: bool) -> float:
 
 
 def _bar(values: list[float], s: LocaliseSettings, higher: bool) -> tuple[float | None, float | None]:
-    """The fleet's pair median and the ratio below which a pair is slow."""
+    """The healthy pairs' median and the ratio below which a pair is slow.
+
+    The spread is measured on log ratios (a pair at half the median is as far off as one at twice it),
+    robustly (median absolute deviation), and the slow pairs themselves are trimmed from the estimate
+    in a few passes: one bad host makes 2/N of all pairs slow, which would otherwise widen the spread
+    and hide it. The bar is ``slow_ratio`` or ``mad_k`` robust sigmas below the median, whichever is
+    lower: a noisy fleet needs a larger drop before a pair counts as slow."""
     if not values:
         return None, None
     med = statistics.median(values)
     if med <= 0:
         return med, None
-    ratios = [_ratio(v, med, higher) for v in values]
-    mad = statistics.median([abs(r - 1.0) for r in ratios]) * 1.4826
-    return med, min(s.slow_ratio, 1.0 - s.mad_k * mad)
+    logs = [math.log(r) for r in (_ratio(v, med, higher) for v in values) if r > 0]
+    if not logs:
+        return med, None
+    keep = logs
+    centre, sigma = 0.0, 0.0
+    for _ in range(5):
+        centre = statistics.median(keep)
+        sigma = 1.4826 * statistics.median([abs(x - centre) for x in keep])
+        trimmed = [x for x in logs if x >= centre - s.mad_k * max(sigma, 1e-6)]
+        if len(trimmed) == len(keep):
+            break
+        keep = trimmed
+    healthy = med * math.exp(centre) if higher else med / math.exp(centre)
+    return healthy, min(s.slow_ratio, math.exp(-s.mad_k * sigma))
 
 
 def _confidence(score: float, tested: int, s: LocaliseSettings) -> str:

@@ -1,0 +1,229 @@
+"""Traffic patterns across a real loopback fleet, in SuperBench's mpi mode: Open MPI's mpirun, started on
+each pair's first host, reaches the other host over SSH (the fleet's host-key policy) and runs tcp-bw
+between the two hosts' own addresses. Faults are real: ``tc`` shapes the loopback device by address
+(one host's incoming traffic, or the traffic between two hosts only), and a benchmark process is
+stopped with SIGSTOP. The verdicts come from the run directory's pairs/<entry>.json and the report."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fleetlib import USER, SshFleet
+from tests.integration.conftest import ROOT, SB_FLEET, sb_fleet, started_fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CONFIG = """\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  python: /usr/bin/python3
+  venv: true
+  install_requirements: never
+  forks: 32
+  env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}
+superbench:
+  benchmarks:
+    tcp-bw:
+      timeout: @TIMEOUT@
+      modes:
+        - name: mpi
+          proc_num: 1
+          mca: {oob_tcp_if_include: lo}
+          pattern: {type: pair-wise}
+      parameters: {size: 8M, num_warmup: 1, num_steps: 3}
+"""
+
+
+def host_key_for_mpi(fleet: SshFleet) -> None:
+    """The login user's own key, authorised on every host: mpirun on one host reaches the others with it
+    (on a real cluster the users' keys or host-based authentication do this)."""
+    home = Path(pwd.getpwnam(USER).pw_dir)
+    ssh = home / ".ssh"
+    key = ssh / "id_ed25519"
+    if not key.exists():
+        ssh.mkdir(mode=0o700, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        shutil.chown(ssh, USER, USER)
+        shutil.chown(key, USER, USER)
+        shutil.chown(key.with_suffix(".pub"), USER, USER)
+    with open(fleet.dir / "authorized_keys", "a") as f:
+        f.write(key.with_suffix(".pub").read_text())
+
+
+@pytest.fixture(scope="module")
+def fleet8() -> Iterator[SshFleet]:
+    if not shutil.which("mpirun") or not shutil.which("tc"):
+        pytest.fail(
+            "the pattern tests need Open MPI's mpirun and tc (.ci/apt-packages.txt: openmpi-bin, iproute2)"
+        )
+    with started_fleet(8, "127.0.44") as f:
+        host_key_for_mpi(f)
+        yield f
+
+
+def inventory(fleet: SshFleet, n: int, name: str) -> Path:
+    path = fleet.inventory(name=name)
+    lines = path.read_text().splitlines()
+    keep = [ln for ln in lines if not ln.startswith("host") or int(ln[4:7]) <= n]
+    path.write_text("\n".join(keep) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def shaped(matches: list[list[str]], rate: str = "200mbit") -> Iterator[None]:
+    """Traffic matching any of ``matches`` (u32 match arguments) limited to ``rate`` on lo; always undone."""
+
+    def tc(*args: str, check: bool = True) -> None:
+        r = subprocess.run(["tc", *args], capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"tc {' '.join(args)}: {r.stderr.strip()}")
+
+    tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "10")
+    try:
+        tc("class", "add", "dev", "lo", "parent", "1:", "classid", "1:10", "htb", "rate", "100gbit")
+        tc("class", "add", "dev", "lo", "parent", "1:", "classid", "1:20", "htb", "rate", rate, "ceil", rate)
+        for i, m in enumerate(matches, 1):
+            tc(
+                "filter",
+                "add",
+                "dev",
+                "lo",
+                "parent",
+                "1:",
+                "protocol",
+                "ip",
+                "prio",
+                str(i),
+                "u32",
+                *m,
+                "flowid",
+                "1:20",
+            )
+        yield
+    finally:
+        tc("qdisc", "del", "dev", "lo", "root", check=False)
+
+
+def validate(
+    fleet: SshFleet, inv: Path, run_dir: Path, timeout_s: int = 60
+) -> tuple[subprocess.CompletedProcess, float]:
+    cfg = fleet.config(CONFIG.replace("@TIMEOUT@", str(timeout_s)), name=f"{run_dir.name}.yaml")
+    t0 = time.monotonic()
+    r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), timeout=1200)
+    return r, time.monotonic() - t0
+
+
+def verdicts(run_dir: Path, r: subprocess.CompletedProcess | None = None) -> dict:
+    path = run_dir / "pairs" / "tcp-bw.json"
+    assert path.exists(), f"no pair file in {run_dir}: " + (r.stdout[-3000:] + r.stderr[-3000:] if r else "")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def run_root() -> Iterator[Path]:
+    """Run directories outside pytest's rotating tmp dirs (other sessions prune those), removed after."""
+    d = Path(tempfile.mkdtemp(prefix="sbf-patterns-"))
+    yield d
+    if not os.environ.get("SBF_KEEP_RUNS"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_pair_wise_names_the_slow_host(fleet8, run_root):
+    slow = fleet8.hosts[2]
+    run_dir = run_root / "slowhost"
+    with shaped([["match", "ip", "dst", f"{slow.addr}/32"]]):
+        r, took = validate(fleet8, inventory(fleet8, 8, "inv8.ini"), run_dir)
+    print(
+        f"pair-wise tcp-bw over 8 loopback hosts (mpi mode, 7 rounds): {took:.1f} s (validate), load {os.getloadavg()}"
+    )
+    doc = verdicts(run_dir, r)
+    assert len(doc["matrix"]["pairs"]) == 28, r.stdout + r.stderr
+    assert all(p.get("status", "ok") == "ok" for p in doc["matrix"]["pairs"]), doc["matrix"]["pairs"]
+    culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]
+    assert culprits == [("node", slow.name)], (culprits, r.stdout[-2000:])
+    c = doc["localisation"]["culprits"][0]
+    assert c["confidence"] == "high" and c["bad"] == 7
+    # SuperBench's files: the pattern and the pair figures under SuperBench's names
+    pattern = (run_dir / "mpi_pattern.txt").read_text()
+    assert (
+        pattern.startswith("benchmark_name: tcp-bw pattern_type: pair-wise\n")
+        and len(pattern.splitlines()) == 9
+    )
+    summary = (run_dir / "results-summary.jsonl").read_text()
+    assert '"tcp-bw/tcp_0_0:8388608_bw"' in summary and '"tcp-bw/tcp_6_3:8388608_bw"' in summary
+    report = sb_fleet("report", str(run_dir))
+    html = (run_dir / "report.html").read_text() if (run_dir / "report.html").exists() else ""
+    assert slow.name in report.stdout + html, report.stdout
+
+
+def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
+    a, b = fleet8.hosts[1], fleet8.hosts[4]
+    run_dir = run_root / "link"
+    both = [
+        ["match", "ip", "src", f"{a.addr}/32", "match", "ip", "dst", f"{b.addr}/32"],
+        ["match", "ip", "src", f"{b.addr}/32", "match", "ip", "dst", f"{a.addr}/32"],
+    ]
+    with shaped(both):
+        r, _ = validate(fleet8, inventory(fleet8, 6, "inv6.ini"), run_dir)
+    doc = verdicts(run_dir, r)
+    assert len(doc["matrix"]["pairs"]) == 15, r.stdout + r.stderr
+    culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]
+    assert culprits == [("link", f"{a.name} <-> {b.name}")], culprits
+    assert doc["localisation"]["culprits"][0]["confidence"] == "high"
+    # the second pass re-tests the link and each end with known-good hosts
+    planned = [tuple(p) for rnd in doc["second_pass"] for p in rnd]
+    assert (a.name, b.name) in planned
+
+
+def test_a_stopped_pair_is_reported_and_the_others_finish(fleet8, run_root):
+    victim = fleet8.hosts[5]
+    run_dir = run_root / "hang"
+    cfg = fleet8.config(CONFIG.replace("@TIMEOUT@", "25"), name="hang.yaml")
+    inv = inventory(fleet8, 6, "inv6h.ini")
+    proc = subprocess.Popen(
+        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stopped: list[int] = []
+    try:
+        deadline = time.monotonic() + 600
+        while not stopped and time.monotonic() < deadline and proc.poll() is None:
+            pids = fleet8.processes(victim.name, needle=b"tcp-bw")
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+            time.sleep(0.05)
+        out, err = proc.communicate(timeout=900)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    assert stopped, "the victim's benchmark never started"
+    doc = verdicts(run_dir)
+    pairs = doc["matrix"]["pairs"]
+    hung = [p for p in pairs if p.get("status", "ok") != "ok"]
+    assert len(hung) == 1 and victim.name in (hung[0]["a"], hung[0]["b"]), hung
+    assert hung[0]["status"] == "timeout" and hung[0]["round"] == 0, hung
+    assert sum(1 for p in pairs if p.get("status", "ok") == "ok") == 14  # every other pair finished
+    assert proc.returncode == 1, out + err
+    left = fleet8.processes(victim.name, needle=b"tcp-bw")
+    assert left == [], "the stopped rank was left behind"
