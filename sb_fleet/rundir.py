@@ -52,6 +52,14 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return now.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
+class _SourceError(Exception):
+    """Carries an exception of the stream being written out of :func:`atomic_write_stream` unchanged."""
+
+    def __init__(self, original: BaseException):
+        super().__init__(str(original))
+        self.original = original
+
+
 class ChecksumMismatch(Exception):
     """What :func:`atomic_write_stream` was given does not have the expected sha256 (nothing was written)."""
 
@@ -70,10 +78,17 @@ def atomic_write_stream(
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     h = hashlib.sha256()
+    source = iter(chunks)
     try:
         try:
             os.fchmod(fd, mode)
-            for chunk in chunks:
+            while True:
+                try:
+                    chunk = next(source)
+                except StopIteration:
+                    break
+                except BaseException as exc:  # the source failed (a connection lost mid-stream): not a write error
+                    raise _SourceError(exc) from exc
                 if sha256 is not None:
                     h.update(chunk)
                 view = memoryview(chunk)
@@ -87,6 +102,10 @@ def atomic_write_stream(
             os.unlink(tmp)
             raise ChecksumMismatch(f"{path}: sha256 {h.hexdigest()} is not {sha256}")
         os.replace(tmp, path)
+    except _SourceError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise exc.original from None
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

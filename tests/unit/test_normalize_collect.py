@@ -202,3 +202,18 @@ def test_safe_name_keeps_host_dirs_inside_raw():
     for evil in ("../x", "a/b", "..", "a;touch /tmp/x"):
         n = safe_name(evil)
         assert "/" not in n and n not in (".", "..") and n != evil
+
+
+def test_a_source_that_fails_mid_stream_is_not_a_disk_error(tmp_path):
+    """A connection lost while collecting is the host's trouble (unreachable), not the control node's."""
+    import socket
+
+    from sb_fleet.rundir import atomic_write_stream
+
+    def lost():
+        yield b"part of a file"
+        raise socket.timeout("timed out")
+
+    with pytest.raises(TimeoutError, match="timed out"):
+        atomic_write_stream(tmp_path / "f.json", lost())
+    assert list(tmp_path.iterdir()) == []
