@@ -10,11 +10,9 @@ The report renders ``pairs/*.json`` as heatmaps (sb_fleet/analysis/pairmap.py).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from sb_fleet.analysis.localise import Localisation, PairMatrix, localise, second_pass
+from sb_fleet.analysis.localise import localise, second_pass
 from sb_fleet.analysis.pairresults import matrix_from_results
 from sb_fleet.errors import SbFleetError
 from sb_fleet.normalize import summarize_host
@@ -65,34 +63,3 @@ def write_pattern_outputs(rd: RunDir, plan: Plan) -> list[Path]:
         rd.sub(PAIRS_DIR)
         written.append(rd.write_json(f"{PAIRS_DIR}/{safe_name(key)}.json", doc))
     return written
-
-
-def load_pair_files(run_dir: Path) -> list[tuple[PairMatrix, Localisation, dict[str, Any]]]:
-    """The pair files of a run directory (for the report), each as (matrix, localisation, document)."""
-    out = []
-    for f in sorted((Path(run_dir) / PAIRS_DIR).glob("*.json")):
-        try:
-            doc = json.loads(f.read_text())
-            matrix = PairMatrix.from_json(doc["matrix"])
-            loc = localise(matrix)  # recomputed: the same pure function over the same matrix
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if doc.get("localisation", {}).get("culprits") is not None:
-            loc = _with_topology_verdicts(loc, doc["localisation"])
-        out.append((matrix, loc, doc))
-    return out
-
-
-def _with_topology_verdicts(loc: Localisation, saved: dict[str, Any]) -> Localisation:
-    """Keep the written verdicts when they used the fabric (path culprits need it)."""
-    if any(c.get("kind") == "path" for c in saved.get("culprits", [])):
-        from sb_fleet.analysis.localise import Culprit, Evidence
-
-        culprits = tuple(
-            Culprit(
-                **{**c, "hosts": tuple(c["hosts"]), "evidence": tuple(Evidence(**e) for e in c["evidence"])}
-            )
-            for c in saved["culprits"]
-        )
-        return Localisation(**{**loc.__dict__, "culprits": culprits})
-    return loc

@@ -168,6 +168,33 @@ class Localisation:
             "nic_medians": dict(self.nic_medians),
         }
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Localisation:
+        """As :meth:`to_json` wrote it. Raises KeyError/TypeError/ValueError on a foreign document."""
+        culprits = tuple(
+            Culprit(
+                **{
+                    **c,
+                    "hosts": tuple(c["hosts"]),
+                    "evidence": tuple(Evidence(**e) for e in c["evidence"]),
+                }
+            )
+            for c in d["culprits"]
+        )
+        return cls(
+            str(d["metric"]),
+            str(d.get("unit", "")),
+            d.get("median"),
+            d.get("threshold"),
+            int(d["pairs"]),
+            int(d["bad_pairs"]),
+            culprits,
+            tuple(Evidence(**e) for e in d.get("unexplained", [])),
+            tuple(d.get("good", [])),
+            tuple(d.get("notes", [])),
+            dict(d.get("nic_medians", {})),
+        )
+
     def culprit_hosts(self, kind: str) -> set[str]:
         return {h for c in self.culprits if c.kind == kind for h in c.hosts}
 

@@ -9,7 +9,9 @@ show the hosts involved in a verdict first, then the rest up to ``max_hosts``.
 
 from __future__ import annotations
 
+import json
 from html import escape
+from pathlib import Path
 
 from sb_fleet.analysis.localise import Localisation, PairMatrix
 
@@ -129,3 +131,32 @@ def render_pair_heatmap(matrix: PairMatrix, loc: Localisation, max_hosts: int = 
         else "<p>No node, NIC, path or link stands out.</p>"
     )
     return f'<section class="pairmap" id="pairmap">{head}{svg}{legend}{table}</section>'
+
+
+def pair_sections(source: str | Path) -> str:
+    """The heatmaps of every ``pairs/<entry>.json`` of a run directory (empty: not a pattern run). A file
+    that does not read is named in the page, not fatal to the report."""
+    root = Path(source)
+    if not root.is_dir():
+        return ""
+    parts = []
+    for f in sorted((root / "pairs").glob("*.json")):
+        try:
+            doc = json.loads(f.read_text())
+            matrix = PairMatrix.from_json(doc["matrix"])
+            loc = Localisation.from_json(doc["localisation"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            parts.append(
+                f"<section class='pairmap'><p>{escape(f.name)}: unreadable ({escape(str(exc))})</p></section>"
+            )
+            continue
+        section = render_pair_heatmap(matrix, loc)
+        if doc.get("second_pass"):
+            n = sum(len(r) for r in doc["second_pass"])
+            section = section.replace(
+                "</section>",
+                f"<p>Second pass to confirm: {n} pair(s) in {len(doc['second_pass'])} round(s), each suspect with "
+                "known-good hosts (pairs/" + escape(f.name) + ": second_pass).</p></section>",
+            )
+        parts.append(section)
+    return "\n".join(parts)

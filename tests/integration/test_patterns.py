@@ -165,8 +165,9 @@ def test_pair_wise_names_the_slow_host(fleet8, run_root):
     summary = (run_dir / "results-summary.jsonl").read_text()
     assert '"tcp-bw/tcp_0_0:8388608_bw"' in summary and '"tcp-bw/tcp_6_3:8388608_bw"' in summary
     report = sb_fleet("report", str(run_dir))
-    html = (run_dir / "report.html").read_text() if (run_dir / "report.html").exists() else ""
-    assert slow.name in report.stdout + html, report.stdout
+    html = (run_dir / "report.html").read_text()
+    assert f"{slow.name} is slow with 7 of 7 partners" in html, report.stdout + report.stderr
+    assert '<section class="pairmap" id="pairmap">' in html
 
 
 def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
@@ -176,8 +177,16 @@ def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
         ["match", "ip", "src", f"{a.addr}/32", "match", "ip", "dst", f"{b.addr}/32"],
         ["match", "ip", "src", f"{b.addr}/32", "match", "ip", "dst", f"{a.addr}/32"],
     ]
+    inv = inventory(fleet8, 6, "inv6.ini")
+    cfg = fleet8.config(CONFIG.replace("@TIMEOUT@", "60"), name="dry.yaml")
+    dry = sb_fleet(
+        "validate", "--dry-run", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_root / "dry")
+    )
+    assert "pattern tcp-bw: pair-wise over 6 host(s): 5 round(s) of 15 group(s)" in dry.stdout, (
+        dry.stdout + dry.stderr
+    )
     with shaped(both):
-        r, _ = validate(fleet8, inventory(fleet8, 6, "inv6.ini"), run_dir)
+        r, _ = validate(fleet8, inv, run_dir)
     doc = verdicts(run_dir, r)
     assert len(doc["matrix"]["pairs"]) == 15, r.stdout + r.stderr
     culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]

@@ -119,4 +119,10 @@ def render(result: ReportResult, doc: dict[str, Any], figures: Figures | None = 
 
         head, body_end, tail = page.rpartition("</body>")
         page = head + html_section(result.history) + body_end + tail
+    from sb_fleet.analysis.pairmap import pair_sections  # a pattern run: pair heatmaps and verdicts
+
+    pairs = pair_sections(result.source)
+    if pairs:
+        head, body_end, tail = page.rpartition("</body>")
+        page = head + pairs + body_end + tail
     return page

@@ -3,6 +3,7 @@ failed pairs black, tooltips carry the evidence."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 from sb_fleet.analysis.localise import localise
@@ -36,3 +37,20 @@ def test_large_fleet_shows_culprits_first_and_says_so():
     html = render_pair_heatmap(m, localise(m), max_hosts=40)
     assert "showing 40 of 200 hosts" in html
     assert html.index(">h150<") < html.index(">h000<")
+
+
+def test_pair_sections_read_a_run_directory(tmp_path):
+    from sb_fleet.analysis.localise import Localisation
+    from sb_fleet.analysis.pairmap import pair_sections
+
+    m = pair_matrix(HOSTS, Faults(links={frozenset(("node2", "node5")): 0.3}), seed=4)
+    loc = localise(m)
+    assert Localisation.from_json(json.loads(json.dumps(loc.to_json()))) == loc
+    (tmp_path / "pairs").mkdir()
+    doc = {"matrix": m.to_json(), "localisation": loc.to_json(), "second_pass": [[["node2", "node5"]]]}
+    (tmp_path / "pairs" / "tcp-bw.json").write_text(json.dumps(doc))
+    (tmp_path / "pairs" / "broken.json").write_text("{")
+    html = pair_sections(tmp_path)
+    assert "node2 &lt;-&gt; node5" in html and "Second pass to confirm: 1 pair(s)" in html
+    assert "broken.json: unreadable" in html
+    assert pair_sections(tmp_path / "nope") == "" and pair_sections(tmp_path / "pairs" / "tcp-bw.json") == ""
