@@ -561,7 +561,7 @@ def _rooflines(
             side = 8192 if gpu else 1024
             shape, note = (
                 (side, side, side),
-                f"GEMM shape not recorded: assumed {side}^3 (the suite's default)",
+                f"GEMM shape not given (m = 0 or no result file): the suite's default {side}^3",
             )
         else:
             note = f"GEMM shape {shape[0]}x{shape[1]}x{shape[2]}"

@@ -262,3 +262,19 @@ def test_hostprep_pcie_facts_and_a_real_h100s_figures() -> None:
     assert hp.gpu and "H100 SXM" in hp.gemm["bf16_tc"].source
     assert hp.memory is not None and hp.memory.value == 3350e9
     assert hp.pcie is not None and round(hp.pcie.value / 1e9, 1) == 63.0
+
+
+def test_a_real_h100_gemm_run_against_its_peak() -> None:
+    """A gemm-flops result captured on an H100 SXM (3 runs; facts as hostprep records them): the
+    efficiency sb-fleet derives from the facts agrees with the one the benchmark measured on the GPU."""
+    figs = figures_of(load_fleet(FIXTURES / "figures_h100"))
+    by = {f.metric: f for f in figs.metrics}
+    for prec in ("fp16_tc", "bf16_tc", "tf32_tc", "fp32"):
+        f = by[f"gemm-flops/{prec}_flops"]
+        own = by[f"gemm-flops/{prec}_efficiency"]  # % from the benchmark itself
+        assert f.efficiency == pytest.approx(own.median / 100, rel=1e-9)
+        assert f.runs == 3 and f.cv is not None and f.cv < 0.01 and not f.noisy
+    (rl,) = figs.rooflines
+    point = {p.precision: p for p in rl.points}["fp16_tc"]
+    assert point.regime == "compute-bound" and 0.6 < point.efficiency < 0.75  # ~66.6% measured
+    assert "default 8192^3" in rl.shape_note  # the file says m = 0: the suite's GPU default
