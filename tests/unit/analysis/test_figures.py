@@ -278,3 +278,33 @@ def test_a_real_h100_gemm_run_against_its_peak() -> None:
     point = {p.precision: p for p in rl.points}["fp16_tc"]
     assert point.regime == "compute-bound" and 0.6 < point.efficiency < 0.75  # ~66.6% measured
     assert "default 8192^3" in rl.shape_note  # the file says m = 0: the suite's GPU default
+
+
+@pytest.mark.filterwarnings("error")
+def test_sparse_fleets_give_figures_without_warnings() -> None:
+    """Missing values everywhere (absent GPUs, failed benchmarks, a host with nothing): no warning, no NaN."""
+    rng = np.random.default_rng(3)
+    cols = [
+        *(f"gemm-flops/fp16_tc_flops:{g}" for g in range(4)),
+        *(f"gemm-flops/{r}/fp32_flops:0" for r in range(3)),
+        "gemm-flops/return_code:0",
+        "mem-bw/d2d_bw:0",
+        "cpu-memory-bw-latency/mem_max_bandwidth_all_reads_bw",
+        "nccl-bw/allreduce_1024_busbw",
+        "nccl-bw/allreduce_2048_busbw",
+        "nccl-bw/allreduce_2048_algbw",
+    ]
+    for n in (1, 3, 12):
+        vals = rng.uniform(1, 100, (n, len(cols)))
+        vals[rng.random(vals.shape) < 0.5] = np.nan
+        vals[0, :] = np.nan
+        hosts = [f"h{i}" for i in range(n)]
+        peaks = {
+            h: host_peaks(H100 if i % 2 else {"cpu_cores": 2, "cpu_mhz": 2000, "cpu_flags": ["avx2", "fma"]})
+            for i, h in enumerate(hosts)
+        }
+        figs = build_figures(hosts, cols, vals, Directions(), peaks, {"h1": {cols[0]: [1.0, 1.1]}}, {})
+        doc = json.dumps(figs.to_json(), allow_nan=False)  # every number finite or null
+        assert "NaN" not in doc
+        # one host that reported nothing: no section at all; else one with the values that are there
+        assert (render(figs) == "") if n == 1 else (render(figs).count("\n") > 3)
