@@ -80,12 +80,8 @@ def test_a_failed_task_is_failed_with_its_return_code_reason():
     assert exit_for([outcome]) == EXIT_FAILED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="raw tasks run under a tty: the command's stderr arrives in stdout, and classify reports "
-    "OpenSSH's 'Shared connection to ... closed.' instead of the command's own error",
-)
 def test_a_failed_task_names_the_command_s_own_error():
+    """Raw tasks run without a tty (ANSIBLE_SSH_USETTY=False): the command's stderr is its own."""
     ev = _final("failed")
     _, reason = classify(ev["event"], ev["event_data"]["res"])
     assert "nvidia-smi: command not found" in reason
