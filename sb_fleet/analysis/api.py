@@ -261,11 +261,3 @@ def write_reports(result: ReportResult, out_dir: Path | str) -> list[Path]:
     from sb_fleet.analysis.writers import write_all
 
     return write_all(result, Path(out_dir))
-
-
-def host_verdicts(result: ReportResult) -> dict[str, str]:
-    return {h.name: h.verdict for h in result.hosts}
-
-
-def column_values(result: ReportResult, column: str) -> np.ndarray:
-    return result.fleet.values[:, result.fleet.column_index()[column]]
