@@ -117,12 +117,12 @@ def unit_scale(unit: str | None, kind: str) -> float | None:
     return _UNITS.get(kind, {}).get(u.lower())
 
 
-def _gemm_table(device: str) -> tuple[str, dict[str, float]] | None:
-    """The suite's peak table (TFLOPS per precision) for a GPU name, if the suite is importable."""
+def _gemm_table(device: str) -> tuple[str, dict[str, float]] | None | str:
+    """The suite's peak table (TFLOPS per precision) for a GPU name; a reason when there is none."""
     try:
         from sb_bench.micro.gemm_flops import peak_for
     except ImportError:  # the on-host suite is not installed next to the control node
-        return None
+        return "the suite's GEMM peak table (sb_bench) is not importable here: pip install -e benchmarks"
     return peak_for(device)
 
 
@@ -213,7 +213,9 @@ def host_peaks(facts: Mapping[str, Any] | None) -> HostPeaks:
     memory = nvlink = None
     if gpu:
         table = _gemm_table(gpu)
-        if table:
+        if isinstance(table, str):
+            notes.append(f"{gpu}: no GEMM peak: {table}")
+        elif table:
             model, tflops = table
             gemm = {p: Peak(v * 1e12, "flops", f"{model} datasheet, dense {p}") for p, v in tflops.items()}
         else:

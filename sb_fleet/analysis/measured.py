@@ -97,9 +97,13 @@ def figures_of(fleet: Fleet) -> Figures:
             )
         if fleet.hosts and not facts:
             notes.append("no facts/<host>.json in the run directory: no nominal peaks, no % of peak")
+        said: dict[str, list[str]] = {}  # one line per distinct note, however many hosts share it
         for h, hp in peaks.items():
             for n in hp.notes:
-                notes.append(f"{h}: {n}")
+                said.setdefault(n, []).append(h)
+        for n, who in said.items():
+            more = f" and {len(who) - 1} more host(s)" if len(who) > 1 else ""
+            notes.append(f"{who[0]}{more}: {n}")
     figs = build_figures(fleet.hosts, fleet.columns, fleet.values, fleet.directions, peaks, runs, shapes)
     if notes:
         from dataclasses import replace
