@@ -20,7 +20,7 @@ import numpy as np
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.names import Directions, parse_metric
 from sb_fleet.gatespec import HistorySettings
-from sb_fleet.history.components import ComponentMap, map_components
+from sb_fleet.history.components import ComponentMap, keys_digest, map_components
 from sb_fleet.history.record import JudgedHost, RunMeta, build_record, fleet_medians, run_meta
 from sb_fleet.history.regress import (
     Drift,
@@ -57,6 +57,9 @@ class Assessment:
     drifts: list[Drift] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     cells: np.ndarray | None = None  # tonight's stored cell ids (-1: new), reused when recording
+    laps: dict[str, float] = field(default_factory=dict)  # seconds per step (report.json history.seconds)
+    keys: str | None = None  # digest of tonight's component keys
+    seen: np.ndarray | None = None  # [cells, window runs]: the healthy values the references came from
     seconds: float = 0.0  # the store's queries and the regression arithmetic
     prepare_seconds: float = 0.0  # reading the facts and keying every value by component
 
@@ -77,13 +80,21 @@ def assess(
     path = Path(path)
     meta = run_meta(source, run_dir, hosts)
     cmap = map_components(hosts, columns, meta.facts)
+    keys = keys_digest(cmap)
     prepared = time.perf_counter()
+    lap = _Laps()
     with open_store(path, lock_wait=lock_wait) as st:
+        lap("open")
         window = st.window(meta.time, settings.window, exclude_key=meta.run_key)
-        cells = st.tonight_cells(cmap.components, cmap.metrics, cmap.comp, cmap.metric)
-        q25, q50, q75, count = st.own_baseline(window, cells, cmap.comp.shape)
+        cells = st.tonight_cells(cmap.components, cmap.metrics, cmap.comp, cmap.metric, keys)
+        lap("cells")
+        q25, q50, q75, count, seen = st.own_baseline(window, cells, cmap.comp.shape)
+        lap("baselines")
         past = st.fleet_medians(window)
-    a = Assessment(path, settings, meta, cmap, window, prepare_seconds=prepared - t0, cells=cells)
+    a = Assessment(
+        path, settings, meta, cmap, window, prepare_seconds=prepared - t0, cells=cells, laps=lap.laps
+    )
+    a.keys, a.seen = keys, seen
     if not window:
         a.warnings.append(f"history: {path} has no earlier run; this run starts its history")
         a.seconds = time.perf_counter() - prepared
@@ -152,6 +163,7 @@ def assess(
                 f"last {d.runs} runs{since}"
                 + (" (fails the gate: gates.history.drift)" if settings.drift == "fail" else "")
             )
+    lap("judge")
     a.seconds = time.perf_counter() - prepared
     return a
 
@@ -171,7 +183,7 @@ def conclude(
     drift_fails = s.drift == "fail" and bool(a.drifts)
     final_gate = gate_passed and not drift_fails
     rec = build_record(a.meta, hosts, columns, values, a.cmap, judged, final_gate)
-    rec.cells = a.cells
+    rec.cells, rec.keys = a.cells, a.keys
     t_build = time.perf_counter() - t0
     names = [j.name for j in judged]
     tonight = {j.name: j.verdict for j in judged}
@@ -180,14 +192,18 @@ def conclude(
         status = st.record(rec)
         t_rec = time.perf_counter() - t_rec
         before = st.window(a.meta.time, max(s.offenders_n, TREND_RUNS) - 1, exclude_key=a.meta.run_key)
+        lap = _Laps()
         seqs = st.verdicts(before[-(s.offenders_n - 1) :] if s.offenders_n > 1 else [], names)
+        lap("verdicts")
         trend_runs = [*before[-(TREND_RUNS - 1) :], *st.window_of(a.meta.run_key)]
         flagged = _trend_hosts(a, judged)
-        trends = st.host_trends(dict(flagged), trend_runs)
+        trends = _window_trends(a, hosts, columns, values, dict(flagged))
+        lap("host trends")
         fams = [d.family for d in a.drifts]
         fams += [parse_metric(m).family for _, ms in flagged for m in ms]
         fams = list(dict.fromkeys(fams))[:TREND_FAMILIES] or _default_families(columns)
         fleet_trends = {f: [(k, m) for k, m, _ in st.metric_trend(f, trend_runs)] for f in fams}
+        lap("fleet trends")
     for h in names:
         seqs[h] = [*seqs.get(h, []), tonight[h]]
     offenders = repeat_offenders(seqs, s.offenders_k, s.offenders_n)
@@ -227,7 +243,48 @@ def conclude(
         query_seconds=a.seconds + (time.perf_counter() - t0 - t_build - t_rec),
         record_seconds=t_build + t_rec,
         prepare_seconds=a.prepare_seconds,
+        laps={**a.laps, **lap.laps, "record": t_build + t_rec},
     )
+
+
+class _Laps:
+    """Seconds since the previous call, by name."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._t, 3)
+        self._t = now
+
+
+def _window_trends(
+    a: Assessment,
+    hosts: Sequence[str],
+    columns: Sequence[str],
+    values: np.ndarray,
+    wanted: dict[str, list[str]],
+) -> dict[str, dict[str, list[tuple[str, float]]]]:
+    """Each wanted (host, metric): its healthy values over the window, from the rows the references were
+    computed from (no further query), and tonight's value last."""
+    out: dict[str, dict[str, list[tuple[str, float]]]] = {}
+    row = {h: i for i, h in enumerate(hosts)}
+    col = {c: i for i, c in enumerate(columns)}
+    keys = [r.run_key for r in a.window]
+    for host, metrics in wanted.items():
+        for m in metrics:
+            r, c = row.get(host), col.get(m)
+            if r is None or c is None:
+                continue
+            seq: list[tuple[str, float]] = []
+            if a.seen is not None and a.seen.shape[1] == len(keys):
+                past = a.seen[r * len(columns) + c]
+                seq = [(k, float(v)) for k, v in zip(keys, past, strict=True) if np.isfinite(v)]
+            seq.append((a.meta.run_key, float(values[r, c])))
+            out.setdefault(host, {})[m] = seq
+    return out
 
 
 def _names(d: dict[str, int]) -> str:

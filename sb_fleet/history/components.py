@@ -154,3 +154,18 @@ def map_components(
         else:
             metric[:, c] = full_id
     return ComponentMap(components=list(comps), metrics=list(mnames), comp=comp, metric=metric)
+
+
+def keys_digest(cmap: ComponentMap) -> str:
+    """A digest of every cell's (component, component metric) key: two runs with the same digest have
+    the same cells in the same order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update("\0".join(cmap.components).encode())
+    h.update(b"\1")
+    h.update("\0".join(cmap.metrics).encode())
+    h.update(np.ascontiguousarray(cmap.comp, dtype=np.int32).tobytes())
+    h.update(np.ascontiguousarray(cmap.metric, dtype=np.int32).tobytes())
+    h.update(repr(cmap.comp.shape).encode())
+    return h.hexdigest()[:32]

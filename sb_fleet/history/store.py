@@ -9,6 +9,7 @@ so a window of runs is a contiguous, zone-map-pruned scan)::
     host_runs(run, host, verdict, outcome, reason, gpu_model, facts, issues)
     facts(digest, facts)                  facts JSON, stored once per distinct content
     cells(comp, cmetric, id)              a component's metric: what its own history is kept under
+    layouts(keys, cells)                  a run's cell ids by the digest of its (component, metric) keys
     vals(run, host, metric, cell, ok, value)
     fleet(run, family, median, n)         the fleet median of each metric family per run
 
@@ -51,6 +52,7 @@ CREATE TABLE IF NOT EXISTS host_runs(run INTEGER, host INTEGER, verdict VARCHAR,
     reason VARCHAR, gpu_model VARCHAR, facts VARCHAR, issues VARCHAR);
 CREATE TABLE IF NOT EXISTS facts(digest VARCHAR PRIMARY KEY, facts VARCHAR);
 CREATE TABLE IF NOT EXISTS cells(comp INTEGER NOT NULL, cmetric INTEGER NOT NULL, id INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS layouts(keys VARCHAR PRIMARY KEY, cells BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS vals(run INTEGER, host INTEGER, metric INTEGER, cell INTEGER, ok BOOLEAN,
     value DOUBLE);
 CREATE TABLE IF NOT EXISTS fleet(run INTEGER, family INTEGER, median DOUBLE, n INTEGER);
@@ -98,6 +100,7 @@ class RunRecord:
     ok: np.ndarray  # bool [hosts]: the host was healthy in this run
     fleet_medians: dict[str, tuple[float, int]] = field(default_factory=dict)  # family -> (median, n)
     cells: np.ndarray | None = None  # int32 [hosts * metrics]: cell ids when already looked up (-1: new)
+    keys: str | None = None  # digest of the run's component keys (sb_fleet.history.components.keys_digest)
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,11 @@ class Store:
             ) as f:
                 self.run(f"INSERT INTO vals SELECT * FROM {f}")
             self.run("UPDATE runs SET layout = ? WHERE run = ?", [layout_digest(cell[keep]), run])
+            if rec.keys is not None and self.one("SELECT 1 FROM layouts WHERE keys = ?", [rec.keys]) is None:
+                self.run(
+                    "INSERT INTO layouts VALUES (?, ?)",
+                    [rec.keys, np.ascontiguousarray(cell, dtype=np.int32).tobytes()],
+                )
         if rec.fleet_medians:
             fams = list(rec.fleet_medians)
             with self._frame(
@@ -419,9 +427,19 @@ class Store:
 
     # -- the queries of a report ---------------------------------------------------------------
     def tonight_cells(
-        self, components: Sequence[str], cmetrics: Sequence[str], comp: np.ndarray, cmetric: np.ndarray
+        self,
+        components: Sequence[str],
+        cmetrics: Sequence[str],
+        comp: np.ndarray,
+        cmetric: np.ndarray,
+        keys: str | None = None,
     ) -> np.ndarray:
-        """The stored cell id of every (host, column) of tonight's matrix, flattened (-1: never seen)."""
+        """The stored cell id of every (host, column) of tonight's matrix, flattened (-1: never seen);
+        read in one step when a run with the same component keys (``keys``) was recorded before."""
+        if keys is not None:
+            row = self.one("SELECT cells FROM layouts WHERE keys = ?", [keys])
+            if row is not None and len(row[0]) == 4 * comp.size:
+                return np.frombuffer(row[0], dtype=np.int32).copy()
         return self.cell_ids(
             self.ids("comp", components, create=False)[comp.reshape(-1)],
             self.ids("cmetric", cmetrics, create=False)[cmetric.reshape(-1)],
@@ -430,16 +448,18 @@ class Store:
 
     def own_baseline(
         self, runs: Sequence[RunInfo], cells: np.ndarray, shape: tuple[int, int]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per cell of tonight's matrix (``cells`` from :meth:`tonight_cells`): the quartiles and count of
         its healthy values in ``runs`` (NaN / 0 where there are none). Returns (q25, median, q75, count),
-        each of ``shape``; quartiles interpolate linearly between order statistics, as quantile_cont."""
+        each of ``shape``, and the values themselves ([cells, runs], NaN where unhealthy or absent);
+        quartiles interpolate linearly between order statistics, as quantile_cont."""
         q25, q50, q75 = (np.full(shape, np.nan) for _ in range(3))
         count = np.zeros(shape, dtype=np.int64)
+        dense = np.full((cells.size, len(runs)), np.nan)  # a row per cell: sorting a row is contiguous
         known = np.nonzero(cells >= 0)[0]
         if not runs or not len(known):
-            return q25, q50, q75, count
-        dense = np.full((cells.size, len(runs)), np.nan)  # a row per cell: sorting a row is contiguous
+            return q25, q50, q75, count, dense
+        everything = len(known) == cells.size
         mine = cells[known]
         same = layout_digest(mine)
         where: np.ndarray | None = None
@@ -450,7 +470,12 @@ class Store:
             if r.layout == same:
                 got = self.sql(f"SELECT ok, value FROM vals WHERE run = {int(r.run)}").fetchnumpy()
                 if len(got["value"]) == len(mine):
-                    dense[known, k] = np.where(got["ok"], got["value"], np.nan)
+                    col = got["value"]
+                    col[~got["ok"]] = np.nan
+                    if everything:
+                        dense[:, k] = col
+                    else:
+                        dense[known, k] = col
                     continue
             got = self.sql(f"SELECT cell, ok, value FROM vals WHERE run = {int(r.run)}").fetchnumpy()
             if where is None:
@@ -462,6 +487,7 @@ class Store:
             pos = where[got["cell"]]
             sel = pos >= 0
             dense[pos[sel], k] = np.where(got["ok"], got["value"], np.nan)[sel]
+        values = dense.copy()
         dense.sort(axis=1)  # NaN last
         n = np.isfinite(dense).sum(axis=1)
         flat = (q25.reshape(-1), q50.reshape(-1), q75.reshape(-1))
@@ -474,7 +500,7 @@ class Store:
             frac = at - lo
             out[cols] = dense[cols, lo] * (1 - frac) + dense[cols, hi] * frac
         count.reshape(-1)[:] = n
-        return q25, q50, q75, count
+        return q25, q50, q75, count, values
 
     def fleet_medians(self, runs: Sequence[RunInfo]) -> dict[str, list[tuple[str, float]]]:
         """Family -> [(run key, fleet median)] over ``runs``, oldest first."""
@@ -515,38 +541,6 @@ class Store:
             cuts = np.flatnonzero(np.diff(ids)) + 1
             for chunk_ids, chunk in zip(np.split(ids, cuts), np.split(verdicts, cuts), strict=True):
                 out[name_of[int(chunk_ids[0])]] = chunk.tolist()
-        return out
-
-    def host_trends(
-        self, wanted: dict[str, list[str]], runs: Sequence[RunInfo]
-    ) -> dict[str, dict[str, list[tuple[str, float]]]]:
-        """Host -> metric -> [(run key, value)] over ``runs`` for the given hosts' metrics, in one scan."""
-        out: dict[str, dict[str, list[tuple[str, float]]]] = {
-            h: {m: [] for m in ms} for h, ms in wanted.items()
-        }
-        if not wanted or not runs:
-            return out
-        hosts = list(wanted)
-        metrics = sorted({m for ms in wanted.values() for m in ms})
-        hid = self.ids("host", hosts, create=False)
-        mid = self.ids("metric", metrics, create=False)
-        host_of = {int(i): h for i, h in zip(hid, hosts, strict=True) if i >= 0}
-        metric_of = {int(i): m for i, m in zip(mid, metrics, strict=True) if i >= 0}
-        if not host_of or not metric_of:
-            return out
-        order = {r.run: (i, r.run_key) for i, r in enumerate(runs)}
-        rows: list[tuple[Any, ...]] = []
-        for (
-            h
-        ) in host_of:  # one query per host: an equality keeps DuckDB's row-group pruning, IN lists lose it
-            rows += self.sql(
-                f"SELECT run, host, metric, value FROM vals WHERE run IN ({','.join(str(r) for r in order)}) "
-                f"AND host = {h} AND metric IN ({','.join(map(str, metric_of))})"
-            ).fetchall()
-        for run, h, m, v in sorted(rows, key=lambda x: order[int(x[0])][0]):
-            host, metric = host_of[int(h)], metric_of[int(m)]
-            if metric in out[host]:
-                out[host][metric].append((order[int(run)][1], float(v)))
         return out
 
     def host_trend(

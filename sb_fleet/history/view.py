@@ -63,6 +63,7 @@ class HistoryView:
     query_seconds: float = 0.0
     record_seconds: float = 0.0
     prepare_seconds: float = 0.0  # facts read and values keyed by component
+    laps: dict[str, float] = field(default_factory=dict)  # seconds per step
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +88,7 @@ class HistoryView:
                 "prepare": round(self.prepare_seconds, 3),
                 "queries": round(self.query_seconds, 3),
                 "record": round(self.record_seconds, 3),
+                "steps": self.laps,
             },
         }
 

@@ -89,9 +89,10 @@ def test_own_baseline_is_the_components_healthy_quartiles(tmp_path: Path) -> Non
             st.record(_record(n, v, {"b": "fail"} if n == 4 else None))
         window = st.window(dt.datetime(2026, 2, 1), 6)  # nights 3..8
         cm = map_components(HOSTS, COLS, FACTS)
-        q25, q50, q75, count = st.own_baseline(
+        q25, q50, q75, count, seen = st.own_baseline(
             window, st.tonight_cells(cm.components, cm.metrics, cm.comp, cm.metric), cm.comp.shape
         )
+    assert np.isnan(seen[1 * 3 + 0, 1]) and seen[0, 1] == nights[4][0, 0]  # b failed night 4 (window's 2nd)
     for h in range(3):
         healthy = [nights[n][h] for n in range(3, 9) if not (h == 1 and n == 4)]
         stack = np.array(healthy)
@@ -108,7 +109,7 @@ def test_a_gpu_moved_to_another_host_keeps_its_history(tmp_path: Path) -> None:
             st.record(_record(n, np.full((3, 3), 100.0 + n)))
         facts = {"c": {"gpus": [{"index": 1, "uuid": "GPU-a0"}]}}  # a's GPU 0 is now c's GPU 1
         cm = map_components(HOSTS, COLS, facts)
-        _, q50, _, count = st.own_baseline(
+        _, q50, _, count, _ = st.own_baseline(
             st.runs(), st.tonight_cells(cm.components, cm.metrics, cm.comp, cm.metric), cm.comp.shape
         )
     assert count[2, 1] == 3 and q50[2, 1] == 102.0
@@ -160,3 +161,20 @@ def test_a_locked_file_is_exit_3_after_waiting(tmp_path: Path) -> None:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def test_tonights_cells_come_from_the_stored_layout_of_the_same_keys(tmp_path: Path) -> None:
+    from sb_fleet.history.components import keys_digest
+
+    path = tmp_path / "h.duckdb"
+    cm = map_components(HOSTS, COLS, FACTS)
+    rec = _record(1, np.full((3, 3), 100.0))
+    rec.keys = keys_digest(cm)
+    with open_store(path) as st:
+        looked_up = st.tonight_cells(cm.components, cm.metrics, cm.comp, cm.metric)
+        assert (looked_up < 0).all()  # nothing stored yet
+        st.record(rec)
+        slow = st.tonight_cells(cm.components, cm.metrics, cm.comp, cm.metric)
+        fast = st.tonight_cells(cm.components, cm.metrics, cm.comp, cm.metric, rec.keys)
+        assert (slow >= 0).all() and fast.tolist() == slow.tolist()
+        assert st.one("SELECT count(*) FROM layouts")[0] == 1
