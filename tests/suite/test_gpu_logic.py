@@ -362,3 +362,12 @@ def test_gpu_burn_on_cpu_and_a_planted_error(monkeypatch):
     assert env["status"] == "failed" and env["return_code"] == 3
     assert "computes wrongly under sustained load" in env["reason"]
     assert "burn_gflops" in env["result"]  # the figures stay
+
+
+def test_mem_bw_bidirectional_is_opt_in_and_skipped_on_a_cpu():
+    from sb_bench.micro import mem_bw
+
+    assert "bidir" not in mem_bw.MemBw.parse_params({})["mem_type"]  # SuperBench's three by default
+    env = run_bench("mem-bw", mem_type=["bidir", "dtod"], size="1M", **SMALL)
+    assert env["status"] == "ok" and "bidir_bw" not in env["result"]
+    assert "skipped bidir_bw" in env["reason"] and "no host-device link" in env["reason"]

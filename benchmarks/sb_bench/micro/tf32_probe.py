@@ -18,17 +18,19 @@ from typing import Any
 
 
 def probe_inputs(m: int, n: int, k: int, device: Any) -> tuple[Any, Any, Any]:
-    """(A, B, expected C) in float32 for an m x n x k product."""
+    """(A, B, expected C) in float32 for an m x n x k product, built on ``device`` (every step is
+    exact in float32: j·2**-13 and 1 + j·2**-13 need at most 14 significant bits)."""
     import torch
 
     gen = torch.Generator(device="cpu").manual_seed(7)
-    j = torch.randint(0, 512, (m, k), generator=gen) * 2 + 1  # odd: not representable in TF32
-    a = (1.0 + j.to(torch.float64) * 2.0**-13).to(torch.float32)
-    cols = torch.arange(n) % k
-    b = torch.zeros(k, n, dtype=torch.float32)
-    b[cols, torch.arange(n)] = 1.0
+    j = torch.randint(0, 512, (m, k), generator=gen, dtype=torch.int32).to(device) * 2 + 1
+    a = j.to(torch.float32).mul_(2.0**-13).add_(1.0)  # odd j: not representable in TF32
+    del j
+    cols = torch.arange(n, device=device) % k
+    b = torch.zeros(k, n, dtype=torch.float32, device=device)
+    b[cols, torch.arange(n, device=device)] = 1.0
     want = a[:, cols]
-    return a.to(device), b.to(device), want
+    return a, b, want
 
 
 def runs_as_tf32(matmul: Callable[[Any, Any], Any], m: int, n: int, k: int, device: Any) -> str | None:
@@ -37,12 +39,13 @@ def runs_as_tf32(matmul: Callable[[Any, Any], Any], m: int, n: int, k: int, devi
     import torch
 
     a, b, want = probe_inputs(m, n, k, device)
-    got = matmul(a, b).to("cpu", torch.float32)
-    bad = (got != want).nonzero()
-    if len(bad) == 0:
+    got = matmul(a, b)
+    wrong = got != want
+    count = int(wrong.sum())
+    if count == 0:
         return None
-    i, j = (int(x) for x in bad[0])
+    i, j = divmod(int(wrong.flatten().to(torch.uint8).argmax()), n)
     return (
-        f"{len(bad)} of {got.numel()} probe entries inexact, e.g. ({i},{j}) = {float(got[i, j]):.9g}, "
+        f"{count} of {got.numel()} probe entries inexact, e.g. ({i},{j}) = {float(got[i, j]):.9g}, "
         f"exactly {float(want[i, j]):.9g}"
     )
