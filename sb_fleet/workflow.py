@@ -161,7 +161,8 @@ def confirm(run: RunInputs, opts: Options) -> dict | None:
     from sb_fleet.history import confirm as cf
     from sb_fleet.rundir import atomic_write_text
 
-    first = analyse(run.rd.path, gates=run.config.gates)
+    # with a history store, its findings are confirmed too (the final report records the run again)
+    first = analyse(run.rd.path, gates=run.config.gates, history=opts.history or run.config.fleet.history)
     plan = cf.plan_confirmation(first.hosts)
     cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), plan.all_benchmarks)
     if not plan.benchmarks or cfg is None or len(run.inventory.sources) != 1:

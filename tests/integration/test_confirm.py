@@ -163,11 +163,16 @@ def test_a_persistent_slowdown_stays_failed(cfleet, tmp_path: Path) -> None:
 
 
 def test_a_healthy_fleet_gets_the_same_verdicts_twice(cfleet, tmp_path: Path) -> None:
-    r1, d1 = _validate(cfleet, tmp_path, "--confirm")
-    r2, d2 = _validate(cfleet, tmp_path, "--confirm")
+    store = tmp_path / "history.duckdb"
+    r1, d1 = _validate(cfleet, tmp_path, "--confirm", "--history", str(store))
+    r2, d2 = _validate(cfleet, tmp_path, "--confirm", "--history", str(store))
     assert r1.returncode == r2.returncode == 0, r1.stderr + r2.stderr
     assert _verdicts(d1) == _verdicts(d2) == {h.name: "pass" for h in cfleet.hosts}
     assert not (d1 / "confirm.json").exists()  # nothing to confirm
+    runs = subprocess.run([SB_FLEET, "history", str(store)], capture_output=True, text=True, timeout=60)
+    assert runs.returncode == 0 and len([x for x in runs.stdout.splitlines()[1:] if x.strip()]) == 2, (
+        runs.stdout
+    )
 
 
 def test_validate_with_a_corrupt_history_fails_before_touching_a_host(cfleet, tmp_path: Path) -> None:
