@@ -216,6 +216,7 @@ def main() -> None:
             f"  report history queries:  {v.query_seconds:.2f} s   (goal <= 2 s; window {len(v.window)} runs)\n"
             f"  facts read and keyed:    {v.prepare_seconds:.2f} s   ({args.hosts} facts files, GPU/NIC keys)\n"
             f"  whole report() call:     {total:.2f} s   (analysis of the fleet included)\n"
+            f"  history steps (s):       {v.laps}\n"
             f"  regressed hosts found:   {len(flagged & truth)}/{len(truth)}, other hosts flagged: "
             f"{len(flagged - truth)}",
             flush=True,
