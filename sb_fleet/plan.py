@@ -261,7 +261,11 @@ def expand_entry(
     launcher = "mpirun" if multi_mode is not None and multi_mode.name == "mpi" else "torchrun"
     if multi_mode is not None and multi_mode.name == "mpi" and pattern is None:
         node_num = "all"  # SuperBench: one mpirun across every node
-    modes = tuple(m.model_dump(exclude_none=True, exclude={"pattern"}) for m in entry.modes)
+    modes = tuple(
+        # a pattern's group is the mode's world: node_num all (the runner takes the group's size)
+        {**m.model_dump(exclude_none=True, exclude={"pattern"}), **({"node_num": "all"} if m.pattern else {})}
+        for m in entry.modes
+    )
     timeout = entry.timeout or default_timeout
     return [
         RunEntry(k, name, b, dict(entry.parameters), modes, timeout, multi, node_num, 0, pattern, launcher)

@@ -236,3 +236,30 @@ def test_a_stopped_pair_is_reported_and_the_others_finish(fleet8, run_root):
     assert proc.returncode == 1, out + err
     left = fleet8.processes(victim.name, needle=b"tcp-bw")
     assert left == [], "the stopped rank was left behind"
+
+
+def test_the_same_pattern_in_torch_distributed_mode(fleet8, run_root):
+    cfg = fleet8.config(
+        CONFIG.replace("@TIMEOUT@", "90").replace(
+            "        - name: mpi\n          proc_num: 1\n          mca: {oob_tcp_if_include: lo}\n",
+            "        - name: torch.distributed\n          proc_num: 1\n",
+        ),
+        name="torchrun.yaml",
+    )
+    assert "torch.distributed" in cfg.read_text()
+    run_dir = run_root / "torchrun"
+    r = sb_fleet(
+        "validate",
+        "-i",
+        str(inventory(fleet8, 4, "inv4.ini")),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(run_dir),
+        timeout=900,
+    )
+    doc = verdicts(run_dir, r)
+    assert doc["launcher"] == "torchrun"
+    pairs = doc["matrix"]["pairs"]
+    assert len(pairs) == 6 and all(p.get("status", "ok") == "ok" and p["value"] > 0 for p in pairs), pairs
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
