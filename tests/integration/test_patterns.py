@@ -263,3 +263,36 @@ def test_the_same_pattern_in_torch_distributed_mode(fleet8, run_root):
     pairs = doc["matrix"]["pairs"]
     assert len(pairs) == 6 and all(p.get("status", "ok") == "ok" and p["value"] > 0 for p in pairs), pairs
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_an_mpi_entry_that_needs_cuda_skips_with_its_reason(fleet8, run_root):
+    """SuperBench's default config runs megatron-gpt in mpi mode across every node: here, one mpirun over
+    the hosts, and every rank skips with the reason (no CUDA) instead of the entry being 'not run'."""
+    body = CONFIG.split("superbench:")[0] + (
+        "superbench:\n  benchmarks:\n    megatron-gpt:\n      timeout: 120\n"
+        "      modes: [{name: mpi, proc_num: 1, node_num: all, mca: {oob_tcp_if_include: lo}}]\n"
+    )
+    cfg = fleet8.config(body, name="megatron.yaml")
+    run_dir = run_root / "megatron"
+    r = sb_fleet(
+        "validate",
+        "-i",
+        str(inventory(fleet8, 2, "inv2.ini")),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(run_dir),
+        timeout=900,
+    )
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["unsupported"] == {}
+    (step,) = plan["steps"]
+    assert step["groups"][0]["hosts"] == ["host001", "host002"] and step["entries"][0]["launcher"] == "mpirun"
+    for h in ("host001", "host002"):
+        rank = json.loads(
+            next((run_dir / "raw" / h / "results" / "megatron-gpt").glob("rank*.json")).read_text()
+        )
+        assert rank["status"] == "skipped", rank
+        assert "CUDA" in rank["reason"] or "Megatron-Core is not installed" in rank["reason"], rank["reason"]
+        assert rank["world_size"] == 2
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
