@@ -87,7 +87,7 @@ def atomic_write_stream(
                     chunk = next(source)
                 except StopIteration:
                     break
-                except BaseException as exc:  # the source failed (a connection lost mid-stream): not a write error
+                except BaseException as exc:  # the source failed (connection lost): not a write error
                     raise _SourceError(exc) from exc
                 if sha256 is not None:
                     h.update(chunk)

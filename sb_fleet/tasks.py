@@ -10,7 +10,8 @@ from __future__ import annotations
 from types import MappingProxyType
 
 HOSTPREP_FAST = "check prerequisites, build the venv, record facts (suite in place)"  # deploy.yml, raw
-HOSTPREP = "check prerequisites, build the venv, record facts"  # deploy.yml: the suite on stdin, then hostprep
+# deploy.yml: the suite on stdin, then hostprep
+HOSTPREP = "check prerequisites, build the venv, record facts"
 NEED_SUITE = "SB_FLEET_NEED_SUITE"  # what the fast path prints when the suite is not on the host yet
 IMAGE_DIGEST = "image digest"  # container-deploy.yml / container run: the image's digest
 IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creating an enroot image

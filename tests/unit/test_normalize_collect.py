@@ -206,13 +206,12 @@ def test_safe_name_keeps_host_dirs_inside_raw():
 
 def test_a_source_that_fails_mid_stream_is_not_a_disk_error(tmp_path):
     """A connection lost while collecting is the host's trouble (unreachable), not the control node's."""
-    import socket
 
     from sb_fleet.rundir import atomic_write_stream
 
     def lost():
         yield b"part of a file"
-        raise socket.timeout("timed out")
+        raise TimeoutError("timed out")
 
     with pytest.raises(TimeoutError, match="timed out"):
         atomic_write_stream(tmp_path / "f.json", lost())
