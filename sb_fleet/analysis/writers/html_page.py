@@ -56,7 +56,7 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
 <section id="drill" hidden><h2 id="drill-title"></h2><div id="drill-body"></div></section>
 <section><h2>Hosts to act on</h2>
 <div class="controls"><input id="q" placeholder="find a host (any verdict)" size="30">
-<select id="vf"><option value="">all verdicts</option><option>fail</option><option>incomplete</option><option>missing</option></select>
+<select id="vf"><option value="">all verdicts</option><option>fail</option><option>incomplete</option><option>missing</option><option>flaky</option></select>
 <span id="shown" class="muted"></span></div>
 <div class="scroll"><table id="hosts"><thead><tr><th>Host</th><th>Verdict</th><th>Outcome</th><th>Categories</th><th>Main finding</th></tr></thead><tbody></tbody></table></div>
 </section>

@@ -64,7 +64,12 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
         "",
         f"- Source: `{result.source}`",
         f"- Hosts: **{len(result.hosts)}**: {counts['pass']} pass, {counts['fail']} fail, "
-        f"{counts['incomplete']} incomplete, {counts['missing']} missing",
+        f"{counts['incomplete']} incomplete, {counts['missing']} missing"
+        + (
+            f", {counts['flaky']} flaky (did not reproduce under validate --confirm)"
+            if counts.get("flaky")
+            else ""
+        ),
         f"- Gate: **{status.lower()}**: {gate.counted} host(s) counted as failing, {gate.allowed_hosts} allowed "
         f"({gate.policy})",
         f"- Metrics: {len(result.fleet.columns)} per host; analysed in {result.seconds:.2f} s",
