@@ -29,10 +29,9 @@ import os
 import shlex
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from sb_bench.runner import EntryRun, Runner
+from sb_bench.modespec import SpecError, count
 
 # SuperBench's defaults when a mode sets no ``mca`` (superbench/runner/runner.py).
 DEFAULT_MCA = {"pml": "ob1", "btl": "^openib", "btl_tcp_if_exclude": "lo,docker0", "coll_hcoll_enable": 0}
@@ -149,10 +148,11 @@ def forwarded_env(environ: Any) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(FORWARD_PREFIXES) and k not in NOT_FORWARDED}
 
 
-def run_mpi(runner: Runner, er: EntryRun, mode: dict[str, Any], deadline: float) -> None:
-    """Run one entry's ``mpi`` mode: mpirun over this node's group (or this node alone)."""
-    from sb_bench.runner import SpecError, count
+def run_mpi(runner: Any, er: Any, mode: dict[str, Any], deadline: float) -> None:
+    """Run one entry's ``mpi`` mode: mpirun over this node's group (or this node alone).
 
+    ``runner``/``er``: the runner's ``Runner`` and ``EntryRun`` (the runner calls this module, not the other
+    way round, so they are not imported here)."""
     nproc = count(mode.get("proc_num"), f"{er.key}: proc_num")
     mpirun = shutil.which("mpirun")
     if mpirun is None:

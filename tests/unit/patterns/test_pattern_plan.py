@@ -27,7 +27,7 @@ ansible_user=v
 def plan_for(tmp_path, body: str, inventory: str = INVENTORY) -> Plan:
     c = tmp_path / "c.yaml"
     c.write_text(
-        "version: v0.4\nfleet: {workspace: \"/ws/{host}\", master_port: 29600}\nsuperbench:\n  benchmarks:\n"
+        'version: v0.4\nfleet: {workspace: "/ws/{host}", master_port: 29600}\nsuperbench:\n  benchmarks:\n'
         + body
     )
     i = tmp_path / "inv.ini"
