@@ -68,6 +68,7 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.workflow.Options, i
         resume=bool(kw.get("resume")),
         history=kw.get("history"),
         confirm=bool(kw.get("confirm")),
+        second_pass=not kw.get("no_second_pass"),
         progress=not kw.get("quiet"),
         argv=("sb-fleet", *sys.argv[1:]),
     )
@@ -146,6 +147,12 @@ def collect(**kw: Any) -> int:
     is_flag=True,
     help="before the verdict, run the failing hosts' flagged benchmarks again (with a few passing control "
     "hosts); a finding that does not reproduce makes the host 'flaky', not failed.",
+)
+@click.option(
+    "--no-second-pass",
+    is_flag=True,
+    help="pattern runs: skip the follow-ups (re-pairing each suspect with known-good hosts, bisecting a "
+    "failed all-nodes run); the culprits are then judged on their confidence alone.",
 )
 @guarded
 def validate(**kw: Any) -> int:

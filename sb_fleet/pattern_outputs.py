@@ -10,6 +10,7 @@ The report renders ``pairs/*.json`` as heatmaps (sb_fleet/analysis/pairmap.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from sb_fleet.analysis.localise import localise, second_pass
@@ -30,15 +31,7 @@ def write_pattern_outputs(rd: RunDir, plan: Plan) -> list[Path]:
         return []
     written = [rd.path / "mpi_pattern.txt"]
     atomic_write_text(written[0], "".join(p["mpi_pattern"] for p in plan.patterns.values()))
-    records: dict[str, dict[str, object]] = {}
-    statuses: dict[str, dict[str, dict[str, object]]] = {}
-    for h in plan.hosts:
-        raw = rd.path / "raw" / safe_name(h)
-        if not raw.is_dir():
-            continue
-        rec = summarize_host(h, raw, merge_rounds=False)
-        records[h] = dict(rec.metrics)
-        statuses[h] = {k: st.to_json() for k, st in rec.statuses.items()}
+    records, statuses = round_records(rd, plan.hosts)
     for key, info in plan.patterns.items():
         matrix = matrix_from_results(records, info["rounds"], plan.hosts, key, statuses)
         if matrix is None:
@@ -63,3 +56,21 @@ def write_pattern_outputs(rd: RunDir, plan: Plan) -> list[Path]:
         rd.sub(PAIRS_DIR)
         written.append(rd.write_json(f"{PAIRS_DIR}/{safe_name(key)}.json", doc))
     return written
+
+
+Records = dict[str, dict[str, object]]  # host -> metric -> value
+Statuses = dict[str, dict[str, dict[str, object]]]  # host -> entry or round key -> {"status", "reason"}
+
+
+def round_records(rd: RunDir, hosts: Sequence[str]) -> tuple[Records, Statuses]:
+    """Every collected host's metrics and entry statuses with each pattern round kept apart."""
+    records: Records = {}
+    statuses: Statuses = {}
+    for h in hosts:
+        raw = rd.path / "raw" / safe_name(h)
+        if not raw.is_dir():
+            continue
+        rec = summarize_host(h, raw, merge_rounds=False)
+        records[h] = dict(rec.metrics)
+        statuses[h] = {k: st.to_json() for k, st in rec.statuses.items()}
+    return records, statuses

@@ -10,13 +10,14 @@ with its hosts split into node groups, each with a master and node ranks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sb_fleet.config import BenchmarkEntry, Config
 from sb_fleet.inventory import Host, Inventory
 from sb_fleet.pattern_plan import group_port, head_args, load_topology, mpi_member, schedule_for
-from sb_fleet.patterns import PatternSpec, estimate_cost, mpi_pattern_text, round_key
+from sb_fleet.patterns import PatternSpec, Schedule, estimate_cost, mpi_pattern_text, round_key
 
 PLAN_SCHEMA = 2
 STEP_MARGIN_S = 60  # on top of the entries' timeouts, for process start and result writing
@@ -273,8 +274,28 @@ def expand_entry(
     ], None
 
 
-def build_plan(config: Config, inventory: Inventory, known: set[str] | None = None) -> Plan:
-    """Resolve the config against the inventory. ``known``: the suite's benchmark names (None: don't check)."""
+@dataclass(frozen=True)
+class GivenRounds:
+    """Rounds chosen by sb-fleet rather than by a pattern: a second pass or a bisection round of a
+    pattern entry (:mod:`sb_fleet.pattern_followup`). ``kind`` names them in the plan and in
+    mpi_pattern.txt; each round's groups run at once, with SuperBench's round and group indexes."""
+
+    kind: str
+    rounds: tuple[tuple[tuple[str, ...], ...], ...]
+
+    @classmethod
+    def of(cls, kind: str, rounds: Sequence[Sequence[Sequence[str]]]) -> GivenRounds:
+        return cls(kind, tuple(tuple(tuple(g) for g in rnd) for rnd in rounds))
+
+
+def build_plan(
+    config: Config,
+    inventory: Inventory,
+    known: set[str] | None = None,
+    given: Mapping[str, GivenRounds] | None = None,
+) -> Plan:
+    """Resolve the config against the inventory. ``known``: the suite's benchmark names (None: don't check).
+    ``given``: entry key -> rounds that replace that multi-node entry's pattern (a follow-up pass)."""
     if known is None:
         from sb_fleet.resources import import_suite
 
@@ -309,10 +330,12 @@ def build_plan(config: Config, inventory: Inventory, known: set[str] | None = No
             batch.append(e)
             continue
         flush()
-        if e.pattern is not None or e.launcher == "mpirun":
+        if e.pattern is not None or e.launcher == "mpirun" or e.key in (given or {}):
             e = RunEntry(**{**asdict(e), "port_offset": port_offset})
             port_offset += 1
-            round_steps, info = pattern_steps(e, inventory, config, setups, len(steps))
+            round_steps, info = pattern_steps(
+                e, inventory, config, setups, len(steps), (given or {}).get(e.key)
+            )
             steps.extend(round_steps)
             patterns[e.key] = info
             continue
@@ -339,15 +362,33 @@ def node_groups(inventory: Inventory, node_num: int | str) -> tuple[list[NodeGro
 
 
 def pattern_steps(
-    e: RunEntry, inventory: Inventory, config: Config, setups: dict[str, HostSetup], before: int
+    e: RunEntry,
+    inventory: Inventory,
+    config: Config,
+    setups: dict[str, HostSetup],
+    before: int,
+    given: GivenRounds | None = None,
 ) -> tuple[list[Step], dict[str, Any]]:
-    """One multi-node step per round of the entry's pattern (no pattern, mpi: one round of every node).
+    """One multi-node step per round of the entry's pattern (no pattern, mpi: one round of every node;
+    ``given``: those rounds instead of the pattern's).
 
     Each round's results go to their own directory (``<key>@<round>``) and the groups of a round run
     at the same time; rounds run one after the other, each under the entry's timeout."""
     spec = PatternSpec.model_validate(e.pattern) if e.pattern is not None else None
     names = inventory.names()
-    sched = schedule_for(spec, names, load_topology(spec) if spec is not None else None)
+    if given is not None:
+        unknown = sorted({h for rnd in given.rounds for g in rnd for h in g} - set(names))
+        if unknown:
+            raise ValueError(f"{given.kind} rounds name host(s) not in the run: {', '.join(unknown)}")
+        sched = Schedule(given.kind, tuple(names), given.rounds)
+        # each given group is the mode's world, whatever node_num the entry had
+        modes = tuple(
+            {**m, "node_num": "all"} if m.get("name") in ("mpi", "torch.distributed") else m for m in e.modes
+        )
+        e = RunEntry(**{**asdict(e), "modes": modes})
+    else:
+        sched = schedule_for(spec, names, load_topology(spec) if spec is not None else None)
+    indexed = spec is not None or given is not None
     steps: list[Step] = []
     total = len(sched.rounds)
     for r, rnd in enumerate(sched.rounds):
@@ -360,9 +401,9 @@ def pattern_steps(
                     "policy": config.fleet.host_key_checking,
                     "known_hosts": config.fleet.known_hosts or "~/.ssh/known_hosts",
                 }
-            index = f"{r},{p}" if spec is not None else None
+            index = f"{r},{p}" if indexed else None
             groups.append(NodeGroup(tuple(hosts), inventory.get(hosts[0]).address, index, p, mpi))
-        entry = RunEntry(**{**asdict(e), "key": round_key(e.key, r) if spec is not None else e.key})
+        entry = RunEntry(**{**asdict(e), "key": round_key(e.key, r) if indexed else e.key})
         busy = {h for g in rnd for h in g}
         label = f"{e.key} {sched.pattern} round {r + 1}/{total}" + (
             f" ({sched.labels[r]})" if r < len(sched.labels) else ""

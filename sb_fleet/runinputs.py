@@ -12,6 +12,7 @@ is a :class:`RunDirError` naming the file.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from sb_fleet import __version__
 from sb_fleet.config import Config, load_config
 from sb_fleet.errors import InventoryError, RunDirError, UsageError
 from sb_fleet.inventory import Inventory, load_inventory
-from sb_fleet.plan import Plan, build_plan
+from sb_fleet.plan import GivenRounds, Plan, build_plan
 from sb_fleet.render import INDEX, Rendered, render_playbooks
 from sb_fleet.resources import default_config, default_inventory, root
 from sb_fleet.rundir import RunDir, atomic_write_bytes
@@ -64,9 +65,12 @@ def default_inputs(config: Path | None, inventory: Path | None) -> tuple[Path, P
     return (default_config() if same else root() / "configs" / "default.yaml"), Path(inv)
 
 
-def plan_inputs(cfg_path: Path, inv_path: Path, limit: str | None = None) -> tuple[Config, Inventory, Plan]:
+def plan_inputs(
+    cfg_path: Path, inv_path: Path, limit: str | None = None, given: Mapping[str, GivenRounds] | None = None
+) -> tuple[Config, Inventory, Plan]:
     """Load, validate and plan, touching nothing on disk (the first half of :func:`create_run`).
-    A new run with ``--limit`` is a run of those hosts only."""
+    A new run with ``--limit`` is a run of those hosts only; ``given``: rounds that replace a pattern
+    entry's own (a follow-up pass, :mod:`sb_fleet.pattern_followup`)."""
     config = load_config(cfg_path)
     inventory = load_inventory(inv_path)
     if not inventory.hosts:
@@ -74,16 +78,22 @@ def plan_inputs(cfg_path: Path, inv_path: Path, limit: str | None = None) -> tup
     inventory = inventory.limit(limit)
     if not inventory.hosts:
         raise UsageError(f"--limit {limit!r} matches no host of {inv_path}")
-    plan = build_plan(config, inventory)
+    plan = build_plan(config, inventory, given=given)
     if not plan.steps:
         why = "; ".join(f"{k}: {v}" for k, v in plan.unsupported.items()) or "no benchmark is enabled"
         raise UsageError(f"{cfg_path}: nothing to run ({why})")
     return config, inventory, plan
 
 
-def create_run(run_dir: Path | None, cfg_path: Path, inv_path: Path, limit: str | None = None) -> RunInputs:
+def create_run(
+    run_dir: Path | None,
+    cfg_path: Path,
+    inv_path: Path,
+    limit: str | None = None,
+    given: Mapping[str, GivenRounds] | None = None,
+) -> RunInputs:
     """A new run directory with every input written once."""
-    config, inventory, plan = plan_inputs(cfg_path, inv_path, limit)
+    config, inventory, plan = plan_inputs(cfg_path, inv_path, limit, given)
     rd = RunDir.create(run_dir)
     atomic_write_bytes(rd.path / "config.yaml", cfg_path.read_bytes())
     rd.write_json("config.json", config.model_dump(mode="json"))

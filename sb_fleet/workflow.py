@@ -19,6 +19,7 @@ from sb_fleet.execute import Executor
 from sb_fleet.exits import exit_for
 from sb_fleet.outcome import Outcome
 from sb_fleet.outcome_table import merge, outcomes_of
+from sb_fleet.pattern_followup import follow_up
 from sb_fleet.progress import Progress
 from sb_fleet.rundir import MANIFEST, utcnow
 from sb_fleet.runinputs import RunInputs, create_run, default_inputs, open_run
@@ -46,6 +47,7 @@ class Options:
     resume: bool = False
     history: Path | None = None  # the history store to record into (else fleet.history of the config)
     confirm: bool = False  # validate: run the flagged hosts' benchmarks again before the verdict
+    second_pass: bool = True  # validate: a pattern run's suspects re-paired, a failed all-nodes run bisected
     progress: bool = True
     argv: tuple[str, ...] = field(default_factory=tuple)
 
@@ -145,9 +147,28 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
         return finish(run, opts, start, hosts), run
     collect_stage(run, ex, hosts)
     merge(run.rd, list(run.plan.hosts))
+    if opts.second_pass and run.plan.patterns:
+        follow_up(run, lambda sub: sub_stages(sub, opts), lambda m: say(opts, m))
     confirmations = confirm(run, opts) if opts.confirm else None
     gate = report(run, opts.history, confirmations)
     return finish(run, opts, start, hosts, gate_passed=gate == 0), run
+
+
+def say(opts: Options, message: str) -> None:
+    """A line for the operator on stderr (the log only, with --quiet)."""
+    log.info(message)
+    if opts.progress:
+        print(f"sb-fleet: {message}", file=sys.stderr, flush=True)
+
+
+def sub_stages(sub: RunInputs, opts: Options) -> None:
+    """deploy, run and collect a sub-run of validate (every host of it)."""
+    hosts, ex = sub.select(None), executor(sub, opts)
+    deployed = deploy_stage(sub, ex, hosts)
+    if sub.config.fleet.runtime != "none":
+        deploy_image(sub, ex, deployed)
+    run_stage(sub, ex, hosts)
+    collect_stage(sub, ex, hosts)
 
 
 def confirm(run: RunInputs, opts: Options) -> dict | None:
@@ -170,12 +191,7 @@ def confirm(run: RunInputs, opts: Options) -> dict | None:
     cfg_path = run.rd.path / "confirm-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
     sub = create_run(run.rd.path / "confirm", cfg_path, Path(run.inventory.sources[0]), ",".join(plan.hosts))
-    hosts, ex = sub.select(None), executor(sub, opts)
-    deployed = deploy_stage(sub, ex, hosts)
-    if sub.config.fleet.runtime != "none":
-        deploy_image(sub, ex, deployed)
-    run_stage(sub, ex, hosts)
-    collect_stage(sub, ex, hosts)
+    sub_stages(sub, opts)
     again, before = load_fleet(sub.rd.path), first.fleet
     rerun = cf.rerun_values(again.hosts, again.columns, again.values)
     firsts = cf.rerun_values(before.hosts, before.columns, before.values)

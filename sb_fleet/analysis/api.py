@@ -17,6 +17,7 @@ import numpy as np
 from sb_fleet.analysis.baseline import load_baseline
 from sb_fleet.analysis.completeness import check_completeness
 from sb_fleet.analysis.detect import Detection, detect
+from sb_fleet.analysis.fabric import FabricView, load_fabric
 from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.reportresult import ReportResult
@@ -133,6 +134,19 @@ def report(
         _merge(issues, hist.issues)
         warnings.extend(hist.warnings)
 
+    fabric: FabricView | None = None
+    if fleet.run_dir is not None:  # a pattern run's culprits (pairs/, followup.json): analysis.fabric
+        fabric, unread = load_fabric(fleet.run_dir)
+        warnings.extend(unread)
+        if fabric is not None:
+            for name, lst in fabric.host_issues().items():
+                row = host_index.get(name)
+                if row is None:
+                    warnings.append(f"fabric: {name} is named by a pattern run but reported no results")
+                    continue
+                issues.setdefault(row, []).extend(lst)
+            warnings.extend(fabric.warnings())
+
     hosts: list[HostReport] = []
     seen: set[str] = set()
     for info in expected:
@@ -167,6 +181,8 @@ def report(
     if confirmations:  # validate --confirm: a failure that did not reproduce is flaky, not failed
         hosts = [_confirmed(h, confirmations.get(h.name)) for h in hosts]
     gate = decide(gates.policy, [h.verdict for h in hosts])
+    if fabric is not None and fabric.gate_failure:  # a bad link fails the fleet, not its two hosts
+        gate = dataclasses.replace(gate, passed=False, policy=f"{gate.policy}; {fabric.gate_failure}")
     view = None
     if hist is not None:
         from sb_fleet.history.assess import conclude
@@ -200,6 +216,7 @@ def report(
         rules_diagnosis=rules_diagnosis,
         rules_unmatched=rules_unmatched,
         history=view,
+        fabric=fabric,
     )
 
 

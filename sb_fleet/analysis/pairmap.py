@@ -9,10 +9,12 @@ show the hosts involved in a verdict first, then the rest up to ``max_hosts``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from html import escape
 from pathlib import Path
 
+from sb_fleet.analysis.fabric import FOLLOWUP_FILE
 from sb_fleet.analysis.localise import Localisation, PairMatrix
 
 CELL = 14
@@ -140,18 +142,33 @@ def pair_sections(source: str | Path) -> str:
     if not root.is_dir():
         return ""
     parts = []
+    followup: dict = {}
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        followup = dict(json.loads((root / FOLLOWUP_FILE).read_text()).get("entries") or {})
     for f in sorted((root / "pairs").glob("*.json")):
         try:
             doc = json.loads(f.read_text())
             matrix = PairMatrix.from_json(doc["matrix"])
-            loc = Localisation.from_json(doc["localisation"])
+            after = (followup.get(str(doc.get("entry"))) or {}).get("second_pass") or {}
+            loc = Localisation.from_json(after.get("localisation") or doc["localisation"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             parts.append(
                 f"<section class='pairmap'><p>{escape(f.name)}: unreadable ({escape(str(exc))})</p></section>"
             )
             continue
         section = render_pair_heatmap(matrix, loc)
-        if doc.get("second_pass"):
+        if after.get("localisation"):
+            n = sum(len(r) for r in after.get("rounds") or [])
+            section = section.replace(
+                "</section>",
+                f"<p>Second pass ({escape(str(after.get('run_dir', '')))}): {n} pair(s), each suspect with "
+                "known-good hosts; the culprits above say whether it reproduced.</p></section>",
+            )
+        elif after.get("error"):
+            section = section.replace(
+                "</section>", f"<p>Second pass failed: {escape(str(after['error']))}</p></section>"
+            )
+        elif doc.get("second_pass"):
             n = sum(len(r) for r in doc["second_pass"])
             section = section.replace(
                 "</section>",
@@ -159,4 +176,33 @@ def pair_sections(source: str | Path) -> str:
                 "known-good hosts (pairs/" + escape(f.name) + ": second_pass).</p></section>",
             )
         parts.append(section)
+    for entry, done in sorted(followup.items()):
+        b = (done or {}).get("bisection")
+        if b:
+            parts.append(render_bisection(str(entry), b))
     return "\n".join(parts)
+
+
+def render_bisection(entry: str, b: dict) -> str:
+    """A failed all-nodes run and its bisection: each round's groups, passed or not, and the verdict."""
+    rows = "".join(
+        f"<tr><td>{i}</td><td>{escape(', '.join(g.get('hosts', [])))}</td>"
+        f"<td>{'passed' if g.get('passed') else escape(str(g.get('status')))}</td>"
+        f"<td>{escape(str(g.get('reason', '')))}</td></tr>"
+        for i, rnd in enumerate(b.get("rounds") or [], 1)
+        for g in rnd.get("groups") or []
+    )
+    first = b.get("first") or {}
+    named = ", ".join(b.get("culprits") or []) or "no single host"
+    unresolved = "; ".join(", ".join(g) for g in b.get("unresolved") or [])
+    return (
+        f'<section class="pairmap bisection"><h2>Bisection: {escape(entry)}</h2>'
+        f"<p>The group of all {len(b.get('hosts') or [])} nodes {escape(str(first.get('status', 'failed')))}"
+        f" ({escape(str(first.get('reason', '')))}). {b.get('rounds_run', 0)} round(s) of at most "
+        f"{b.get('max_rounds', '?')}: <b>{escape(named)}</b>"
+        + (f"; unresolved: {escape(unresolved)}" if unresolved else "")
+        + (f"; stopped: {escape(str(b['error']))}" if b.get("error") else "")
+        + "</p><table><tr><th>round</th><th>group</th><th>result</th><th>why</th></tr>"
+        + rows
+        + "</table></section>"
+    )

@@ -114,6 +114,56 @@ def matrix_from_results(
     return PairMatrix(metric, tuple(hosts), tuple(pairs), unit, True)
 
 
+@dataclass(frozen=True)
+class GroupResult:
+    """How one group of a round did, whatever its size: passed when no member's entry failed or timed
+    out and, where the benchmark names its figures by round and group, the group's figure is there."""
+
+    round: int
+    index: int
+    hosts: tuple[str, ...]
+    passed: bool
+    status: str  # ok | skipped | failed | timeout
+    reason: str = ""
+
+
+def group_results(
+    records: Mapping[str, Mapping[str, object]],
+    rounds: Sequence[Sequence[Sequence[str]]],
+    key: str,
+    statuses: Mapping[str, Mapping[str, Mapping[str, object]]],
+) -> list[GroupResult]:
+    """Every group of ``rounds`` judged from the results (host -> metric -> value) and the entry
+    statuses (host -> entry or round key -> {"status", "reason"}), in run order."""
+    figs = pattern_figures(records, key)
+    with_figure = {(f.serial, f.parallel) for f in figs}
+    out = []
+    for s, rnd in enumerate(rounds):
+        for p, group in enumerate(rnd):
+            found = [
+                (h, st)
+                for h in group
+                if (st := statuses.get(h, {}).get(round_key(key, s)) or statuses.get(h, {}).get(key))
+            ]
+            bad = [(h, st) for h, st in found if st.get("status") in ("failed", "timeout")]
+            if bad:
+                h, st = bad[0]
+                status = str(st.get("status"))
+                out.append(
+                    GroupResult(s, p, tuple(group), False, status, f"{h}: {st.get('reason') or status}")
+                )
+            elif not found:
+                out.append(GroupResult(s, p, tuple(group), False, "failed", "no result from any member"))
+            elif all(st.get("status") == "skipped" for _h, st in found):
+                why = str(found[0][1].get("reason") or "skipped")
+                out.append(GroupResult(s, p, tuple(group), True, "skipped", why))
+            elif figs and (s, p) not in with_figure:
+                out.append(GroupResult(s, p, tuple(group), False, "failed", "no figure for this group"))
+            else:
+                out.append(GroupResult(s, p, tuple(group), True, "ok"))
+    return out
+
+
 def parse_mpi_pattern(text: str) -> dict[str, tuple[str, list[list[list[str]]]]]:
     """SuperBench's ``mpi_pattern.txt``: benchmark -> (pattern type, rounds of groups of hosts)."""
     out: dict[str, tuple[str, list[list[list[str]]]]] = {}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sb_fleet.analysis.detect import FamilyStats
+from sb_fleet.analysis.fabric import FabricView
 from sb_fleet.analysis.gates import GateResult
 from sb_fleet.analysis.results import Fleet, LineProblem
 from sb_fleet.analysis.rules import Diagnosis, RuleSummary
@@ -45,6 +46,7 @@ class ReportResult:
     rules_diagnosis: Diagnosis | None = None  # SuperBench's own view of the rules (analysis.sbdiagnosis)
     rules_unmatched: dict[str, list[str]] = field(default_factory=dict)  # rule -> patterns matching nothing
     history: HistoryView | None = None  # with --history: regressions against own past, offenders, trends
+    fabric: FabricView | None = None  # a pattern run: the node, NIC, link or path culprits (analysis.fabric)
 
     @property
     def exit_code(self) -> int:

@@ -158,6 +158,16 @@ def test_pair_wise_names_the_slow_host(fleet8, run_root):
     assert culprits == [("node", slow.name)], (culprits, r.stdout[-2000:])
     c = doc["localisation"]["culprits"][0]
     assert c["confidence"] == "high" and c["bad"] == 7
+    # validate's second pass re-paired the slow host with known-good hosts and reproduced it
+    follow = json.loads((run_dir / "followup.json").read_text())["entries"]["tcp-bw"]["second_pass"]
+    assert (run_dir / follow["run_dir"] / "manifest.json").exists(), follow
+    again = follow["localisation"]["culprits"]
+    assert [(c["kind"], c["target"], c["confirmed"]) for c in again] == [("node", slow.name, True)], follow
+    verdict = {h["name"]: h for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
+    assert verdict[slow.name]["verdict"] == "fail", verdict[slow.name]
+    assert any(i["check"] == "pattern" for i in verdict[slow.name]["issues"]), verdict[slow.name]
+    assert all(v["verdict"] == "pass" for h, v in verdict.items() if h != slow.name), verdict
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     # SuperBench's files: the pattern and the pair figures under SuperBench's names
     pattern = (run_dir / "mpi_pattern.txt").read_text()
     assert (
@@ -194,9 +204,17 @@ def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
     culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]
     assert culprits == [("link", f"{a.name} <-> {b.name}")], culprits
     assert doc["localisation"]["culprits"][0]["confidence"] == "high"
-    # the second pass re-tests the link and each end with known-good hosts
+    # the second pass re-tests the link and each end with known-good hosts, and reproduces it
     planned = [tuple(p) for rnd in doc["second_pass"] for p in rnd]
     assert (a.name, b.name) in planned
+    follow = json.loads((run_dir / "followup.json").read_text())["entries"]["tcp-bw"]["second_pass"]
+    assert [(c["kind"], c["confirmed"]) for c in follow["localisation"]["culprits"]] == [("link", True)], (
+        follow
+    )
+    report = json.loads((run_dir / "report.json").read_text())
+    assert all(h["verdict"] == "pass" for h in report["hosts"]), report["hosts"]  # neither host is bad
+    assert report["gate"]["passed"] is False and f"link {a.name} <-> {b.name}" in report["gate"]["policy"]
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
 
 
 def test_a_stopped_pair_is_reported_and_the_others_finish(fleet8, run_root):
@@ -298,3 +316,64 @@ def test_an_mpi_entry_that_needs_cuda_skips_with_its_reason(fleet8, run_root):
         assert "CUDA" in rank["reason"] or "Megatron-Core is not installed" in rank["reason"], rank["reason"]
         assert rank["world_size"] == 2
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+@contextlib.contextmanager
+def cut_off(fleet: SshFleet, victim_addr: str) -> Iterator[None]:
+    """Every TCP flow to or from ``victim_addr`` dropped on lo except SSH (each host's sshd port): the host
+    stays reachable to the control node and to mpirun's launch, and no benchmark traffic gets through
+    (a dead data NIC); always undone."""
+
+    def tc(*args: str, check: bool = True) -> None:
+        r = subprocess.run(["tc", *args], capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"tc {' '.join(args)}: {r.stderr.strip()}")
+
+    tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio")
+    try:
+        prio = 1
+        for h in fleet.hosts:
+            for way in ("sport", "dport"):
+                tc(
+                    *("filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", str(prio)),
+                    *("u32", "match", "ip", way, str(h.port), "0xffff", "flowid", "1:1"),
+                )
+                prio += 1
+        for way in ("src", "dst"):
+            tc(
+                *("filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", str(prio)),
+                *("u32", "match", "ip", way, f"{victim_addr}/32", "action", "drop"),
+            )
+            prio += 1
+        yield
+    finally:
+        tc("qdisc", "del", "dev", "lo", "root", check=False)
+
+
+def test_a_failed_all_nodes_run_is_bisected_to_the_host(fleet8, run_root):
+    """An all-nodes tcp-bw ring over 6 hosts times out because one host's benchmark traffic is dropped;
+    validate bisects it: halves, then the suspects each with a known-good partner, and names the host."""
+    victim = fleet8.hosts[3]
+    body = CONFIG.replace("@TIMEOUT@", "25").replace("{type: pair-wise}", "{type: all-nodes}")
+    cfg = fleet8.config(body, name="allnodes.yaml")
+    run_dir = run_root / "bisect"
+    inv = inventory(fleet8, 6, "inv6b.ini")
+    t0 = time.monotonic()
+    with cut_off(fleet8, victim.addr):
+        r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), timeout=1500)
+    took = time.monotonic() - t0
+    follow = json.loads((run_dir / "followup.json").read_text())["entries"]["tcp-bw"]["bisection"]
+    print(f"all-nodes over 6 hosts, bisected in {follow['rounds_run']} round(s): {took:.1f} s of validate")
+    assert follow["first"]["status"] in ("timeout", "failed"), follow
+    assert follow["culprits"] == [victim.name], follow
+    assert follow["unresolved"] == [] and follow["rounds_run"] <= 3, follow  # ceil(log2 6)
+    for rnd in follow["rounds"]:
+        assert (run_dir / rnd["run_dir"] / "manifest.json").exists()
+        for g in rnd["groups"]:
+            assert g["passed"] == (victim.name not in g["hosts"]), rnd
+    report = json.loads((run_dir / "report.json").read_text())
+    verdict = {h["name"]: h["verdict"] for h in report["hosts"]}
+    assert verdict[victim.name] == "fail", report["hosts"]
+    html = (run_dir / "report.html").read_text()
+    assert "Bisection: tcp-bw" in html and f"<b>{victim.name}</b>" in html
+    assert r.returncode != 0, r.stdout[-2000:]

@@ -84,6 +84,7 @@ def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any
         "gates": result.gates.model_dump(mode="json"),
         "seconds": round(result.seconds, 3),
         **({"history": result.history.to_json()} if result.history is not None else {}),
+        **({"fabric": result.fabric.to_json()} if result.fabric is not None else {}),
         **({"figures": figures.to_json()} if figures is not None else {}),
     }
 

@@ -150,6 +150,8 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
         lines.append("")
     if result.history is not None:  # regressions against own past, offenders (sb_fleet.history)
         lines.append(result.history.markdown())
+    if result.fabric is not None and result.fabric.findings:  # pattern runs' culprits (analysis.fabric)
+        lines.append(result.fabric.markdown())
     if figures is not None:  # every measured figure, against its peak (sb_fleet.analysis.figures)
         from sb_fleet.analysis.writers.figures_md import render as render_figures
 
