@@ -175,14 +175,22 @@ def validate(**kw: Any) -> int:
 @main.command()
 @_common
 @click.option("--images", is_flag=True, help="also remove the benchmark image (fleet.container.image).")
-@click.option("--workspaces", is_flag=True, help="also delete each host's workspace (suite, venv, results).")
+@click.option(
+    "--workspaces", is_flag=True, help="also delete each host's workspace (suite, venv link, results)."
+)
+@click.option(
+    "--cache",
+    is_flag=True,
+    help="also delete the venvs hosts share in fleet.cache, each under its lock (one in use by a deploy "
+    "is left, and named).",
+)
 @click.option("--dry-run", is_flag=True, help="print the cleanup playbook; touch no host.")
 @guarded
 def cleanup(**kw: Any) -> int:
-    """Remove sb-fleet's containers from every host; on request the image and the workspaces."""
+    """Remove sb-fleet's containers from every host; on request the image, the workspaces, the shared cache."""
     from sb_fleet.workflow import cleanup as do_cleanup
 
-    code, text = do_cleanup(_options(kw), kw["images"], kw["workspaces"])
+    code, text = do_cleanup(_options(kw), kw["images"], kw["workspaces"], kw["cache"])
     click.echo(text)
     return code
 

@@ -18,6 +18,7 @@ from sb_fleet.config import BenchmarkEntry, Config
 from sb_fleet.inventory import Host, Inventory
 from sb_fleet.pattern_plan import group_port, head_args, load_topology, mpi_member, schedule_for
 from sb_fleet.patterns import PatternSpec, Schedule, estimate_cost, mpi_pattern_text, round_key
+from sb_fleet.workspace import HOST_PLACEHOLDER, workspace_template
 
 PLAN_SCHEMA = 2
 STEP_MARGIN_S = 60  # on top of the entries' timeouts, for process start and result writing
@@ -232,7 +233,7 @@ class Plan:
 
 
 def host_setup(host: Host, config: Config) -> HostSetup:
-    ws = str(host.vars.get("sb_workspace") or config.fleet.workspace).replace("{host}", host.name)
+    ws = workspace_template(host, config).replace(HOST_PLACEHOLDER, host.name)
     base = str(host.vars.get("sb_python") or config.fleet.python)
     py = "venv/bin/python" if config.fleet.venv else base  # relative to the workspace
     return HostSetup(ws, py, base)

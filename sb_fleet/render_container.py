@@ -17,7 +17,8 @@ from sb_fleet.container import (
 )
 from sb_fleet.errors import ConfigError
 from sb_fleet.plan import Plan
-from sb_fleet.rundir import atomic_write_text
+from sb_fleet.resources import suite_dir
+from sb_fleet.rundir import atomic_write_bytes, atomic_write_text
 from sb_fleet.templates import run_env, runner_args, template_env
 
 DEPLOY_PLAYBOOK = "container-deploy.yml"
@@ -81,16 +82,39 @@ def render_container(plan: Plan, config: Config, run_id: str, out: Path, runs: d
     return deploy
 
 
-def render_cleanup(config: Config, out: Path, images: bool, workspaces: bool) -> Path:
+CACHE_WAIT_S = 60  # cleanup --cache: how long a host waits for a venv that a deploy holds
+
+
+def render_cleanup(config: Config, out: Path, images: bool, workspaces: bool, cache: bool = False) -> Path:
+    """``cleanup.yml``; with ``cache``, hostprep.py beside it (the hosts get it on stdin)."""
     runtime = config.fleet.runtime
     ctr: dict[str, Any] = {"runtime": "none"}
     if runtime != "none":
         ctr = cleanup_vars(runtime, settings(config), images)
+    hostprep = out / "hostprep.py"
+    if cache:
+        if not config.fleet.cache:
+            raise ConfigError(
+                "config",
+                "fleet.cache",
+                "cleanup --cache: fleet.cache is empty, so the hosts share no cache (each venv is in its "
+                "workspace)",
+                "remove the workspaces with --workspaces",
+            )
+        atomic_write_bytes(hostprep, (suite_dir() / "sb_bench" / "hostprep.py").read_bytes(), 0o644)
     pb = out / "cleanup.yml"
     atomic_write_text(
         pb,
         template_env()
         .get_template("container_cleanup.yml.j2")
-        .render(fleet=config.fleet.model_dump(), ctr=ctr, images=images, workspaces=workspaces),
+        .render(
+            fleet=config.fleet.model_dump(),
+            ctr=ctr,
+            images=images,
+            workspaces=workspaces,
+            cache=cache,
+            cache_wait=CACHE_WAIT_S,
+            hostprep=str(hostprep.resolve()),
+        ),
     )
     return pb

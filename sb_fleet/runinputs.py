@@ -26,6 +26,7 @@ from sb_fleet.plan import GivenRounds, Plan, build_plan
 from sb_fleet.render import INDEX, Rendered, render_playbooks
 from sb_fleet.resources import default_config, default_inventory, root
 from sb_fleet.rundir import RunDir, atomic_write_bytes
+from sb_fleet.workspace import check_workspace_names
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def plan_inputs(
     inventory = inventory.limit(limit)
     if not inventory.hosts:
         raise UsageError(f"--limit {limit!r} matches no host of {inv_path}")
+    check_workspace_names(config, inventory)  # before a {host} path is built, rendered or deleted
     plan = build_plan(config, inventory, given=given)
     if not plan.steps:
         why = "; ".join(f"{k}: {v}" for k, v in plan.unsupported.items()) or "no benchmark is enabled"

@@ -16,6 +16,7 @@ NEED_SUITE = "SB_FLEET_NEED_SUITE"  # what the fast path prints when the suite i
 IMAGE_DIGEST = "image digest"  # container-deploy.yml / container run: the image's digest
 IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creating an enroot image
 IMAGE_CHECK = "the suite runs in the image"  # container-deploy.yml: the image's torch facts
+CACHE_REMOVE = "remove the shared cache"  # cleanup.yml with --cache: hostprep --remove-cache
 
 RUN_STEP = "run {step}"  # run.yml / container run: the runner of one step (its rc and stdout are judged)
 
@@ -32,6 +33,7 @@ TASKS = MappingProxyType(
         "image_digest": IMAGE_DIGEST,
         "image_load": IMAGE_LOAD,
         "image_check": IMAGE_CHECK,
+        "cache_remove": CACHE_REMOVE,
         "run_step": RUN_STEP,
     }
 )

@@ -205,12 +205,12 @@ def confirm(run: RunInputs, opts: Options) -> dict | None:
     return result
 
 
-def cleanup(opts: Options, images: bool, workspaces: bool) -> tuple[int, str]:
+def cleanup(opts: Options, images: bool, workspaces: bool, cache: bool = False) -> tuple[int, str]:
     """``sb-fleet cleanup``: (exit code, what to print)."""
     start = utcnow()
     run = inputs_for(opts)
     hosts = run.select(opts.limit)
-    pb = cleanup_playbook(run, images, workspaces)
+    pb = cleanup_playbook(run, images, workspaces, cache)
     if opts.dry_run:
         return 0, pb.read_text()
     outcomes = cleanup_stage(run, executor(run, opts), hosts, pb)

@@ -14,13 +14,19 @@ Hosts may share a filesystem (a home over NFS). The workspace is one host's
 (``--host``: a marker file names the inventory host that owns it, and another
 host is refused with one line naming both); the venv may be shared on purpose
 (``--cache``: ``venv-<digest>`` keyed by the requirements, the base Python and
-the machine, built and completed under an exclusive ``flock``), and the
-workspace's ``venv`` is a link to it.
+the machine, built and completed under an exclusive ``flock``, checked and used
+under a shared one), and the workspace's ``venv`` is a link to it. A filesystem
+without locks is one line naming the file and the fix.
+
+``--remove-cache DIR`` (``sb-fleet cleanup --cache``) removes the shared venvs,
+each under its exclusive lock, so a deploy that builds or uses one is waited for.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import fcntl
 import glob
 import hashlib
@@ -31,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 MIN_PY = (3, 9)
@@ -261,6 +268,36 @@ class SharedWorkspace(Exception):
     """The workspace belongs to another inventory host (hosts that share a filesystem)."""
 
 
+class LockUnsupported(Exception):
+    """The filesystem refuses file locks (an NFS mount without lockd, some FUSE filesystems)."""
+
+
+# What flock(2) fails with where the filesystem has no locks (EWOULDBLOCK is another holder, not this).
+NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+WORKSPACE_LOCK_FIX = (
+    "put the workspace on a filesystem with locks (a local disk: fleet.workspace or sb_workspace "
+    "such as /var/tmp/sb-fleet/{host})"
+)
+CACHE_LOCK_FIX = (
+    "put fleet.cache on a filesystem with locks (a local disk such as /var/tmp/sb-fleet/cache), or set "
+    "fleet.cache to '' for a venv in each workspace"
+)
+
+
+def flock(fd: int, path: Path, op: int, fix: str) -> None:
+    """``fcntl.flock``; a filesystem without locks is one line that names the file and the fix."""
+    try:
+        fcntl.flock(fd, op)
+    except OSError as exc:
+        if exc.errno not in NO_LOCKS:
+            raise
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        raise LockUnsupported(
+            f"cannot lock {path}: its filesystem does not support file locks ({name}: {exc.strerror}), "
+            f"which sb-fleet needs where hosts may share a directory; {fix}"
+        ) from None
+
+
 def claim_workspace(ws: Path, host: str) -> None:
     """Mark ``ws`` as ``host``'s, or refuse it when the marker names another host.
 
@@ -269,7 +306,7 @@ def claim_workspace(ws: Path, host: str) -> None:
     path = ws / MARKER
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        flock(fd, path, fcntl.LOCK_EX, WORKSPACE_LOCK_FIX)
         try:
             owner = json.loads(os.pread(fd, 4096, 0).decode(errors="replace") or "{}")
         except ValueError:
@@ -327,21 +364,131 @@ def link_venv(ws_venv: Path, target: Path) -> None:
     os.replace(tmp, ws_venv)
 
 
-class _Locked:
-    """An exclusive flock on ``path`` for a ``with`` block (waits for the holder)."""
+class Lock:
+    """An flock on ``path``, held until :meth:`release` (or the process ends).
 
-    def __init__(self, path: Path):
+    A venv's lock is taken shared by whoever uses the venv (a deploy past its build) and exclusive by
+    whoever changes it (a build, ``--remove-cache``), which also unlinks the file: a lock taken on a
+    file that was unlinked meanwhile is taken again on the new one."""
+
+    def __init__(self, path: Path, fix: str = CACHE_LOCK_FIX):
         self.path = path
+        self.fix = fix
         self.fd = -1
 
-    def __enter__(self) -> _Locked:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
+    def acquire(self, op: int) -> Lock:
+        """Wait for the lock (``op``: LOCK_SH or LOCK_EX); with LOCK_NB, BlockingIOError when held."""
+        while True:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except FileNotFoundError:  # the directory went away between the two calls: again
+                continue
+            try:
+                flock(fd, self.path, op, self.fix)
+                st = os.fstat(fd)
+                try:
+                    now = os.stat(self.path)
+                    same = (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+                except FileNotFoundError:
+                    same = False
+            except BaseException:
+                os.close(fd)
+                raise
+            if same:
+                self.fd = fd
+                return self
+            os.close(fd)
 
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+VENV_DONE = ".sb-fleet-done"  # in a shared venv: built and its requirements installed
+
+
+def venv_ready(target: Path, no_torch: bool) -> bool:
+    py = target / "bin" / "python"
+    if not py.exists():
+        return False
+    return no_torch or ((target / VENV_DONE).is_file() and not missing_imports(str(py)))
+
+
+def shared_venv(args: argparse.Namespace, target: Path) -> tuple[Lock, str]:
+    """The shared venv ``target``, ready: (its lock, held shared so that ``--remove-cache`` waits for this
+    deploy, and '' or why the venv is not ready).
+
+    A venv already built is only checked, under the shared lock, so hosts deploying at once onto one
+    cache do not queue; one that is not (or ``--install always``) is built, checked and completed under
+    the exclusive lock, so hosts wait instead of racing; then it is checked again, shared."""
+    lock = Lock(target.with_name(target.name + ".lock"))
+    for attempt in range(2):
+        lock.acquire(fcntl.LOCK_SH)
+        if (attempt or args.install != "always") and venv_ready(target, args.no_torch):
+            return lock, ""
+        lock.release()
+        if attempt:
+            break
+        lock.acquire(fcntl.LOCK_EX)
+        try:
+            make_venv(sys.executable, target)
+            if not args.no_torch:
+                err = ensure_requirements(str(target / "bin" / "python"), args)
+                if err:
+                    return lock, err
+                (target / VENV_DONE).write_text(_now() + "\n")
+        finally:
+            lock.release()
+    return (
+        lock,
+        f"the shared venv {target} went away while this host deployed (sb-fleet cleanup --cache?): deploy again",
+    )
+
+
+def remove_cache(cache: Path, wait: float) -> dict:
+    """Remove the shared venvs in ``cache`` (``sb-fleet cleanup --cache``), each under its exclusive lock:
+    a deploy that builds or uses one holds its lock, and this waits up to ``wait`` seconds for it, else
+    leaves that venv and names it. A removed venv is renamed aside under the lock, deleted after it."""
+    out: dict = {"cache": str(cache), "removed": [], "busy": []}
+    try:
+        names = sorted({p.name.removesuffix(".lock") for p in cache.glob("venv-*")})
+    except OSError:
+        names = []
+    for name in names:
+        lock = Lock(cache / f"{name}.lock")
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                lock.acquire(fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    out["busy"].append(name)
+                    break
+                time.sleep(0.2)
+        if lock.fd < 0:
+            continue
+        try:
+            trash = cache / f".{name}.removed-{os.getpid()}"
+            if (cache / name).exists():
+                os.rename(cache / name, trash)
+            os.unlink(lock.path)
+        finally:
+            lock.release()
+        shutil.rmtree(trash, ignore_errors=True)
+        out["removed"].append(name)
+    for stale in cache.glob(".venv-*.removed-*") if cache.is_dir() else ():
+        shutil.rmtree(stale, ignore_errors=True)  # one an interrupted cleanup left
+    with contextlib.suppress(OSError):
+        cache.rmdir()  # only when empty: anything else there is not sb-fleet's to delete
+    if out["busy"]:
+        out["error"] = (
+            f"{cache}: {', '.join(out['busy'])} in use by a deploy on a host that shares this cache "
+            f"(its lock was held for {wait:g} s); left in place, run sb-fleet cleanup --cache again"
+        )
+    return out
 
 
 def missing_imports(py: str) -> list[str]:
@@ -403,7 +550,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the plan runs only host benchmarks (noop): skip the torch checks (no torch import)",
     )
+    ap.add_argument(
+        "--remove-cache",
+        metavar="DIR",
+        help="sb-fleet cleanup --cache: remove the shared venvs in DIR, each under its lock; prints JSON",
+    )
+    ap.add_argument(
+        "--wait", type=float, default=60.0, help="--remove-cache: seconds to wait for a venv in use"
+    )
     args = ap.parse_args(argv)
+    if args.remove_cache:
+        try:
+            done = remove_cache(Path(os.path.expanduser(args.remove_cache)).absolute(), args.wait)
+        except LockUnsupported as exc:
+            done = {"cache": args.remove_cache, "error": str(exc)}
+        print(json.dumps(done))
+        return 1 if done.get("error") else 0
     facts: dict = {
         "hostname": platform.node(),
         "os": platform.platform(),
@@ -436,21 +598,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.host:
         try:
             claim_workspace(Path.cwd(), args.host)
-        except SharedWorkspace as exc:
+        except (SharedWorkspace, LockUnsupported) as exc:
             return fail(str(exc))
     py = sys.executable
     try:
         if args.venv and args.cache:
-            # One venv for every host that shares the cache (and its base Python): built, checked and
-            # completed under its lock, so hosts deploying at once wait instead of racing.
             cache = Path(os.path.expanduser(args.cache)).absolute()
             target = cache / f"venv-{venv_key(sys.executable, Path(args.requirements))}"
-            with _Locked(target.with_name(target.name + ".lock")):
-                make_venv(sys.executable, target)
-                if not args.no_torch:
-                    err = ensure_requirements(str(target / "bin" / "python"), args)
-                    if err:
-                        return fail(err)
+            _lock, err = shared_venv(args, target)  # held (shared) until this process ends
+            if err:
+                return fail(err)
             link_venv(Path("venv"), target)
             facts["venv"] = str(target)
             py = str(Path.cwd() / "venv" / "bin" / "python")
@@ -464,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
             err = ensure_requirements(py, args)
             if err:
                 return fail(err)
+    except LockUnsupported as exc:
+        return fail(str(exc))
     except subprocess.CalledProcessError as exc:
         return fail(f"cannot build the venv: {(exc.stderr or str(exc)).strip()[:300]}")
     except OSError as exc:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sb_bench.hostprep import WORKSPACE_LOCK_FIX, LockUnsupported, flock
 from sb_bench.launch_mpi import pattern_env, run_mpi
 from sb_bench.modespec import SpecError, count, flag, node_count
 from sb_bench.result import ReturnCode, failure, now_iso, rank_file, write_result
@@ -126,8 +127,11 @@ class Runner:
         path = self.results / "runner.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+            flock(fd, path, fcntl.LOCK_EX | fcntl.LOCK_NB, WORKSPACE_LOCK_FIX)
+        except LockUnsupported:
+            os.close(fd)
+            raise
+        except OSError:  # EWOULDBLOCK: another runner holds it
             other = _read_json_bytes(os.pread(fd, 4096, 0))
             os.close(fd)
             raise ForeignResults(
@@ -659,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     runner.install_signals()
     try:
         rc = runner.run()
-    except ForeignResults as exc:
+    except (ForeignResults, LockUnsupported) as exc:
         say(f"sb_bench.runner: {exc}", sys.stderr)
         say(RECORD_PREFIX + json.dumps({**runner.identity, "error": str(exc), "entries": {}}))
         return RC_RUNNER_ERROR

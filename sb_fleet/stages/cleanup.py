@@ -1,4 +1,5 @@
-"""The cleanup stage: remove sb-fleet's containers from every host; on request the image and workspaces."""
+"""The cleanup stage: remove sb-fleet's containers from every host; on request the image, the workspaces
+and the shared cache."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from sb_fleet.render_container import render_cleanup
 from sb_fleet.runinputs import RunInputs
 
 
-def cleanup_playbook(run: RunInputs, images: bool, workspaces: bool) -> Path:
+def cleanup_playbook(run: RunInputs, images: bool, workspaces: bool, cache: bool = False) -> Path:
     """The cleanup playbook for this run's config (rendered on demand: it is an action, not a run input)."""
-    return render_cleanup(run.config, run.rd.sub("playbooks", "cleanup"), images, workspaces)
+    return render_cleanup(run.config, run.rd.sub("playbooks", "cleanup"), images, workspaces, cache)
 
 
 def cleanup(run: RunInputs, ex: Executor, hosts: list[str], playbook: Path) -> dict[str, HostOutcome]:

@@ -407,3 +407,49 @@ def test_registry_pull_with_login_throttled(ctr_fleet, registry, cpu_image, tmp_
             assert registry["password"].encode() not in p.read_bytes(), f"the password leaked into {p}"
     for h in fleet.hosts:
         assert not (Path(h.workspace) / ".sb-registry-auth").exists()
+
+
+def test_a_workspace_hosts_share_is_refused_before_the_container_part(ctr_fleet, podman_host, tmp_path):
+    """fleet.runtime podman with one explicit sb_workspace for every host (a shared filesystem): deploy's
+    hostprep claims the workspace before the image stage, so the hosts after the first get the same
+    one-line refusal as without containers and never reach the container runtime. The owner goes on to
+    the image stage (its pull fails here: nothing listens at the registry, which shows it got there)."""
+    fleet = ctr_fleet
+    shared = Path(fleet.user.pw_dir) / "ctr-shared-ws"
+    shutil.rmtree(shared, ignore_errors=True)
+    lines = ["[gpu]"]
+    for h in fleet.hosts:
+        args = json.dumps(_storage_args(fleet.storage / h.name), separators=(",", ":"))  # type: ignore[attr-defined]
+        lines.append(
+            f"{h.name} ansible_host={h.addr} ansible_port={h.port} sb_workspace=~/ctr-shared-ws "
+            f"sb_container_host_args='{args}'"
+        )
+    lines += ["", "[gpu:vars]", f"ansible_user={USER}", f"ansible_ssh_private_key_file={fleet.client_key}"]
+    lines += ["ansible_python_interpreter=/usr/bin/python3", f"sb_python={fleet.python}"]
+    inv = fleet.dir / "ctr-shared.ini"
+    inv.write_text("\n".join(lines) + "\n")
+    cfg = _config(fleet, "shared.yaml", "registry", "", image="127.0.3.250:5999/sb-bench:cpu")
+    rd = tmp_path / "shared"
+    try:
+        r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(rd), timeout=600)
+        assert r.returncode in (1, 3), r.stdout + r.stderr
+        deploy = {o["host"]: o for o in _json(rd / "outcomes" / "deploy.json")["hosts"]}
+        owner = json.loads((shared / ".sb-fleet-host").read_text())["host"]
+        assert deploy[owner]["reason"].startswith("image: "), deploy  # it reached the container part
+        refused = {h: o["reason"] for h, o in deploy.items() if h != owner}
+        assert len(refused) == len(fleet.hosts) - 1
+        for h, why in refused.items():
+            assert deploy[h]["outcome"] == "failed" and "\n" not in why
+            assert f"workspace {shared} is host {owner}'s (marker {shared}/.sb-fleet-host)" in why
+            assert f"and {h} sees it too" in why
+            assert "put {host} in fleet.workspace" in why and "sb_workspace per host" in why
+        # the refused hosts never reached the container runtime: the image stage ran on the owner alone
+        events = (rd / "ansible").rglob("job_events/*.json")
+        image_hosts = {
+            json.loads(p.read_text()).get("event_data", {}).get("host")
+            for p in events
+            if "deploy-image" in str(p)
+        }
+        assert image_hosts - {None} == {owner}, image_hosts
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

@@ -1,6 +1,7 @@
 """Issue 16 on a real loopback fleet: one login user, no per-host ``sb_workspace`` (every loopback host of
 one user shares one home: the NFS case), ``node_num: all``, a shared venv built by hosts deploying at
-once, an explicit shared workspace refused with one clear line, and a runner that crashes on one host.
+once, an explicit shared workspace refused with one clear line, a runner that crashes on one host, and
+``cleanup --workspaces --cache`` waiting for a deploy that holds the shared venv.
 
 Hosts: 127.0.16.x, one sshd each.
 """
@@ -12,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,61 @@ def test_a_crashed_runner_is_failed_at_the_run_stage(hfleet, tmp_path):
     status = json.loads((res / "status.json").read_text())
     assert status["entries"]["noop"]["status"] == "failed" and "FileExistsError" in status["error"]
     assert (res / "runner-error-step01.txt").is_file()
+
+
+def _remote_pids(needle: bytes) -> list[int]:
+    """Pids of the fleet user's processes whose command line holds ``needle``."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if needle in (d / "cmdline").read_bytes():
+                pids.append(int(d.name))
+        except OSError:
+            pass
+    return pids
+
+
+def test_cleanup_workspaces_and_cache_waits_for_a_deploy_holding_the_venv(hfleet, tmp_path):
+    """``cleanup --workspaces`` removes each host's workspace, ``--cache`` the venv the hosts share, under
+    its lock: while another deploy holds it (shared, as a deploy does from its check until it ends), the
+    cleanup waits, and the venv stays; once released, it goes."""
+    import fcntl
+
+    inv = _inventory(hfleet, "inv.ini")
+    cfg = hfleet.config(CONFIG.replace("    nccl-bw:", "    nccl-bw:\n      enable: false"))
+    run_dir = tmp_path / "run"
+    r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    home = Path(hfleet.user.pw_dir) / ".sb-fleet"
+    [venv] = [p for p in (home / "cache").iterdir() if p.is_dir()]
+    names = [h.name for h in hfleet.hosts]
+    assert all((home / "hosts" / h / "venv").resolve() == venv for h in names)
+
+    fd = os.open(venv.with_name(venv.name + ".lock"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a deploy elsewhere, using the venv
+    try:
+        proc = subprocess.Popen(
+            [SB_FLEET, "cleanup", "--workspaces", "--cache", "--run-dir", str(run_dir), "--quiet"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + 300
+        while not _remote_pids(b"--remove-cache") and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()
+        assert _remote_pids(b"--remove-cache"), "no host reached the cache removal"
+        # the workspaces went first; the venv waits for the lock
+        while any((home / "hosts" / h).exists() for h in names) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any((home / "hosts" / h).exists() for h in names)
+        assert (venv / "bin" / "python").exists()
+    finally:
+        os.close(fd)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    assert all(f"{h}: ok" in out for h in names), out
+    assert not (home / "cache").exists(), list((home / "cache").iterdir())

@@ -209,7 +209,11 @@ def test_rendered_container_playbooks_are_valid_yaml(runtime, dist, tmp_path):
     plan = Plan(("h1",), {}, (step,), ("gemm-flops",))
     runs = {"step01": tmp_path / "step01.yml"}
     deploy = render_container(plan, cfg, "r1", tmp_path, runs)
-    for p in (deploy, runs["step01"], render_cleanup(cfg, tmp_path, images=True, workspaces=True)):
+    for p in (
+        deploy,
+        runs["step01"],
+        render_cleanup(cfg, tmp_path, images=True, workspaces=True, cache=True),
+    ):
         doc = yaml.safe_load(p.read_text())
         assert doc[0]["hosts"] == "all"
     text = deploy.read_text()
@@ -290,7 +294,7 @@ def test_ansible_accepts_every_rendered_container_playbook(tmp_path):
             cfg = Config(fleet={"runtime": rt, "container": c.model_dump()}, superbench={"benchmarks": {}})
             runs = {"step01": out / "step01.yml"}
             books += [render_container(plan, cfg, "r1", out, runs), runs["step01"]]
-            books.append(render_cleanup(cfg, out, images=True, workspaces=True))
+            books.append(render_cleanup(cfg, out, images=True, workspaces=True, cache=True))
     inv = tmp_path / "inv.ini"
     inv.write_text("h1 ansible_connection=local\n")
     bindir = Path(sys.executable).parent
