@@ -15,7 +15,13 @@ per-rank drill-down (the median of each rank across the fleet). Also, from the s
   inference latency percentiles;
 * **collective curves**: busbw and algbw against message size, per benchmark and operation;
 * **rooflines** (HPC AI500's view): each GEMM precision's attained rate at its arithmetic
-  intensity, under the memory roof and its compute roof, so "compute-bound at 62% of peak" is one line.
+  intensity, under the memory roof and its compute roof, so "compute-bound at 62% of peak" is one line;
+  beside them each convolution ``cudnn-function`` timed (:mod:`sb_fleet.analysis.convshapes`: FLOPs
+  per call from the shape in the metric's name, over the time per call; intensity over the compulsory
+  traffic), against the GEMM roof of its datatype. These are *effective* FLOPS (a direct
+  convolution's count): a Winograd or FFT algorithm does fewer operations and can sit above its roof.
+  Valid FLOPS again: where the benchmark's result check failed (return code 3), the host's
+  convolutions count zero.
 
 Pure: arrays and facts in, frozen values out.
 """
@@ -31,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from sb_fleet.analysis.convshapes import ConvCall, conv_call, is_conv_benchmark
 from sb_fleet.analysis.names import Directions, parse_metric
 from sb_fleet.peaks import (
     PRECISION_BYTES,
@@ -154,15 +161,20 @@ class Curve:
 
 @dataclass(frozen=True)
 class RoofPoint:
-    precision: str
-    intensity: float  # FLOP per byte moved (a GEMM reads A and B and writes C once)
+    precision: str  # a GEMM precision ("fp16_tc"), or a convolution's datatype ("float", "half")
+    intensity: float  # FLOP per byte moved (a GEMM reads A and B and writes C once; a convolution
+    # its input, weights and output: the compulsory traffic)
     attained: float  # FLOP/s (0 when the result check failed)
-    peak: float | None  # the precision's compute roof, FLOP/s
+    peak: float | None  # the compute roof, FLOP/s
     bound: float | None  # min(peak, intensity x bandwidth)
     efficiency: float | None  # attained / bound
     regime: str  # compute-bound | memory-bound | unknown
     valid: bool
     sentence: str
+    kind: str = "gemm"  # gemm | conv
+    roof: str = ""  # the GEMM precision whose peak is the compute roof ("tf32_tc" for a float convolution)
+    label: str = ""  # what was measured: the precision, or "conv fwd n32 c64 56x56 k64 3x3 pad 1 float"
+    metric: str = ""  # the metric the point comes from (name without rank)
 
 
 @dataclass(frozen=True)
@@ -411,6 +423,13 @@ def _figures(
                 f"{bench}: the result check failed on {int(bad.sum())} host(s); their FLOPS count as zero "
                 "(valid FLOPS)"
             )
+    for bench in _conv_benchmarks(columns):
+        bad = _rc_rows(columns, values, bench)
+        if bad.any():
+            notes.append(
+                f"{bench}: the result check failed on {int(bad.sum())} host(s); their convolutions count as "
+                "zero FLOPS on the roofline (valid FLOPS)"
+            )
     noisy = [f.metric for f in figures if f.noisy]
     if noisy:
         notes.append(
@@ -529,6 +548,91 @@ def _curves(figures: list[MetricFigure], peaks: Mapping[str, HostPeaks]) -> list
 
 
 _MEMORY_BW = re.compile(r"^(cpu-memory-bw-latency/mem_max_bandwidth_.*|mem-bw/d2d_bw|gpu-stream/.*_bw)$")
+_TIME_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "usec": 1e-6, "ns": 1e-9}
+_AMD = re.compile(r"\b(AMD|Instinct|MI\d{3}\w*)\b", re.I)
+
+
+def conv_roof(datatype: str, hp: HostPeaks | None) -> str:
+    """The GEMM precision whose peak is the compute roof of a convolution in ``datatype``; "" if none.
+
+    GPUs: half runs on the tensor cores (``fp16_tc``; ``fp16`` where the table has no tensor-core
+    figure). Float runs as TF32 on NVIDIA GPUs of sm_80 and newer (torch's default,
+    ``cudnn.allow_tf32``), so its roof is ``tf32_tc`` where the peak table gives one (an upper bound
+    where cuDNN picks a float kernel), ``fp32`` otherwise and on AMD GPUs (MIOpen runs float as float).
+    CPUs: the fp32 peak the facts give for float; none for half (no fp16 CPU peak is derived).
+    """
+    if hp is None:
+        return ""
+    if hp.gpu:
+        if datatype == "half":
+            order: tuple[str, ...] = ("fp16_tc", "fp16")
+        elif _AMD.search(hp.device):
+            order = ("fp32",)
+        else:
+            order = ("tf32_tc", "fp32")
+    else:
+        order = ("fp32",) if datatype == "float" else ()
+    return next((prec for prec in order if prec in hp.gemm), "")
+
+
+def _conv_benchmarks(columns: Sequence[str]) -> list[str]:
+    """The cudnn-function benchmarks (and their modes) among the columns, return codes included."""
+    found = {split_run(parse_metric(c).base)[0].rpartition("/")[0] for c in columns}
+    return sorted(b for b in found if is_conv_benchmark(b))
+
+
+def _roof_point(
+    kind: str,
+    label: str,
+    precision: str,
+    roof: str,
+    metric: str,
+    intensity: float,
+    attained: float,
+    hp: HostPeaks | None,
+    bw: float | None,
+    invalid: bool,
+) -> RoofPoint:
+    pk = hp.gemm.get(roof) if hp is not None and roof else None
+    peak = pk.value if pk is not None else None
+    bound = None
+    if peak is not None:
+        bound = min(peak, intensity * bw) if bw else peak
+    eff = attained / bound if bound else None
+    regime = "unknown"
+    if peak is not None and bw:
+        regime = "compute-bound" if intensity * bw >= peak else "memory-bound"
+    if invalid:
+        sentence = f"{label}: result check failed, counted as 0 FLOPS (valid FLOPS)"
+    elif eff is not None and regime == "unknown":
+        sentence = f"{label}: at {eff:.0%} of peak (no memory roof known)"
+    elif eff is not None:
+        against = "peak" if regime != "memory-bound" else "the memory roof"
+        sentence = f"{label}: {regime} at {eff:.0%} of {against}"
+        if kind == "conv":
+            sentence += f" (compute roof {roof}" + (
+                "; above the roof: FLOPs are counted as a direct convolution's, and a Winograd or FFT "
+                "algorithm does fewer)"
+                if eff > 1
+                else ")"
+            )
+    else:
+        sentence = f"{label}: {attained / 1e9:.4g} GFLOPS (no peak known)"
+    return RoofPoint(
+        precision,
+        intensity,
+        attained,
+        peak,
+        bound,
+        eff,
+        regime,
+        not invalid,
+        sentence,
+        kind,
+        roof,
+        label,
+        metric,
+    )
 
 
 def _rooflines(
@@ -541,18 +645,26 @@ def _rooflines(
     shapes: Mapping[str, tuple[int, int, int]],
 ) -> list[Roofline]:
     gemm_cols: dict[str, list[int]] = {}
+    conv_cols: dict[str, tuple[ConvCall, list[int]]] = {}  # metric (no rank) -> its call, its columns
     bw_cols: list[int] = []
     for i, c in enumerate(columns):
         name = parse_metric(c)
+        if name.is_return_code:
+            continue
         base = split_run(name.base)[0]
         prec = gemm_precision(base)
         if prec is not None:
             gemm_cols.setdefault(prec, []).append(i)
         elif _MEMORY_BW.match(base):
             bw_cols.append(i)
-    if not gemm_cols or not any(hp.gemm for hp in peaks.values()):
+        else:
+            call = conv_call(base)
+            if call is not None:
+                conv_cols.setdefault(base, (call, []))[1].append(i)
+    if not (gemm_cols or conv_cols) or not any(hp.gemm for hp in peaks.values()):
         return []  # no compute roof anywhere: nothing to draw a roofline against
     bad = _rc_rows(columns, values, "gemm-flops")
+    conv_bad = {b: _rc_rows(columns, values, b) for b in {m.rpartition("/")[0] for m in conv_cols}}
 
     def scale(col: int, kind: str, default: str) -> float:
         return (
@@ -574,7 +686,9 @@ def _rooflines(
         else:
             bw, bw_src = None, "no memory bandwidth known"
         gpu = hp is not None and hp.gpu
-        if shape is None:
+        if not gemm_cols:
+            note = ""
+        elif shape is None:
             side = 8192 if gpu else 1024
             shape, note = (
                 (side, side, side),
@@ -582,9 +696,10 @@ def _rooflines(
             )
         else:
             note = f"GEMM shape {shape[0]}x{shape[1]}x{shape[2]}"
-        m, n, k = shape
         pts = []
         for prec, cols in sorted(gemm_cols.items()):
+            assert shape is not None
+            m, n, k = shape
             block = values[np.ix_(rows, np.asarray(cols, dtype=np.int64))].copy()
             invalid = bool(np.all(bad[rows]))
             block[bad[rows], :] = 0.0  # valid FLOPS: a failed result check counts zero
@@ -595,22 +710,36 @@ def _rooflines(
             attained = v * scale(cols[0], "flops", "GFLOPS")
             nbytes = PRECISION_BYTES.get(prec, 4)
             ai = 2.0 * m * n * k / (nbytes * (m * k + k * n + m * n))
-            pk = hp.gemm.get(prec) if hp is not None else None
-            peak = pk.value if pk is not None else None
-            bound = None
-            if peak is not None:
-                bound = min(peak, ai * bw) if bw else peak
-            eff = attained / bound if bound else None
-            regime = "unknown"
-            if peak is not None and bw:
-                regime = "compute-bound" if ai * bw >= peak else "memory-bound"
-            if invalid:
-                sentence = f"{prec}: result check failed, counted as 0 FLOPS (valid FLOPS)"
-            elif eff is not None:
-                sentence = f"{prec}: {regime} at {eff:.0%} of {'peak' if regime != 'memory-bound' else 'the memory roof'}"
-            else:
-                sentence = f"{prec}: {attained / 1e9:.4g} GFLOPS (no peak known)"
-            pts.append(RoofPoint(prec, ai, attained, peak, bound, eff, regime, not invalid, sentence))
+            metric = split_run(parse_metric(columns[cols[0]]).base)[0]
+            pts.append(_roof_point("gemm", prec, prec, prec, metric, ai, attained, hp, bw, invalid))
+        for metric, (call, cols) in conv_cols.items():
+            seconds = _TIME_SCALE.get((directions.unit(metric) or "us").lower())
+            if seconds is None:  # not a time per call: no rate to derive
+                continue
+            cbad = conv_bad[metric.rpartition("/")[0]][rows]
+            block = values[np.ix_(rows, np.asarray(cols, dtype=np.int64))]
+            with np.errstate(all="ignore"):
+                rate = np.where(block > 0, call.flops / (block * seconds), np.nan)
+            rate[cbad, :] = 0.0  # valid FLOPS: a failed result check counts zero
+            with np.errstate(all="ignore"):
+                v = float(np.nanmedian(rate))
+            if not math.isfinite(v):
+                continue
+            roof = conv_roof(call.datatype, hp)
+            pts.append(
+                _roof_point(
+                    "conv",
+                    f"conv {call.label}",
+                    call.datatype,
+                    roof,
+                    metric,
+                    call.intensity,
+                    v,
+                    hp,
+                    bw,
+                    bool(np.all(cbad)),
+                )
+            )
         device = hp.device if hp is not None else ""
         return Roofline(label, device, bw, bw_src, tuple(pts), note)
 

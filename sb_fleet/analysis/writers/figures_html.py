@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import html
+import statistics
 
 import sb_fleet.analysis.writers.plots as plots
-from sb_fleet.analysis.figures import CV_LIMIT, Curve, Figures
+from sb_fleet.analysis.figures import CV_LIMIT, Curve, Figures, RoofPoint
 from sb_fleet.analysis.writers.figures_md import MODEL_COLUMNS, cv_text, num, pct
 
 MAX_RANK_ROWS = 64
@@ -15,8 +16,28 @@ def _e(text: object) -> str:
     return html.escape(str(text))
 
 
-def _plot(svg: str, caption: str) -> str:
-    return f'<figure class="fig-plot">{svg}<figcaption class="muted">{_e(caption)}</figcaption></figure>'
+def _plot(svg: str, caption: str, more: str = "") -> str:
+    return (
+        f'<figure class="fig-plot">{svg}<figcaption class="muted">{_e(caption)}{more}</figcaption></figure>'
+    )
+
+
+def conv_summary(points: list[RoofPoint]) -> str:
+    """``36 convolutions: 20 compute-bound (median 45% of peak), 16 memory-bound (...)``."""
+    parts = []
+    for regime, against in (("compute-bound", "peak"), ("memory-bound", "the memory roof")):
+        effs = sorted(
+            p.efficiency for p in points if p.valid and p.regime == regime and p.efficiency is not None
+        )
+        if effs:
+            parts.append(f"{len(effs)} {regime} (median {statistics.median(effs):.0%} of {against})")
+    failed = sum(not p.valid for p in points)
+    if failed:
+        parts.append(f"{failed} with a failed result check, counted as 0 FLOPS (valid FLOPS)")
+    unknown = sum(p.valid and p.efficiency is None for p in points)
+    if unknown:
+        parts.append(f"{unknown} without a peak")
+    return f"{len(points)} convolution(s): " + ", ".join(parts)
 
 
 def render(figs: Figures) -> str:
@@ -41,8 +62,20 @@ def render(figs: Figures) -> str:
             )
         )
     for rl in figs.rooflines:
-        caption = "; ".join(p.sentence for p in rl.points) + f" — memory roof: {rl.bandwidth_source}"
-        plots_html.append(_plot(plots.roofline_svg(rl), caption))
+        convs = [p for p in rl.points if p.kind == "conv"]
+        said = [p.sentence for p in rl.points if p.kind != "conv"] + ([conv_summary(convs)] if convs else [])
+        caption = "; ".join(said) + f" — memory roof: {rl.bandwidth_source}"
+        more = ""
+        if convs:
+            more = (
+                f"<details><summary>{len(convs)} convolution(s)</summary><ul>"
+                + "".join(
+                    f"<li>{_e(p.sentence)}: {num(p.attained / 1e9)} GFLOPS, intensity {p.intensity:.3g} FLOP/byte</li>"
+                    for p in convs
+                )
+                + "</ul></details>"
+            )
+        plots_html.append(_plot(plots.roofline_svg(rl), caption, more))
     if plots_html:
         out.append('<div class="figplots" id="figure-plots">' + "".join(plots_html) + "</div>")
     head = ["Metric", "Unit", "Better"]

@@ -5,6 +5,14 @@ from __future__ import annotations
 from sb_fleet.analysis.figures import CV_LIMIT, Figures, MetricFigure
 
 MAX_RANKS_SHOWN = 8
+CONV_NOTE = (
+    "Convolutions (cudnn-function, one point per call timed): FLOPs per call 2·n·k·c·r·s·out_h·out_w "
+    "from the shape in the metric's name, over the time per call (effective FLOPS: a Winograd or FFT "
+    "algorithm does fewer operations and can sit above its roof); intensity over the compulsory traffic "
+    "(input, weights and output moved once at the datatype's size, so an upper bound). Compute roof: "
+    "the GEMM peak of the datatype: half fp16_tc; float tf32_tc on NVIDIA GPUs that have it (cuDNN runs "
+    "float as TF32 by default), else fp32 (CPUs: the fp32 peak; half has none)."
+)
 MODEL_COLUMNS = (
     ("train_throughput", "Train throughput"),
     ("train_step_time", "Train step time"),
@@ -100,11 +108,13 @@ def render(figs: Figures) -> str:
         lines.append("")
     if figs.rooflines:
         lines += ["### Roofline", ""]
+        if any(p.kind == "conv" for rl in figs.rooflines for p in rl.points):
+            lines += [CONV_NOTE, ""]
         for rl in figs.rooflines:
             bw = f"{rl.bandwidth / 1e9:.4g} GB/s" if rl.bandwidth else "unknown"
             lines.append(
                 f"- **{_cell(rl.host)}** ({_cell(rl.device or 'device unknown')}): memory roof {bw} "
-                f"({rl.bandwidth_source}); {rl.shape_note}"
+                f"({rl.bandwidth_source})" + (f"; {rl.shape_note}" if rl.shape_note else "")
             )
             for p in rl.points:
                 peak = f" of {p.peak / 1e9:.4g} GFLOPS peak" if p.peak else ""

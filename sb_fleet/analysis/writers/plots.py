@@ -79,9 +79,13 @@ def collective_svg(curves: list[Curve]) -> str:
 
 
 def roofline_svg(rl: Roofline) -> str:
-    """Log-log roofline: the memory roof's slope, each precision's compute roof, the attained points."""
+    """Log-log roofline: the memory roof's slope, each compute roof once (GEMM precisions, and the ones
+    convolutions are held against), GEMM points (circles, labelled with their % of the roof) and
+    convolution points (triangles); a failed result check is a cross at 0 FLOPS (drawn at the floor)."""
+    from matplotlib.lines import Line2D
+
     fig, ax = _figure()
-    pts = [p for p in rl.points]
+    pts = list(rl.points)
     ais = [p.intensity for p in pts] or [1.0]
     peaks = [p.peak for p in pts if p.peak]
     lo_x = min(ais + [1.0]) / 8
@@ -89,20 +93,48 @@ def roofline_svg(rl: Roofline) -> str:
     if rl.bandwidth and peaks:
         lo_x = min(lo_x, min(peaks) / rl.bandwidth / 8)
     xs = [lo_x * (hi_x / lo_x) ** (i / 60) for i in range(61)]
-    for i, p in enumerate(pts):
-        color = _COLORS[i % len(_COLORS)]
-        if p.peak:
-            roof = [min(p.peak, x * rl.bandwidth) if rl.bandwidth else p.peak for x in xs]
-            ax.plot(xs, [r / 1e9 for r in roof], color=color, linewidth=1.2, label=f"{p.precision} roof")
-        y = p.attained / 1e9
-        marker = "o" if p.valid else "x"
-        ax.plot([p.intensity], [max(y, 1e-3)], marker=marker, markersize=7, color=color, linestyle="none")
-        label = f"{p.efficiency:.0%}" if p.efficiency is not None else f"{y:.3g}"
-        ax.annotate(
-            label, (p.intensity, max(y, 1e-3)), textcoords="offset points", xytext=(6, -10), fontsize=7
+    color_of: dict[str, str] = {}  # compute roof (or the precision where none is known) -> colour
+    for p in pts:
+        key = p.roof or p.precision
+        if key not in color_of:
+            color_of[key] = _COLORS[len(color_of) % len(_COLORS)]
+            if p.peak:
+                roof = [min(p.peak, x * rl.bandwidth) if rl.bandwidth else p.peak for x in xs]
+                ax.plot(xs, [r / 1e9 for r in roof], color=color_of[key], linewidth=1.2, label=f"{key} roof")
+    floor = 1e-3
+    for p in pts:
+        color = color_of[p.roof or p.precision]
+        y = max(p.attained / 1e9, floor)
+        if p.kind == "conv":
+            ax.plot(
+                [p.intensity],
+                [y],
+                marker="^" if p.valid else "x",
+                markersize=5,
+                color=color,
+                linestyle="none",
+                alpha=0.8,
+            )
+            continue
+        ax.plot(
+            [p.intensity], [y], marker="o" if p.valid else "x", markersize=7, color=color, linestyle="none"
         )
+        label = f"{p.efficiency:.0%}" if p.efficiency is not None else f"{p.attained / 1e9:.3g}"
+        ax.annotate(label, (p.intensity, y), textcoords="offset points", xytext=(6, -10), fontsize=7)
+    grey = "#5a6270"
     if rl.bandwidth and not peaks:
-        ax.plot(xs, [x * rl.bandwidth / 1e9 for x in xs], color="#5a6270", linewidth=1, label="memory roof")
+        ax.plot(xs, [x * rl.bandwidth / 1e9 for x in xs], color=grey, linewidth=1, label="memory roof")
+    handles, labels = ax.get_legend_handles_labels()
+    kinds = {p.kind for p in pts}
+    if "conv" in kinds:  # marker keys: what a circle and a triangle are
+        if "gemm" in kinds:
+            handles.append(Line2D([], [], marker="o", color=grey, linestyle="none"))
+            labels.append("GEMM")
+        handles.append(Line2D([], [], marker="^", color=grey, linestyle="none"))
+        labels.append("convolution")
+    if any(not p.valid for p in pts):
+        handles.append(Line2D([], [], marker="x", color=grey, linestyle="none"))
+        labels.append("check failed (0 FLOPS)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     from matplotlib.ticker import FuncFormatter
@@ -115,5 +147,6 @@ def roofline_svg(rl: Roofline) -> str:
     ax.set_xlabel("arithmetic intensity (FLOP/byte)", fontsize=8)
     ax.set_ylabel("GFLOPS", fontsize=8)
     ax.set_title(f"{rl.host}: {rl.device}"[:70], fontsize=9)
-    ax.legend(fontsize=7)
+    if handles:
+        ax.legend(handles, labels, fontsize=7)
     return _svg(fig)

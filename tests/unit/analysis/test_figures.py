@@ -308,3 +308,143 @@ def test_sparse_fleets_give_figures_without_warnings() -> None:
         assert "NaN" not in doc
         # one host that reported nothing: no section at all; else one with the values that are there
         assert (render(figs) == "") if n == 1 else (render(figs).count("\n") > 3)
+
+
+# cudnn-function's names in the fixtures, and their FLOPs per call worked out by hand:
+FWD_HALF = "name_cudnnconvolutionforward_c_64_datatype_half_h_56_k_64_n_32_pad_1_r_3_s_3_stride_1_w_56_time"
+FWD_HALF_FLOPS = 2 * 32 * 64 * 64 * 3 * 3 * 56 * 56  # out (56 + 2 - 2 - 1) + 1 = 56
+FWD_HALF_BYTES = 2 * (32 * 64 * 56 * 56 + 64 * 64 * 3 * 3 + 32 * 64 * 56 * 56)
+BWD_DATA_DIL = "name_cudnnconvolutionbackwarddata_c_128_datatype_float_dilation_2_h_28_k_32_n_32_pad_2_r_3_s_3_stride_1_w_28_time"
+BWD_DATA_DIL_FLOPS = 2 * 32 * 32 * 128 * 3 * 3 * 28 * 28  # out (28 + 4 - 2*2 - 1) + 1 = 28
+BWD_DATA_DIL_BYTES = 4 * (32 * 128 * 28 * 28 + 32 * 128 * 3 * 3 + 32 * 32 * 28 * 28)
+H100_HBM = 3350e9
+
+
+def test_conv_points_on_the_roofline() -> None:
+    """Each cudnn-function call a host timed is a point: FLOPs from its name over its time, against the
+    GEMM roof of its datatype (half: fp16_tc; float: tf32_tc, as cuDNN runs it on an H100)."""
+    figs = figures_of(load_fleet(FIXTURES / "figures_run"))
+    rl = {r.host: r for r in figs.rooflines}
+    conv = {p.metric.rpartition("/")[2]: p for p in rl["gpu-a"].points if p.kind == "conv"}
+    assert len(conv) == 3 and all(p.kind == "gemm" for p in rl["gpu-a"].points[:1])
+    fwd = conv[FWD_HALF]  # 25 us on both ranks
+    assert fwd.attained == pytest.approx(FWD_HALF_FLOPS / 25e-6)
+    assert fwd.intensity == pytest.approx(FWD_HALF_FLOPS / FWD_HALF_BYTES)  # 287.2 FLOP/byte
+    # ridge of fp16_tc on an H100 SXM: 989.4 TFLOPS / 3350 GB/s = 295 FLOP/byte > 287: memory-bound
+    assert fwd.roof == "fp16_tc" and fwd.peak == pytest.approx(989.4e12) and fwd.regime == "memory-bound"
+    assert fwd.efficiency == pytest.approx(fwd.attained / (fwd.intensity * H100_HBM))
+    assert "memory-bound at 31% of the memory roof" in fwd.sentence and fwd.precision == "half"
+    bwd = conv[BWD_DATA_DIL]  # 12.0 and 12.5 us: the median of the two ranks' rates
+    rate = (BWD_DATA_DIL_FLOPS / 12e-6 + BWD_DATA_DIL_FLOPS / 12.5e-6) / 2
+    assert (
+        bwd.attained == pytest.approx(rate) and bwd.roof == "tf32_tc" and bwd.peak == pytest.approx(494.7e12)
+    )
+    assert bwd.intensity == pytest.approx(BWD_DATA_DIL_FLOPS / BWD_DATA_DIL_BYTES)
+    assert "dilation 2 float" in bwd.label
+    filt = next(p for p in conv.values() if "bwd-filter" in p.label)
+    # 2*32*256*256*9*14*14 FLOPs in 15 us, intensity 973 > 295: compute-bound
+    assert filt.regime == "compute-bound"
+    assert filt.efficiency == pytest.approx(2 * 32 * 256 * 256 * 9 * 14 * 14 / 15e-6 / 989.4e12)
+    assert "compute-bound at 50% of peak (compute roof fp16_tc)" in filt.sentence
+
+
+def test_a_failed_conv_check_counts_zero() -> None:
+    """gpu-c's rank 0 failed cudnn-function's check (return code 3): every convolution of the host is
+    worth nothing, as a GEMM is, and the report says so."""
+    figs = figures_of(load_fleet(FIXTURES / "figures_run"))
+    (rl,) = [r for r in figs.rooflines if r.host == "gpu-c"]
+    conv = [p for p in rl.points if p.kind == "conv"]
+    assert len(conv) == 3 and all(p.attained == 0.0 and not p.valid for p in conv)
+    assert all("result check failed, counted as 0 FLOPS (valid FLOPS)" in p.sentence for p in conv)
+    assert any(n.startswith("cudnn-function: the result check failed on 1 host(s)") for n in figs.notes)
+    text = render(figs)
+    assert "conv fwd n32 c64 56x56 k64 3x3 pad 1 half: result check failed" in text
+    # a one-host run whose only rank failed has no conv values at all: the note still says it
+    alone = _figs(
+        ["gemm-flops/fp32_flops", "cudnn-function/return_code"], [[27.0, 3]], peaks={"h0": host_peaks(CPU)}
+    )
+    assert not [p for rl in alone.rooflines for p in rl.points if p.kind == "conv"]
+    assert any("cudnn-function: the result check failed on 1 host(s)" in n for n in alone.notes)
+
+
+CPU = {"cpu_cores": 2, "cpu_mhz": 2200, "cpu_flags": ["sse2", "avx", "avx2", "fma", "avx512f"]}
+
+
+def test_conv_points_on_a_cpu_and_without_a_gemm() -> None:
+    """On a CPU float convolutions go against the fp32 peak; half has no CPU peak, so no verdict. No GEMM
+    measured: the convolutions alone make the roofline."""
+    d = Directions({f"cudnn-function/{FWD_HALF}": MetricInfo("ms", False)})
+    fwd_float = FWD_HALF.replace("half", "float")
+    cols = [
+        f"cudnn-function/{fwd_float}",
+        f"cudnn-function/{FWD_HALF}",
+        "cpu-memory-bw-latency/mem_max_bandwidth_all_reads_bw",
+    ]
+    figs = _figs(cols, [[200_000.0, 900.0, 6.0]], directions=d, peaks={"h0": host_peaks(CPU)})
+    (rl,) = figs.rooflines
+    assert rl.shape_note == "" and rl.bandwidth == pytest.approx(6e9)  # no unit given: GB/s
+    flt, half = rl.points
+    assert flt.roof == "fp32" and flt.peak == pytest.approx(281.6e9)  # 2 x 2.2 GHz x 16 lanes x 2 x 2
+    assert flt.attained == pytest.approx(FWD_HALF_FLOPS / 0.2)  # no unit: us per call, as the suite says
+    assert flt.regime == "compute-bound" and flt.efficiency == pytest.approx(FWD_HALF_FLOPS / 0.2 / 281.6e9)
+    assert half.roof == "" and half.peak is None and half.regime == "unknown"
+    assert half.attained == pytest.approx(FWD_HALF_FLOPS / 0.9)  # 900 ms, as metrics.json says
+    assert "(no peak known)" in half.sentence
+    assert half.intensity == pytest.approx(2 * flt.intensity)  # half the bytes
+
+
+@pytest.mark.parametrize(
+    "facts, float_roof, half_roof",
+    [
+        (H100, "tf32_tc", "fp16_tc"),  # cuDNN runs float as TF32 on sm_80 and newer
+        ({"gpu_model": "Tesla V100-SXM2-32GB"}, "fp32", "fp16_tc"),  # no TF32 before Ampere
+        ({"gpu_model": "AMD Instinct MI300X"}, "fp32", "fp16_tc"),  # MIOpen: float as float
+        (CPU, "fp32", ""),
+    ],
+)
+def test_the_compute_roof_of_a_convolution(facts: dict, float_roof: str, half_roof: str) -> None:
+    from sb_fleet.analysis.figures import conv_roof
+
+    hp = host_peaks(facts)
+    assert (conv_roof("float", hp), conv_roof("half", hp)) == (float_roof, half_roof)
+    assert conv_roof("float", None) == ""
+
+
+def test_conv_points_of_a_large_fleet_are_medians() -> None:
+    """Beyond 8 hosts one roofline of the fleet's medians: a failed host counts zero there too."""
+    n = 11
+    cols = [f"cudnn-function/{FWD_HALF}:0", "cudnn-function/return_code:0", "gemm-flops/fp16_tc_flops:0"]
+    rows = [[20.0 + i, 3 if i == 0 else 0, 700_000.0] for i in range(n)]  # host 0: 20 us but wrong
+    figs = _figs(cols, rows, peaks={f"h{i}": host_peaks(H100) for i in range(n)})
+    (rl,) = figs.rooflines
+    assert rl.host == "fleet median (11 hosts)"
+    (conv,) = [p for p in rl.points if p.kind == "conv"]
+    rates = sorted([0.0] + [FWD_HALF_FLOPS / ((20.0 + i) * 1e-6) for i in range(1, n)])
+    assert conv.attained == pytest.approx(rates[n // 2]) and conv.valid
+
+
+def test_the_roofline_plot_keys_gemm_and_conv_points() -> None:
+    from sb_fleet.analysis.writers.figures_html import render as render_html
+    from sb_fleet.analysis.writers.plots import roofline_svg
+
+    figs = figures_of(load_fleet(FIXTURES / "figures_run"))
+    svg = roofline_svg(next(r for r in figs.rooflines if r.host == "gpu-c"))
+    for text in ("GEMM", "convolution", "check failed (0 FLOPS)", "fp16_tc roof", "tf32_tc roof"):
+        assert text in svg, text
+    page = render_html(figs)
+    assert "3 convolution(s): 1 compute-bound (median 50% of peak), 2 memory-bound" in page
+    assert "3 convolution(s): 3 with a failed result check, counted as 0 FLOPS (valid FLOPS)" in page
+
+
+def test_a_conv_above_its_roof_and_one_without_a_memory_roof() -> None:
+    """FLOPs are a direct convolution's: a Winograd kernel's effective rate can pass the peak, and the
+    sentence says why; with no memory bandwidth known the point is only held against its peak."""
+    col = f"cudnn-function/{FWD_HALF.replace('half', 'float')}"
+    bw = "cpu-memory-bw-latency/mem_max_bandwidth_all_reads_bw"
+    fast = _figs([col, bw], [[20_000.0, 6.0]], peaks={"h0": host_peaks(CPU)})
+    (p,) = fast.rooflines[0].points
+    assert p.efficiency == pytest.approx(FWD_HALF_FLOPS / 0.02 / 281.6e9)  # 131%
+    assert "compute-bound at 131% of peak (compute roof fp32; above the roof" in p.sentence
+    assert "Winograd" in p.sentence
+    (q,) = _figs([col], [[40_000.0]], peaks={"h0": host_peaks(CPU)}).rooflines[0].points
+    assert q.regime == "unknown" and q.sentence.endswith("at 66% of peak (no memory roof known)")
