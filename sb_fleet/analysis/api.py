@@ -135,6 +135,7 @@ def report(
         warnings.extend(hist.warnings)
 
     fabric: FabricView | None = None
+    unreported: dict[str, list[Issue]] = {}  # culprits with no results line (their run failed): still judged
     if fleet.run_dir is not None:  # a pattern run's culprits (pairs/, followup.json): analysis.fabric
         fabric, unread = load_fabric(fleet.run_dir)
         warnings.extend(unread)
@@ -142,9 +143,9 @@ def report(
             for name, lst in fabric.host_issues().items():
                 row = host_index.get(name)
                 if row is None:
-                    warnings.append(f"fabric: {name} is named by a pattern run but reported no results")
-                    continue
-                issues.setdefault(row, []).extend(lst)
+                    unreported[name] = lst
+                else:
+                    issues.setdefault(row, []).extend(lst)
             warnings.extend(fabric.warnings())
 
     hosts: list[HostReport] = []
@@ -155,8 +156,8 @@ def report(
         hosts.append(
             judge(
                 info.name,
-                row is not None,
-                _dedupe(issues.get(row, [])) if row is not None else [],
+                row is not None or info.name in unreported,
+                _dedupe(issues.get(row, [])) if row is not None else unreported.get(info.name, []),
                 info.outcome,
                 info.reason,
                 info.gpu_model,

@@ -160,7 +160,8 @@ def judge_fabric(pairs: Mapping[str, Mapping[str, Any]], followup: Mapping[str, 
                     True,
                     f"the group of all {len(b.get('hosts') or [])} nodes "
                     f"{(b.get('first') or {}).get('status', 'failed')}; bisection: {h} fails with known-good "
-                    f"partners ({b.get('rounds_run', '?')} round(s))",
+                    f"partners ({b.get('rounds_run', '?')} round(s))"
+                    + (f"; passed without it: {', '.join(b['good'])}" if b.get("good") else ""),
                     entry,
                 ),
             )

@@ -66,9 +66,10 @@ def host_key_for_mpi(fleet: SshFleet) -> None:
 
 @pytest.fixture(scope="module")
 def fleet8() -> Iterator[SshFleet]:
-    if not shutil.which("mpirun") or not shutil.which("tc"):
+    if not shutil.which("mpirun") or not shutil.which("tc") or not shutil.which("iptables"):
         pytest.fail(
-            "the pattern tests need Open MPI's mpirun and tc (.ci/apt-packages.txt: openmpi-bin, iproute2)"
+            "the pattern tests need Open MPI's mpirun, tc and iptables "
+            "(.ci/apt-packages.txt: openmpi-bin, iproute2, iptables)"
         )
     with started_fleet(8, "127.0.44") as f:
         host_key_for_mpi(f)
@@ -320,34 +321,28 @@ def test_an_mpi_entry_that_needs_cuda_skips_with_its_reason(fleet8, run_root):
 
 @contextlib.contextmanager
 def cut_off(fleet: SshFleet, victim_addr: str) -> Iterator[None]:
-    """Every TCP flow to or from ``victim_addr`` dropped on lo except SSH (each host's sshd port): the host
-    stays reachable to the control node and to mpirun's launch, and no benchmark traffic gets through
-    (a dead data NIC); always undone."""
+    """Every TCP flow to or from ``victim_addr`` dropped (iptables) except SSH (each host's sshd port): the
+    host stays reachable to the control node and to mpirun's launch, and no benchmark traffic gets
+    through (a dead data NIC); always undone."""
 
-    def tc(*args: str, check: bool = True) -> None:
-        r = subprocess.run(["tc", *args], capture_output=True, text=True)
+    def ipt(*args: str, check: bool = True) -> None:
+        r = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True)
         if check and r.returncode != 0:
-            raise RuntimeError(f"tc {' '.join(args)}: {r.stderr.strip()}")
+            raise RuntimeError(f"iptables {' '.join(args)}: {r.stderr.strip()}")
 
-    tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio")
+    chain = "SBF_CUT"
+    ipt("-N", chain)
     try:
-        prio = 1
-        for h in fleet.hosts:
-            for way in ("sport", "dport"):
-                tc(
-                    *("filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", str(prio)),
-                    *("u32", "match", "ip", way, str(h.port), "0xffff", "flowid", "1:1"),
-                )
-                prio += 1
-        for way in ("src", "dst"):
-            tc(
-                *("filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", str(prio)),
-                *("u32", "match", "ip", way, f"{victim_addr}/32", "action", "drop"),
-            )
-            prio += 1
+        ports = ",".join(str(h.port) for h in fleet.hosts)
+        ipt("-A", chain, "-p", "tcp", "-m", "multiport", "--ports", ports, "-j", "RETURN")
+        ipt("-A", chain, "-s", f"{victim_addr}/32", "-j", "DROP")
+        ipt("-A", chain, "-d", f"{victim_addr}/32", "-j", "DROP")
+        ipt("-I", "INPUT", "-j", chain)
         yield
     finally:
-        tc("qdisc", "del", "dev", "lo", "root", check=False)
+        ipt("-D", "INPUT", "-j", chain, check=False)
+        ipt("-F", chain, check=False)
+        ipt("-X", chain, check=False)
 
 
 def test_a_failed_all_nodes_run_is_bisected_to_the_host(fleet8, run_root):
@@ -374,6 +369,9 @@ def test_a_failed_all_nodes_run_is_bisected_to_the_host(fleet8, run_root):
     report = json.loads((run_dir / "report.json").read_text())
     verdict = {h["name"]: h["verdict"] for h in report["hosts"]}
     assert verdict[victim.name] == "fail", report["hosts"]
+    assert [(f["kind"], f["target"]) for f in report["fabric"]] == [("bisection", victim.name)], report["fabric"]
+    assert report["gate"]["passed"] is False
+    assert f"| tcp-bw | bisection | {victim.name} | high |" in (run_dir / "report.md").read_text()
     html = (run_dir / "report.html").read_text()
     assert "Bisection: tcp-bw" in html and f"<b>{victim.name}</b>" in html
     assert r.returncode != 0, r.stdout[-2000:]
