@@ -69,6 +69,8 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.workflow.Options, i
         history=kw.get("history"),
         confirm=bool(kw.get("confirm")),
         second_pass=not kw.get("no_second_pass"),
+        rules=kw.get("rules"),
+        baseline=kw.get("baseline"),
         progress=not kw.get("quiet"),
         argv=("sb-fleet", *sys.argv[1:]),
     )
@@ -148,6 +150,10 @@ def collect(**kw: Any) -> int:
     help="before the verdict, run the failing hosts' flagged benchmarks again (with a few passing control "
     "hosts); a finding that does not reproduce makes the host 'flaky', not failed.",
 )
+@click.option(
+    "--rules", type=PathArg, help="SuperBench rules file (YAML) to judge the run with, as report's."
+)
+@click.option("--baseline", type=PathArg, help="SuperBench baseline (JSON: metric -> value), as report's.")
 @click.option(
     "--no-second-pass",
     is_flag=True,

@@ -48,6 +48,8 @@ class Options:
     history: Path | None = None  # the history store to record into (else fleet.history of the config)
     confirm: bool = False  # validate: run the flagged hosts' benchmarks again before the verdict
     second_pass: bool = True  # validate: a pattern run's suspects re-paired, a failed all-nodes run bisected
+    rules: Path | None = None  # validate: SuperBench rules to judge the run with (as report --rules)
+    baseline: Path | None = None  # validate: SuperBench baseline (as report --baseline)
     progress: bool = True
     argv: tuple[str, ...] = field(default_factory=tuple)
 
@@ -117,21 +119,44 @@ def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
     return finish(run, opts, start, hosts), run
 
 
-def report(run: RunInputs, history: Path | None = None, confirmations: dict | None = None) -> int:
+def report(run: RunInputs, opts: Options, confirmations: dict | None = None) -> int:
     """The fleet analysis of the run directory, written into it; the gate's exit code (0 or 1).
-    With a history store (``history`` or fleet.history), the run is judged against and recorded in it."""
+    With a history store (``--history`` or fleet.history), the run is judged against and recorded in it;
+    with ``--rules``/``--baseline``, SuperBench's rules and baseline judge it too."""
     from sb_fleet.analysis.api import report as analyse
     from sb_fleet.analysis.api import write_reports
 
-    store = history or run.config.fleet.history
-    result = analyse(run.rd.path, gates=run.config.gates, history=store, confirmations=confirmations)
+    result = analyse(
+        run.rd.path,
+        rules=opts.rules,
+        baseline=opts.baseline,
+        gates=run.config.gates,
+        history=opts.history or run.config.fleet.history,
+        confirmations=confirmations,
+    )
     write_reports(result, run.rd.path)
+    for rule, patterns in result.rules_unmatched.items():
+        # loud whatever --quiet says: a rule that matches nothing passes every host silently
+        print(f"WARNING: rule {rule!r}: patterns match no metric in the results: {patterns}", file=sys.stderr)
     return int(result.exit_code)
+
+
+def check_judges(opts: Options) -> None:
+    """Read the rules, baseline and history store given to validate now: a bad file fails before the run."""
+    if opts.rules is not None:
+        from sb_fleet.analysis.rules import load_rules
+
+        load_rules(Path(opts.rules))
+    if opts.baseline is not None:
+        from sb_fleet.analysis.baseline import load_baseline
+
+        load_baseline(Path(opts.baseline))
 
 
 def validate(opts: Options) -> tuple[int, RunInputs]:
     """deploy, run, collect and report: every host of the run ends with an outcome and a verdict."""
     start = utcnow()
+    check_judges(opts)
     run = inputs_for(opts)
     hosts = run.select(opts.limit)
     if opts.history or run.config.fleet.history:  # a bad history file fails now, not after the run
@@ -150,7 +175,7 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
     if opts.second_pass and run.plan.patterns:
         follow_up(run, lambda sub: sub_stages(sub, opts), lambda m: say(opts, m))
     confirmations = confirm(run, opts) if opts.confirm else None
-    gate = report(run, opts.history, confirmations)
+    gate = report(run, opts, confirmations)
     return finish(run, opts, start, hosts, gate_passed=gate == 0), run
 
 
@@ -183,7 +208,13 @@ def confirm(run: RunInputs, opts: Options) -> dict | None:
     from sb_fleet.rundir import atomic_write_text
 
     # with a history store, its findings are confirmed too (the final report records the run again)
-    first = analyse(run.rd.path, gates=run.config.gates, history=opts.history or run.config.fleet.history)
+    first = analyse(
+        run.rd.path,
+        rules=opts.rules,
+        baseline=opts.baseline,
+        gates=run.config.gates,
+        history=opts.history or run.config.fleet.history,
+    )
     plan = cf.plan_confirmation(first.hosts)
     cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), plan.all_benchmarks)
     if not plan.benchmarks or cfg is None or len(run.inventory.sources) != 1:
