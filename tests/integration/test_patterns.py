@@ -369,7 +369,9 @@ def test_a_failed_all_nodes_run_is_bisected_to_the_host(fleet8, run_root):
     report = json.loads((run_dir / "report.json").read_text())
     verdict = {h["name"]: h["verdict"] for h in report["hosts"]}
     assert verdict[victim.name] == "fail", report["hosts"]
-    assert [(f["kind"], f["target"]) for f in report["fabric"]] == [("bisection", victim.name)], report["fabric"]
+    assert [(f["kind"], f["target"]) for f in report["fabric"]] == [("bisection", victim.name)], report[
+        "fabric"
+    ]
     assert report["gate"]["passed"] is False
     assert f"| tcp-bw | bisection | {victim.name} | high |" in (run_dir / "report.md").read_text()
     html = (run_dir / "report.html").read_text()
