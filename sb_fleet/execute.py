@@ -46,6 +46,17 @@ class StageResult:
     duration_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Started:
+    """A run step that deploy started in the same exec (validate): each host's runner task result (``rc``, ``stdout``,
+    ``stderr``), and the signal when Ctrl-C/SIGTERM stopped the deploy (``unfinished``: its hosts)."""
+
+    step: str
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    interrupted: str | None = None
+    unfinished: tuple[str, ...] = ()
+
+
 def ansible_env(ssh: SshSettings, python: str) -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     env = {

@@ -13,6 +13,8 @@ HOSTPREP_FAST = "check prerequisites, build the venv, record facts (suite in pla
 # deploy.yml: the suite on stdin, then hostprep
 HOSTPREP = "check prerequisites, build the venv, record facts"
 NEED_SUITE = "SB_FLEET_NEED_SUITE"  # what the fast path prints when the suite is not on the host yet
+# validate: the line (on stdout and stderr) between hostprep and the first step's runner in one exec
+RUN_FOLLOWS = "SB_FLEET_RUN_FOLLOWS"
 IMAGE_DIGEST = "image digest"  # container-deploy.yml / container run: the image's digest
 IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creating an enroot image
 IMAGE_CHECK = "the suite runs in the image"  # container-deploy.yml: the image's torch facts

@@ -27,6 +27,7 @@ from sb_fleet.ssh import SshSettings
 from sb_fleet.stages.cleanup import cleanup as cleanup_stage
 from sb_fleet.stages.cleanup import cleanup_playbook
 from sb_fleet.stages.collect import collect as collect_stage
+from sb_fleet.stages.deploy import can_start, deploy_then_start
 from sb_fleet.stages.deploy import deploy as deploy_stage
 from sb_fleet.stages.image import deploy_image
 from sb_fleet.stages.run import run as run_stage
@@ -164,10 +165,15 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
 
         check_store(opts.history or run.config.fleet.history or "")
     ex = executor(run, opts)
-    deployed = deploy_stage(run, ex, hosts)
-    if run.config.fleet.runtime != "none":
-        deploy_image(run, ex, deployed)
-    result = run_stage(run, ex, hosts, resume=opts.resume)
+    first = can_start(run, opts.resume)  # deploy starts the first step in the same exec where it can
+    if first is not None:
+        _, started = deploy_then_start(run, ex, hosts, first)
+        result = run_stage(run, ex, hosts, started=started)
+    else:
+        deployed = deploy_stage(run, ex, hosts)
+        if run.config.fleet.runtime != "none":
+            deploy_image(run, ex, deployed)
+        result = run_stage(run, ex, hosts, resume=opts.resume)
     if result.interrupted:
         return finish(run, opts, start, hosts), run
     collect_stage(run, ex, hosts)

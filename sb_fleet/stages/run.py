@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sb_fleet.collect import CollectTarget, stop_runners
 from sb_fleet.container import record_digests
-from sb_fleet.execute import Executor
+from sb_fleet.execute import Executor, StageResult, Started
 from sb_fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.outcome_table import load_stage, save_stage
@@ -40,15 +40,31 @@ def remote_results(run: RunInputs, host: str) -> str:
     return f"{run.plan.host_setup[host].workspace.rstrip('/')}/runs/{run.run_id}/results"
 
 
-def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) -> RunResult:
+def run(
+    run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False, started: Started | None = None
+) -> RunResult:
+    """``started``: the step deploy already started on some hosts (validate); their results are taken
+    from it, and an interrupt that stopped the deploy stops the run here."""
     ready, skipped = eligible(run.rd, "deploy", hosts, "run")
     prev = (load_stage(run.rd, "run") or {}) if resume else {}
     done = {h: steps_done(prev.get(h)) for h in ready}
     outcomes: dict[str, HostOutcome] = dict(skipped)
     live = list(ready)
     with ex.progress.stage("run", ready), Interrupts() as intr:
+        if started is not None and started.interrupted:
+            intr.signal = started.interrupted
+            run.rd.write_json(
+                "interrupted.json",
+                {
+                    "signal": intr.signal,
+                    "at": utcnow(),
+                    "step": started.step,
+                    "cleanup": stop_remote(run, ex, list(started.unfinished)),
+                },
+            )
         for step in run.plan.steps:
-            if intr.fired():
+            pre = started.results if started is not None and started.step == step.id else {}
+            if intr.fired() and not pre:  # what deploy finished of the first step still counts
                 break
             todo = [h for h in live if step.id not in done[h]]
             targets = todo
@@ -82,8 +98,14 @@ def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) ->
                 args = runner_args(run.run_id, step, run.config.fleet.master_port)
                 extra = {"sb_runner_args": [*args, "--resume"]}
             res = ex.run(
-                f"run-{step.id}", run.rendered.runs[step.id], targets, cancel=intr.fired, extravars=extra
+                f"run-{step.id}",
+                run.rendered.runs[step.id],
+                [] if intr.fired() else [h for h in targets if h not in pre],
+                cancel=intr.fired,
+                extravars=extra,
             )
+            if pre:
+                res = with_started(ex, step, res, {h: pre[h] for h in targets if h in pre})
             if run.config.fleet.runtime != "none":
                 record_digests(run.rd, run.config.fleet.runtime, "run", res.results)
             for h, o in res.outcomes.items():
@@ -104,7 +126,7 @@ def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) ->
                     outcomes[h] = HostOutcome(h, "run", o.outcome, f"{step.id}: {o.reason}")
                     if h in live:
                         live.remove(h)
-            if intr.fired():
+            if intr.fired() and not (started is not None and started.interrupted):
                 unfinished = [h for h in targets if res.outcomes[h].outcome == Outcome.PENDING]
                 run.rd.write_json(
                     "interrupted.json",
@@ -141,6 +163,19 @@ def run(run: RunInputs, ex: Executor, hosts: list[str], resume: bool = False) ->
             file=sys.stderr,
         )
     return RunResult(outcomes, intr.signal)
+
+
+def with_started(ex: Executor, step: Step, res: StageResult, pre: dict[str, dict]) -> StageResult:
+    """``res`` with the hosts whose step deploy ran: the task's outcome as the run playbook's
+    ``failed_when`` would have it (exit 0 or 1: the runner ran; the runner's record is judged next)."""
+    outcomes, results = dict(res.outcomes), dict(res.results)
+    for h, task in pre.items():
+        rc = task.get("rc")
+        ok = rc in (0, 1)
+        outcomes[h] = HostOutcome(h, "run", Outcome.OK if ok else Outcome.FAILED, "" if ok else f"exit {rc}")
+        results[h] = {run_task(step.id): task}
+        ex.progress.update(h, outcomes[h].outcome, f"{step.id} (started by deploy)")
+    return StageResult(res.stage, outcomes, results, res.status, res.rc, res.duration_s)
 
 
 def checked(run: RunInputs, ex: Executor, step: Step, o: HostOutcome, results: dict) -> HostOutcome:
