@@ -186,6 +186,7 @@ def time_validate(fleet: SshFleet, run_dir: Path, forks: int) -> dict:
 def one_size(n: int, forks: int, keep: bool) -> dict:
     """Cold: the first validate of a fresh fleet (the suite travels to every host). Warm: the same fleet
     validated again with a new run (the nightly gate's case: the suite is already in place)."""
+    load_before = os.getloadavg()[0]  # the machine before this size's fleet exists (others' work)
     fleet = SshFleet(
         n,
         base=1,
@@ -203,7 +204,8 @@ def one_size(n: int, forks: int, keep: bool) -> dict:
         return {
             "hosts": n,
             "forks": forks,
-            "load_before": os.getloadavg()[0],
+            "load_before": load_before,
+            "load_after": os.getloadavg()[0],
             "peak_rss_mib_largest_process": round(peak_mib, 1),
             "cold": cold,
             "warm": warm,
@@ -237,7 +239,10 @@ def main() -> int:
                 print(f"       {stage}: " + ", ".join(f"{t} {x:.1f}s" for t, x in tasks.items()), flush=True)
             if v["exit_code"] != 0:
                 print(v.get("stderr_tail", ""), flush=True)
-        print(f"       peak RSS {row['peak_rss_mib_largest_process']:.0f} MiB, load {row['load_before']:.1f}")
+        print(
+            f"       peak RSS {row['peak_rss_mib_largest_process']:.0f} MiB, "
+            f"load before {row['load_before']:.1f}, after {row['load_after']:.1f}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0 if all(r["exit_code"] == 0 for r in rows) else 1
