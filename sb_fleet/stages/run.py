@@ -49,6 +49,15 @@ def run(
     prev = (load_stage(run.rd, "run") or {}) if resume else {}
     done = {h: steps_done(prev.get(h)) for h in ready}
     outcomes: dict[str, HostOutcome] = dict(skipped)
+    if started is not None and started.interrupted:  # stopped inside deploy's task: deploy again, resume
+        for h in started.unfinished:
+            outcomes[h] = HostOutcome(
+                h,
+                "run",
+                Outcome.PENDING,
+                f"interrupted ({started.interrupted}) in deploy before {started.step} finished; "
+                f"sb-fleet deploy --run-dir {run.rd.path}, then sb-fleet run --resume, do what is missing",
+            )
     live = list(ready)
     with ex.progress.stage("run", ready), Interrupts() as intr:
         if started is not None and started.interrupted:

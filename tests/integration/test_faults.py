@@ -456,3 +456,46 @@ def test_sigint_during_run_cleans_up_and_resume_does_only_what_is_missing(ffleet
     assert r.returncode == 1  # the early host's killed benchmark is a failed result
     bench = _stage(run_dir, "benchmarks")
     assert bench[early]["outcome"] == "failed" and all(bench[n]["outcome"] == "ok" for n in names[1:])
+
+
+def test_sigint_during_validates_first_step_started_by_deploy(ffleet, tmp_path):
+    """validate starts the first step in deploy's own task (the suite already in place): Ctrl-C there stops
+    the runners on every host as in the run stage, and every host ends pending with what to do next."""
+    inv = ffleet.inventory(name="inv-vint.ini")
+    cfg = _cfg(ffleet, sleep=25, name="cfg-vint.yaml")
+    names = [h.name for h in ffleet.hosts]
+    r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / _rid()))
+    assert r.returncode == 0, r.stdout + r.stderr  # the suite is in place: validate takes the fast path
+    run_dir = tmp_path / _rid()
+    p = subprocess.Popen(
+        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait(lambda: all(ffleet.processes(n, b"noop:b") for n in names), 90, "noop:b running on every host")
+    assert not list(run_dir.glob("ansible/run-*/artifacts"))  # the step runs in deploy's task
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, out + err
+    assert "interrupted" in err and "--resume" in err
+    for n in names:
+        _wait(
+            lambda n=n: (
+                not ffleet.processes(n, _run_id(run_dir).encode()) and not ffleet.processes(n, b"noop:b")
+            ),
+            10,
+            f"the run's processes on {n} to be gone",
+        )
+    cleanup = json.loads((run_dir / "interrupted.json").read_text())["cleanup"]
+    assert set(cleanup) == set(names) and all(v in ("stopped", "killed") for v in cleanup.values()), cleanup
+    run = _stage(run_dir, "run")
+    for n in names:
+        assert run[n]["outcome"] == "pending" and "sb-fleet deploy" in run[n]["reason"], run[n]
+    assert set(_outcomes(run_dir)) == set(names)
+    # deploy again, then resume: the run finishes on every host
+    sb_fleet("deploy", "--run-dir", str(run_dir), "-i", str(inv))  # exit: the run is still pending
+    assert all(o["outcome"] == "ok" for o in _stage(run_dir, "deploy").values())
+    r = sb_fleet("run", "--resume", "--run-dir", str(run_dir), "-i", str(inv))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert all(o["outcome"] == "ok" for o in _stage(run_dir, "run").values())
