@@ -116,7 +116,7 @@ class Runner:
 
     def kill_all(self, sig: int = signal.SIGTERM) -> None:
         for p in self.live:
-            _killpg(p.popen, sig)
+            kill_group(p.popen, sig)
 
     # -- ownership of the results directory ------------------------------------------------------
     def claim(self) -> None:
@@ -281,7 +281,7 @@ class Runner:
         tb_file.write_text(f"{header}time: {now_iso()}\n\n{tb}")
         say(tb.rstrip("\n"), sys.stderr)
         for p in list(self.live):
-            _killpg(p.popen, signal.SIGKILL)
+            kill_group(p.popen, signal.SIGKILL)
             p.popen.wait()
             self.live.remove(p)
         status["error"] = f"runner crashed: {line} (traceback in {tb_file.name})"
@@ -469,19 +469,19 @@ class Runner:
             time.sleep(0.05)
         if pending:
             for p in pending:
-                _killpg(p.popen, signal.SIGTERM)
+                kill_group(p.popen, signal.SIGTERM)
             end = time.monotonic() + KILL_GRACE_S
             while any(p.popen.poll() is None for p in pending) and time.monotonic() < end:
                 time.sleep(0.05)
             for p in pending:
-                _killpg(p.popen, signal.SIGKILL)
+                kill_group(p.popen, signal.SIGKILL)
                 p.popen.wait()
         for p in procs:
             rc = p.popen.returncode
             if rc not in (0, None):
                 er.exit_notes.append(f"rank {p.ranks[0]} exited {rc}: {_tail(p.log)}")
             # A group may leave children behind even when its leader exited.
-            _killpg(p.popen, signal.SIGKILL)
+            kill_group(p.popen, signal.SIGKILL)
             if p in self.live:
                 self.live.remove(p)
 
@@ -564,11 +564,39 @@ def say(text: str, stream: Any = None) -> None:
         pass
 
 
-def _killpg(p: subprocess.Popen, sig: int) -> None:
+def kill_group(p: subprocess.Popen, sig: int) -> None:
+    """Signal a launched process's group, and every process of its session that left the group: mpirun
+    puts its local ranks in process groups of their own, and a rank that outlives a killed mpirun
+    would hold its ports into the next round (every launch starts a new session)."""
     try:
         os.killpg(p.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid in session_members(p.pid):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes of session ``sid`` (Linux /proc; elsewhere none), its leader excluded."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not name.isdigit() or int(name) == sid:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 3 and fields[3] == str(sid).encode():  # state, ppid, pgrp, session
+            out.append(int(name))
+    return out
 
 
 def _read_json_bytes(data: bytes) -> dict:
