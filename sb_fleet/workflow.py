@@ -13,6 +13,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sb_fleet.errors import RunDirError
 from sb_fleet.execute import Executor
@@ -31,6 +32,9 @@ from sb_fleet.stages.deploy import can_start, deploy_then_start
 from sb_fleet.stages.deploy import deploy as deploy_stage
 from sb_fleet.stages.image import deploy_image
 from sb_fleet.stages.run import run as run_stage
+
+if TYPE_CHECKING:
+    from sb_fleet.analysis.reportresult import ReportResult
 
 log = logging.getLogger("sb_fleet")
 
@@ -120,14 +124,13 @@ def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
     return finish(run, opts, start, hosts), run
 
 
-def report(run: RunInputs, opts: Options, confirmations: dict | None = None) -> int:
-    """The fleet analysis of the run directory, written into it; the gate's exit code (0 or 1).
-    With a history store (``--history`` or fleet.history), the run is judged against and recorded in it;
-    with ``--rules``/``--baseline``, SuperBench's rules and baseline judge it too."""
+def analyse_run(run: RunInputs, opts: Options, confirmations: dict | None = None) -> ReportResult:
+    """The fleet analysis of the run directory. With a history store (``--history`` or fleet.history),
+    the run is judged against and recorded in it; with ``--rules``/``--baseline``, SuperBench's rules
+    and baseline judge it too."""
     from sb_fleet.analysis.api import report as analyse
-    from sb_fleet.analysis.api import write_reports
 
-    result = analyse(
+    return analyse(
         run.rd.path,
         rules=opts.rules,
         baseline=opts.baseline,
@@ -135,6 +138,13 @@ def report(run: RunInputs, opts: Options, confirmations: dict | None = None) -> 
         history=opts.history or run.config.fleet.history,
         confirmations=confirmations,
     )
+
+
+def report(run: RunInputs, opts: Options, confirmations: dict | None = None) -> int:
+    """The fleet analysis (:func:`analyse_run`) written into the run directory; the gate's exit code."""
+    from sb_fleet.analysis.api import write_reports
+
+    result = analyse_run(run, opts, confirmations)
     write_reports(result, run.rd.path)
     for rule, patterns in result.rules_unmatched.items():
         # loud whatever --quiet says: a rule that matches nothing passes every host silently
@@ -208,19 +218,12 @@ def confirm(run: RunInputs, opts: Options) -> dict | None:
     reproduced or not (:mod:`sb_fleet.history.confirm`), written to ``confirm.json``."""
     import yaml
 
-    from sb_fleet.analysis.api import report as analyse
     from sb_fleet.analysis.results import load_fleet
     from sb_fleet.history import confirm as cf
     from sb_fleet.rundir import atomic_write_text
 
     # with a history store, its findings are confirmed too (the final report records the run again)
-    first = analyse(
-        run.rd.path,
-        rules=opts.rules,
-        baseline=opts.baseline,
-        gates=run.config.gates,
-        history=opts.history or run.config.fleet.history,
-    )
+    first = analyse_run(run, opts)
     plan = cf.plan_confirmation(first.hosts)
     cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), plan.all_benchmarks)
     if not plan.benchmarks or cfg is None or len(run.inventory.sources) != 1:

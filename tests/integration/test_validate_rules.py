@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SB_FLEET, started_fleet
+from .conftest import sb_fleet, started_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -62,22 +62,8 @@ def rfleet():
 
 def _validate(fleet, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:  # noqa: ANN001
     cfg = fleet.config(CONFIG, "rules.yaml")
-    return subprocess.run(
-        [
-            SB_FLEET,
-            "validate",
-            "-i",
-            str(fleet.inventory()),
-            "-c",
-            str(cfg),
-            "--run-dir",
-            str(run_dir),
-            "--quiet",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    return sb_fleet(
+        "validate", "-i", str(fleet.inventory()), "-c", str(cfg), "--run-dir", str(run_dir), *extra
     )
 
 
