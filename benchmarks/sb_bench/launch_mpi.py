@@ -28,7 +28,6 @@ import json
 import os
 import shlex
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -118,16 +117,6 @@ def mca_args(mode: dict[str, Any]) -> list[str]:
     for k, v in (DEFAULT_MCA if mca is None else mca).items():
         out += ["--mca", str(k), str(v)]
     return out
-
-
-def own_session_dir(mode: dict[str, Any]) -> str | None:
-    """A new directory for one mpirun's session tree (``orte_tmpdir_base``; its daemons create the same
-    path on their nodes), or None when the mode sets its own. mpiruns of one user sharing
-    /tmp/ompi.<node>.<uid> race when one ends as another starts ("orte_session_dir failed"), as the
-    groups of a pattern round do on a node that hosts several of them."""
-    if "orte_tmpdir_base" in (mode.get("mca") or {}):
-        return None
-    return tempfile.mkdtemp(prefix=f"sb-mpi-{os.getuid()}-")
 
 
 def mode_env(mode: dict[str, Any]) -> dict[str, str]:
@@ -227,15 +216,8 @@ def run_mpi(runner: Any, er: Any, mode: dict[str, Any], deadline: float) -> None
         cfg_path.write_text(ssh_config(members, kh, str(group.get("policy") or "strict")))
         argv += ["--mca", "plm_rsh_agent", f"ssh -F {shlex.quote(str(cfg_path))}"]
     argv += mca_args(mode)
-    session = own_session_dir(mode)
-    if session is not None:
-        argv += ["--mca", "orte_tmpdir_base", session]
     argv += ["--app", str(appfile)]
     er.expected_ranks += list(range(nproc))  # this node's ranks; the others write on their own nodes
     env = dict(os.environ)
-    try:
-        p = runner.spawn(argv, env, er.out / "logs" / "mpirun.log", list(range(nproc)))
-        runner.wait(er, [p], deadline)
-    finally:
-        if session is not None:
-            shutil.rmtree(session, ignore_errors=True)
+    p = runner.spawn(argv, env, er.out / "logs" / "mpirun.log", list(range(nproc)))
+    runner.wait(er, [p], deadline)
