@@ -119,6 +119,7 @@ class SshFleet:
         self.hosts: list[FleetHost] = []
         self.procs: list[subprocess.Popen] = []
         self.ws_root = Path(self.user.pw_dir) / f"ws-{self.dir.name}"
+        self.tmp_root = Path(self.user.pw_dir) / f"tmp-{self.dir.name}"  # each host's TMPDIR below it
         self.check_torch = check_torch
         self.rules: list[list[str]] = []  # iptables rules this fleet added (removed by heal/cleanup)
         self.mounts: list[Path] = []  # tmpfs mounts this fleet made (unmounted by cleanup)
@@ -178,6 +179,13 @@ class SshFleet:
         return self
 
     def _sshd(self, cfg: Path, listen: str, tag: str) -> subprocess.Popen:
+        # Each simulated host its own temporary directory, as each real node has its own /tmp: programs
+        # that keep per-node state there (Open MPI's session directories, named after the machine) would
+        # otherwise collide between "hosts" that are one machine.
+        tmp = self.tmp_root / tag
+        tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shutil.chown(self.tmp_root, USER, USER)
+        shutil.chown(tmp, USER, USER)
         return subprocess.Popen(
             [
                 SSHD,
@@ -186,6 +194,8 @@ class SshFleet:
                 str(cfg),
                 "-o",
                 f"ListenAddress={listen}",
+                "-o",
+                f"SetEnv=TMPDIR={tmp}",
                 "-E",
                 str(self.dir / f"sshd-{tag}.log"),
             ],
@@ -224,6 +234,7 @@ class SshFleet:
         self.mounts.clear()
         self.stop()
         shutil.rmtree(self.ws_root, ignore_errors=True)
+        shutil.rmtree(self.tmp_root, ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- per-host faults ----------------------------------------------------------------------------

@@ -154,7 +154,7 @@ def test_pair_wise_names_the_slow_host(fleet8, run_root):
     doc = verdicts(run_dir, r)
     assert len(doc["matrix"]["pairs"]) == 28, r.stdout + r.stderr
     failed = [p for p in doc["matrix"]["pairs"] if p.get("status", "ok") != "ok"]
-    assert not failed, failed
+    assert not failed, [(p["a"], p["b"], p["round"], p.get("reason")) for p in failed]
     culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]
     assert culprits == [("node", slow.name)], (culprits, r.stdout[-2000:])
     c = doc["localisation"]["culprits"][0]
