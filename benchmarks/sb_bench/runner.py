@@ -115,8 +115,7 @@ class Runner:
         signal.signal(signal.SIGHUP, _lost_session)
 
     def kill_all(self, sig: int = signal.SIGTERM) -> None:
-        for p in self.live:
-            kill_group(p.popen, sig)
+        kill_groups([p.popen for p in self.live], sig)
 
     # -- ownership of the results directory ------------------------------------------------------
     def claim(self) -> None:
@@ -280,8 +279,8 @@ class Runner:
         tb = traceback.format_exc()
         tb_file.write_text(f"{header}time: {now_iso()}\n\n{tb}")
         say(tb.rstrip("\n"), sys.stderr)
+        kill_groups([p.popen for p in self.live], signal.SIGKILL)
         for p in list(self.live):
-            kill_group(p.popen, signal.SIGKILL)
             p.popen.wait()
             self.live.remove(p)
         status["error"] = f"runner crashed: {line} (traceback in {tb_file.name})"
@@ -468,20 +467,19 @@ class Runner:
                 break
             time.sleep(0.05)
         if pending:
-            for p in pending:
-                kill_group(p.popen, signal.SIGTERM)
+            kill_groups([p.popen for p in pending], signal.SIGTERM)
             end = time.monotonic() + KILL_GRACE_S
             while any(p.popen.poll() is None for p in pending) and time.monotonic() < end:
                 time.sleep(0.05)
+            kill_groups([p.popen for p in pending], signal.SIGKILL)
             for p in pending:
-                kill_group(p.popen, signal.SIGKILL)
                 p.popen.wait()
+        # A group may leave children behind even when its leader exited.
+        kill_groups([p.popen for p in procs], signal.SIGKILL)
         for p in procs:
             rc = p.popen.returncode
             if rc not in (0, None):
                 er.exit_notes.append(f"rank {p.ranks[0]} exited {rc}: {_tail(p.log)}")
-            # A group may leave children behind even when its leader exited.
-            kill_group(p.popen, signal.SIGKILL)
             if p in self.live:
                 self.live.remove(p)
 
@@ -564,37 +562,40 @@ def say(text: str, stream: Any = None) -> None:
         pass
 
 
-def kill_group(p: subprocess.Popen, sig: int) -> None:
-    """Signal a launched process's group, and every process of its session that left the group: mpirun
+def kill_groups(popens: list[subprocess.Popen], sig: int) -> None:
+    """Signal launched processes' groups, and every process of their sessions that left its group: mpirun
     puts its local ranks in process groups of their own, and a rank that outlives a killed mpirun
     would hold its ports into the next round (every launch starts a new session)."""
-    try:
-        os.killpg(p.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in session_members(p.pid):
+    if not popens:
+        return
+    for p in popens:
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in session_members({p.pid for p in popens}):
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
 
-def session_members(sid: int) -> list[int]:
-    """The processes of session ``sid`` (Linux /proc; elsewhere none), its leader excluded."""
+def session_members(sids: set[int]) -> list[int]:
+    """The processes of the sessions ``sids`` (one pass over Linux /proc; elsewhere none), leaders excluded."""
     try:
         names = os.listdir("/proc")
     except OSError:
         return []
     out = []
     for name in names:
-        if not name.isdigit() or int(name) == sid:
+        if not name.isdigit() or int(name) in sids:
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[-1].split()
         except OSError:
             continue
-        if len(fields) > 3 and fields[3] == str(sid).encode():  # state, ppid, pgrp, session
+        if len(fields) > 3 and fields[3].isdigit() and int(fields[3]) in sids:  # state, ppid, pgrp, session
             out.append(int(name))
     return out
 

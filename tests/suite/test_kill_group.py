@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from sb_bench.runner import kill_group, session_members  # noqa: E402
+from sb_bench.runner import kill_groups, session_members  # noqa: E402
 
 # a leader whose child moves to a process group of its own (setpgid), then both wait
 CHILD = "import os, time; os.setpgid(0, 0); print(os.getpid(), flush=True); time.sleep(300)"
@@ -39,8 +39,8 @@ def test_a_child_in_its_own_group_is_killed_with_the_launch():
     try:
         child = int(p.stdout.readline())
         assert os.getpgid(child) == child != p.pid  # out of the launch's group, still in its session
-        assert child in session_members(p.pid)
-        kill_group(p, signal.SIGKILL)
+        assert child in session_members({p.pid})
+        kill_groups([p], signal.SIGKILL)
         p.wait(timeout=30)
         deadline = time.monotonic() + 30
         while _alive(child) and time.monotonic() < deadline:
