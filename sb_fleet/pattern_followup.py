@@ -50,7 +50,7 @@ def follow_up(
     written to ``followup.json`` (empty ``entries`` when nothing needed a follow-up)."""
     entries: dict[str, Any] = {}
     if run.plan.patterns and len(run.inventory.sources) == 1:
-        records, statuses = round_records(run.rd, run.plan.hosts)
+        first_pass = None  # the run's results by round: read once, and only for an all-nodes entry
         for key, info in run.plan.patterns.items():
             entry = next((e.entry for e in run.plan.entries() if base_key(e.key) == key), None)
             if entry is None:
@@ -59,9 +59,11 @@ def follow_up(
             pairs = run.rd.read_json(f"{PAIRS_DIR}/{safe_name(key)}.json")
             if isinstance(pairs, dict) and pairs.get("second_pass"):
                 done["second_pass"] = second_pass_run(run, key, entry, pairs, execute, say)
-            first = group_results(records, info["rounds"], key, statuses)
-            if _all_nodes_failed(info, first):
-                done["bisection"] = bisect_run(run, key, entry, first[0], execute, say)
+            if _one_group_of_all(info):
+                first_pass = first_pass or round_records(run.rd, run.plan.hosts)
+                (group,) = group_results(first_pass[0], info["rounds"], key, first_pass[1])
+                if group.status in ("failed", "timeout"):
+                    done["bisection"] = bisect_run(run, key, entry, group, execute, say)
             if done:
                 entries[key] = done
     doc = {"schema_version": FOLLOWUP_SCHEMA, "entries": entries}
@@ -70,15 +72,10 @@ def follow_up(
     return doc
 
 
-def _all_nodes_failed(info: dict[str, Any], first: list[GroupResult]) -> bool:
+def _one_group_of_all(info: dict[str, Any]) -> bool:
+    """An entry that ran once across every node (all-nodes, or mpi mode without a pattern)."""
     rounds = info.get("rounds") or []
-    return (
-        len(rounds) == 1
-        and len(rounds[0]) == 1
-        and len(rounds[0][0]) > 1
-        and len(first) == 1
-        and first[0].status in ("failed", "timeout")
-    )
+    return len(rounds) == 1 and len(rounds[0]) == 1 and len(rounds[0][0]) > 1
 
 
 def second_pass_run(
@@ -90,7 +87,7 @@ def second_pass_run(
     say(f"{key}: second pass, {n} pair(s) in {len(rounds)} round(s), each suspect with known-good hosts")
     out: dict[str, Any] = {"rounds": rounds}
     try:
-        sub = sub_run(run, key, entry, "second-pass", rounds)
+        sub = sub_run(run, key, entry, "second-pass", "second-pass", rounds)
         out["run_dir"] = str(sub.rd.path.relative_to(run.rd.path))
         execute(sub)
     except SbFleetError as exc:
@@ -136,7 +133,7 @@ def bisect_run(
             break
         groups = [list(g) for g, _tested in tests]
         try:
-            sub = sub_run(run, key, entry, f"bisect-{b.rounds + 1}", [groups])
+            sub = sub_run(run, key, entry, f"bisect-{b.rounds + 1}", "bisection", [groups])
             execute(sub)
         except SbFleetError as exc:
             out["error"] = str(exc)
@@ -173,10 +170,10 @@ def _group_json(r: GroupResult) -> dict[str, Any]:
 
 
 def sub_run(
-    run: RunInputs, key: str, entry: str, name: str, rounds: Sequence[Sequence[Sequence[str]]]
+    run: RunInputs, key: str, entry: str, name: str, kind: str, rounds: Sequence[Sequence[Sequence[str]]]
 ) -> RunInputs:
-    """A new run directory under ``<run>/followup/<entry>/`` for the config's ``entry`` alone, on the
-    hosts of ``rounds``, whose plan runs exactly those rounds."""
+    """A new run directory ``<run>/followup/<entry>/<name>`` for the config's ``entry`` alone, on the
+    hosts of ``rounds``, whose plan runs exactly those rounds (named ``kind`` in it)."""
     base = run.rd.sub(FOLLOWUP_DIR) / safe_name(key)
     base.mkdir(mode=0o700, exist_ok=True)
     path, n = base / name, 1
@@ -189,5 +186,5 @@ def sub_run(
     cfg_path = base / f"{path.name}-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
     hosts = list(dict.fromkeys(h for rnd in rounds for g in rnd for h in g))
-    given = {key: GivenRounds.of("bisection" if name.startswith("bisect") else name, rounds)}
+    given = {key: GivenRounds.of(kind, rounds)}
     return create_run(path, cfg_path, Path(run.inventory.sources[0]), ",".join(hosts), given)

@@ -87,11 +87,7 @@ class FabricView:
         return "fabric: " + "; ".join(f"{f.kind} {f.target}" for f in bad)
 
     def warnings(self) -> list[str]:
-        return [
-            f"fabric finding not counted: {f.sentence()}"
-            for f in self.findings
-            if not f.counts and f.kind not in ("bisection",)
-        ]
+        return [f"fabric finding not counted: {f.sentence()}" for f in self.findings if not f.counts]
 
     def to_json(self) -> list[dict[str, Any]]:
         return [f.to_json() for f in self.findings]

@@ -24,7 +24,7 @@ def test_given_rounds_replace_the_pattern_and_keep_superbench_indexes(tmp_path):
     rounds = [[["node0", "node3"], ["node1", "node4"]], [["node0", "node5"]]]
     given = {"tcp-bw": GivenRounds.of("second-pass", rounds)}
     base = plan_for(tmp_path, PAIRWISE)
-    plan = build(tmp_path, PAIRWISE, given)
+    plan = plan_for(tmp_path, PAIRWISE, given=given)
     assert len(base.steps) == 5 and len(plan.steps) == 2
     assert [s.entries[0].key for s in plan.steps] == ["tcp-bw@0", "tcp-bw@1"]
     assert [[list(g.hosts) for g in s.groups] for s in plan.steps] == rounds
@@ -39,7 +39,9 @@ def test_given_rounds_replace_the_pattern_and_keep_superbench_indexes(tmp_path):
 
 def test_given_rounds_on_a_torchrun_entry_make_each_group_the_world(tmp_path):
     body = "    nccl-bw:\n      timeout: 30\n      modes: [{name: torch.distributed, proc_num: 1, node_num: all}]\n"
-    plan = build(tmp_path, body, {"nccl-bw": GivenRounds.of("bisection", [[["node0", "node1", "node2"]]])})
+    plan = plan_for(
+        tmp_path, body, given={"nccl-bw": GivenRounds.of("bisection", [[["node0", "node1", "node2"]]])}
+    )
     (step,) = plan.steps
     assert step.entries[0].modes[0]["node_num"] == "all" and step.groups[0].hosts == (
         "node0",
@@ -51,21 +53,7 @@ def test_given_rounds_on_a_torchrun_entry_make_each_group_the_world(tmp_path):
 
 def test_given_rounds_naming_an_unknown_host_are_refused(tmp_path):
     with pytest.raises(ValueError, match="nodeX"):
-        build(tmp_path, PAIRWISE, {"tcp-bw": GivenRounds.of("second-pass", [[["node0", "nodeX"]]])})
-
-
-def build(tmp_path, body, given):
-    from sb_fleet.config import load_config
-    from sb_fleet.inventory import load_inventory
-    from sb_fleet.plan import build_plan
-
-    plan_for(tmp_path, body)  # writes c.yaml and inv.ini
-    return build_plan(
-        load_config(tmp_path / "c.yaml"),
-        load_inventory(tmp_path / "inv.ini"),
-        known={"tcp-bw", "nccl-bw"},
-        given=given,
-    )
+        plan_for(tmp_path, PAIRWISE, given={"tcp-bw": GivenRounds.of("second-pass", [[["node0", "nodeX"]]])})
 
 
 def test_groups_of_any_size_are_judged_from_figures_and_statuses():

@@ -24,7 +24,7 @@ ansible_user=v
 """
 
 
-def plan_for(tmp_path, body: str, inventory: str = INVENTORY) -> Plan:
+def plan_for(tmp_path, body: str, inventory: str = INVENTORY, given=None) -> Plan:  # noqa: ANN001
     c = tmp_path / "c.yaml"
     c.write_text(
         'version: v0.4\nfleet: {workspace: "/ws/{host}", master_port: 29600}\nsuperbench:\n  benchmarks:\n'
@@ -32,7 +32,7 @@ def plan_for(tmp_path, body: str, inventory: str = INVENTORY) -> Plan:
     )
     i = tmp_path / "inv.ini"
     i.write_text(inventory)
-    return build_plan(load_config(c), load_inventory(i), known={"tcp-bw", "nccl-bw"})
+    return build_plan(load_config(c), load_inventory(i), known={"tcp-bw", "nccl-bw"}, given=given)
 
 
 def test_pair_wise_in_mpi_mode_is_one_step_per_round(tmp_path):
