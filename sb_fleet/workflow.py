@@ -107,6 +107,13 @@ def finish(
     return code
 
 
+def deploy_all(run: RunInputs, ex: Executor, hosts: list[str]) -> None:
+    """The deploy stage, then the benchmark image where the fleet runs in containers."""
+    deployed = deploy_stage(run, ex, hosts)
+    if run.config.fleet.runtime != "none":
+        deploy_image(run, ex, deployed)
+
+
 def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
     """One stage (deploy, run or collect) on a new or existing run directory; (exit code, run)."""
     start = utcnow()
@@ -114,9 +121,7 @@ def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
     hosts = run.select(opts.limit)
     ex = executor(run, opts)
     if name == "deploy":
-        deployed = deploy_stage(run, ex, hosts)
-        if run.config.fleet.runtime != "none":
-            deploy_image(run, ex, deployed)
+        deploy_all(run, ex, hosts)
     elif name == "run":
         run_stage(run, ex, hosts, resume=opts.resume)
     else:
@@ -180,9 +185,7 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
         _, started = deploy_then_start(run, ex, hosts, first)
         result = run_stage(run, ex, hosts, started=started)
     else:
-        deployed = deploy_stage(run, ex, hosts)
-        if run.config.fleet.runtime != "none":
-            deploy_image(run, ex, deployed)
+        deploy_all(run, ex, hosts)
         result = run_stage(run, ex, hosts, resume=opts.resume)
     if result.interrupted:
         return finish(run, opts, start, hosts), run
@@ -205,9 +208,7 @@ def say(opts: Options, message: str) -> None:
 def sub_stages(sub: RunInputs, opts: Options) -> None:
     """deploy, run and collect a sub-run of validate (every host of it)."""
     hosts, ex = sub.select(None), executor(sub, opts)
-    deployed = deploy_stage(sub, ex, hosts)
-    if sub.config.fleet.runtime != "none":
-        deploy_image(sub, ex, deployed)
+    deploy_all(sub, ex, hosts)
     run_stage(sub, ex, hosts)
     collect_stage(sub, ex, hosts)
 
