@@ -1,7 +1,7 @@
 """Traffic patterns across a real loopback fleet, in SuperBench's mpi mode: Open MPI's mpirun, started on
 each pair's first host, reaches the other host over SSH (the fleet's host-key policy) and runs tcp-bw
 between the two hosts' own addresses. Faults are real: ``tc`` shapes the loopback device by address
-(one host's incoming traffic, or the traffic between two hosts only), and a benchmark process is
+(one host's traffic both ways, or the traffic between two hosts only), and a benchmark process is
 stopped with SIGSTOP. The verdicts come from the run directory's pairs/<entry>.json and the report."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -85,8 +86,10 @@ def inventory(fleet: SshFleet, n: int, name: str) -> Path:
 
 
 @contextlib.contextmanager
-def shaped(matches: list[list[str]], rate: str = "200mbit") -> Iterator[None]:
-    """Traffic matching any of ``matches`` (u32 match arguments) limited to ``rate`` on lo; always undone."""
+def shaped(matches: list[list[str]], rate: str = "200mbit") -> Iterator[Callable[[], int]]:
+    """Traffic matching any of ``matches`` (u32 match arguments) limited to ``rate`` on lo; always undone.
+    Yields a function that reads how many bytes the shaped class has passed so far (-1: the qdisc is
+    gone), so that a test can tell a fault that was not in effect from a detector that missed it."""
 
     def tc(*args: str, check: bool = True) -> None:
         r = subprocess.run(["tc", *args], capture_output=True, text=True)
@@ -114,7 +117,13 @@ def shaped(matches: list[list[str]], rate: str = "200mbit") -> Iterator[None]:
                 "flowid",
                 "1:20",
             )
-        yield
+
+        def shaped_bytes() -> int:
+            out = subprocess.run(["tc", "-s", "class", "show", "dev", "lo"], capture_output=True, text=True)
+            m = re.search(r"class htb 1:20 .*?\n\s*Sent (\d+) bytes", out.stdout)
+            return int(m.group(1)) if m else -1
+
+        yield shaped_bytes
     finally:
         tc("qdisc", "del", "dev", "lo", "root", check=False)
 
@@ -146,17 +155,24 @@ def run_root() -> Iterator[Path]:
 def test_pair_wise_names_the_slow_host(fleet8, run_root):
     slow = fleet8.hosts[2]
     run_dir = run_root / "slowhost"
-    with shaped([["match", "ip", "dst", f"{slow.addr}/32"]]):
+    # a slow NIC: the host's traffic is slow both ways
+    slow_nic = [["match", "ip", "dst", f"{slow.addr}/32"], ["match", "ip", "src", f"{slow.addr}/32"]]
+    with shaped(slow_nic) as shaped_bytes:
         r, took = validate(fleet8, inventory(fleet8, 8, "inv8.ini"), run_dir)
+        through = shaped_bytes()
     print(
-        f"pair-wise tcp-bw over 8 loopback hosts (mpi mode, 7 rounds): {took:.1f} s (validate), load {os.getloadavg()}"
+        f"pair-wise tcp-bw over 8 loopback hosts (mpi mode, 7 rounds): {took:.1f} s (validate), load {os.getloadavg()}, {through} bytes shaped"
     )
+    # the fault was in effect for the whole first pass: the slow host and its 7 partners each sent
+    # (1 warm-up + 3 steps) x 8 MiB through the shaped class (a qdisc removed from outside reads -1)
+    assert through >= 2 * 7 * 4 * 8 * 2**20, f"the planted fault was not in effect: {through} bytes shaped"
     doc = verdicts(run_dir, r)
     assert len(doc["matrix"]["pairs"]) == 28, r.stdout + r.stderr
     failed = [p for p in doc["matrix"]["pairs"] if p.get("status", "ok") != "ok"]
     assert not failed, [(p["a"], p["b"], p["round"], p.get("reason")) for p in failed]
     culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]
-    assert culprits == [("node", slow.name)], (culprits, r.stdout[-2000:])
+    values = [(p["a"], p["b"], round(p["value"], 4)) for p in doc["matrix"]["pairs"]]
+    assert culprits == [("node", slow.name)], (culprits, doc["localisation"], values, r.stdout[-2000:])
     c = doc["localisation"]["culprits"][0]
     assert c["confidence"] == "high" and c["bad"] == 7
     # validate's second pass re-paired the slow host with known-good hosts and reproduced it
@@ -198,8 +214,10 @@ def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
     assert "pattern tcp-bw: pair-wise over 6 host(s): 5 round(s) of 15 group(s)" in dry.stdout, (
         dry.stdout + dry.stderr
     )
-    with shaped(both):
+    with shaped(both) as shaped_bytes:
         r, _ = validate(fleet8, inv, run_dir)
+        through = shaped_bytes()
+    assert through >= 2 * 4 * 8 * 2**20, f"the planted fault was not in effect: {through} bytes shaped"
     doc = verdicts(run_dir, r)
     assert len(doc["matrix"]["pairs"]) == 15, r.stdout + r.stderr
     culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]
