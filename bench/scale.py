@@ -9,6 +9,9 @@ the same run and against the same hosts:
 * ``sb-fleet validate`` end to end (deploy, run, collect, report), with the
   per-stage wall times from its progress lines and, inside each Ansible
   stage, the wall time of every task (from ansible-runner's job events);
+* the CPU seconds the simulated hosts used (every process under their sshd, from /proc) and the control
+  node's (sb-fleet and the processes it waited for): on this machine both share the same cores, while
+  on a real fleet the hosts' part runs on the hosts, in parallel;
 
 and prints the ratio validate / SSH round, twice: cold (a fresh fleet: the suite travels to every
 host) and warm (the same fleet validated again: the nightly gate's case). The benchmark is ``noop`` (no torch
@@ -35,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from fleetlib import USER, SshFleet  # noqa: E402
+from fleetlib import USER, SshFleet, descendants  # noqa: E402
 
 SB_FLEET = str(Path(sys.executable).parent / "sb-fleet")
 
@@ -144,12 +147,34 @@ def task_times(run_dir: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(roots: list[int]) -> float:
+    """CPU seconds (user + system) used so far by the processes under ``roots`` and by the children
+    they have reaped (cutime/cstime). An exited child's time moves into its parent's, so the sum over
+    the tree is conserved between two samples (a process daemonised out of the tree is lost)."""
+    total = 0
+    for pid in {*roots, *(d for r in roots for d in descendants(r))}:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime (fields 14-17)
+    return total / TICK
+
+
 def time_validate(fleet: SshFleet, run_dir: Path, forks: int) -> dict:
     """One ``sb-fleet validate`` on the fleet, with an SSH round timed just before it (ratio in one run)."""
     ssh_round(fleet)  # the first login of a fresh sshd/user pays one-off costs; time the next round
     ssh_s = ssh_round(fleet)
     inv = fleet.inventory()
     cfg = fleet.config(CONFIG.format(forks=forks))
+    # The simulated hosts' own CPU (sshd sessions, hostprep, the runner, the benchmark) shares this
+    # machine's cores with the control node; on a real fleet it runs on the hosts, in parallel.
+    sshds = [p.pid for p in fleet.procs]
+    hosts0 = tree_cpu_s(sshds)
+    ctl0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     r = subprocess.run(
         [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir)],
@@ -159,6 +184,9 @@ def time_validate(fleet: SshFleet, run_dir: Path, forks: int) -> dict:
         env={**os.environ, "COLUMNS": "200"},
     )
     val_s = time.monotonic() - t0
+    ctl1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    hosts_cpu = tree_cpu_s(sshds) - hosts0
+    ctl_cpu = (ctl1.ru_utime + ctl1.ru_stime) - (ctl0.ru_utime + ctl0.ru_stime)
     stages = {}
     for line in r.stderr.splitlines():
         m = STAGE_RE.match(line.strip())
@@ -174,6 +202,9 @@ def time_validate(fleet: SshFleet, run_dir: Path, forks: int) -> dict:
         "validate_s": round(val_s, 2),
         "ratio": round(val_s / ssh_s, 2),
         "exit_code": r.returncode,
+        "hosts_cpu_s": round(hosts_cpu, 1),
+        "control_cpu_s": round(ctl_cpu, 1),
+        "cores": os.cpu_count(),
         "hosts_ok": sum(1 for v in outcomes.values() if v["outcome"] == "ok"),
         "stages": stages,
         "tasks": task_times(run_dir),
@@ -233,6 +264,12 @@ def main() -> int:
             print(
                 f"{n:4d} hosts {kind}: ssh round {v['ssh_round_s']:6.2f}s  validate {v['validate_s']:6.2f}s  "
                 f"ratio {v['ratio']:5.2f}  exit {v['exit_code']}  ok {v['hosts_ok']}/{n}  [{st}]",
+                flush=True,
+            )
+            print(
+                f"       CPU: simulated hosts {v['hosts_cpu_s']:.1f}s (sshd sessions and everything they ran), "
+                f"control node {v['control_cpu_s']:.1f}s (sb-fleet, Ansible, ssh clients; not the "
+                f"ControlPersist masters), on {v['cores']} core(s)",
                 flush=True,
             )
             for stage, tasks in v["tasks"].items():
