@@ -13,8 +13,10 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -85,19 +87,55 @@ def inventory(fleet: SshFleet, n: int, name: str) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def shaped(matches: list[list[str]], rate: str = "200mbit") -> Iterator[Callable[[], int]]:
-    """Traffic matching any of ``matches`` (u32 match arguments) limited to ``rate`` on lo; always undone.
-    Yields a function that reads how many bytes the shaped class has passed so far (-1: the qdisc is
-    gone), so that a test can tell a fault that was not in effect from a detector that missed it."""
+def tcp_rate(src: str, dst: str, nbytes: int = 4 << 20) -> float:
+    """Bytes per second of one TCP transfer from address ``src`` to address ``dst`` (loopback)."""
+    server = socket.create_server((dst, 0))
+    got = 0
 
-    def tc(*args: str, check: bool = True) -> None:
+    def take() -> None:
+        nonlocal got
+        conn, _ = server.accept()
+        with conn:
+            while got < nbytes:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+            conn.sendall(b"k")
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    try:
+        with socket.create_connection(server.getsockname(), timeout=60, source_address=(src, 0)) as c:
+            t0 = time.monotonic()
+            c.sendall(bytes(nbytes))
+            c.recv(1)
+            took = time.monotonic() - t0
+    finally:
+        server.close()
+    t.join(10)
+    return got / took
+
+
+@contextlib.contextmanager
+def shaped(
+    matches: list[list[str]], probe: tuple[str, str], rate: str = "200mbit"
+) -> Iterator[Callable[[], int]]:
+    """Traffic matching any of ``matches`` (u32 match arguments) limited to ``rate`` on lo; always undone.
+
+    The fault is checked before the test goes on: a transfer from ``probe[0]`` to ``probe[1]`` must be
+    slow (one re-plant if not, then a failure that shows tc's state). Yields a function that reads how
+    many bytes the shaped class has passed since the probe (-1: the qdisc is gone), so that a test can tell a
+    fault that was not in effect during its run from a detector that missed it."""
+
+    def tc(*args: str, check: bool = True) -> str:
         r = subprocess.run(["tc", *args], capture_output=True, text=True)
         if check and r.returncode != 0:
             raise RuntimeError(f"tc {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
 
-    tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "10")
-    try:
+    def plant() -> None:
+        tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "10")
         tc("class", "add", "dev", "lo", "parent", "1:", "classid", "1:10", "htb", "rate", "100gbit")
         tc("class", "add", "dev", "lo", "parent", "1:", "classid", "1:20", "htb", "rate", rate, "ceil", rate)
         for i, m in enumerate(matches, 1):
@@ -118,12 +156,30 @@ def shaped(matches: list[list[str]], rate: str = "200mbit") -> Iterator[Callable
                 "1:20",
             )
 
-        def shaped_bytes() -> int:
-            out = subprocess.run(["tc", "-s", "class", "show", "dev", "lo"], capture_output=True, text=True)
-            m = re.search(r"class htb 1:20 .*?\n\s*Sent (\d+) bytes", out.stdout)
-            return int(m.group(1)) if m else -1
+    def shaped_bytes() -> int:
+        m = re.search(r"class htb 1:20 .*?\n\s*Sent (\d+) bytes", tc("-s", "class", "show", "dev", "lo"))
+        return int(m.group(1)) if m else -1
 
-        yield shaped_bytes
+    try:
+        for _ in (1, 2):
+            plant()
+            speed = tcp_rate(*probe)
+            if speed < 100e6:  # 200 mbit/s is 25 MB/s; unshaped loopback moves GB/s
+                break
+            state = tc("-s", "qdisc", "show", "dev", "lo") + tc("-s", "filter", "show", "dev", "lo")
+            tc("qdisc", "del", "dev", "lo", "root", check=False)
+        else:
+            raise AssertionError(
+                f"the planted fault has no effect: {probe[0]} -> {probe[1]} moved {speed / 1e6:.0f} MB/s "
+                f"through a {rate} class, twice; tc's state:\n{state}"
+            )
+        base = shaped_bytes()  # the probe's own bytes are not the test's
+
+        def since_probe() -> int:
+            n = shaped_bytes()
+            return n - base if n >= 0 else -1
+
+        yield since_probe
     finally:
         tc("qdisc", "del", "dev", "lo", "root", check=False)
 
@@ -157,7 +213,7 @@ def test_pair_wise_names_the_slow_host(fleet8, run_root):
     run_dir = run_root / "slowhost"
     # a slow NIC: the host's traffic is slow both ways
     slow_nic = [["match", "ip", "dst", f"{slow.addr}/32"], ["match", "ip", "src", f"{slow.addr}/32"]]
-    with shaped(slow_nic) as shaped_bytes:
+    with shaped(slow_nic, probe=(fleet8.hosts[0].addr, slow.addr)) as shaped_bytes:
         r, took = validate(fleet8, inventory(fleet8, 8, "inv8.ini"), run_dir)
         through = shaped_bytes()
     print(
@@ -214,7 +270,7 @@ def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
     assert "pattern tcp-bw: pair-wise over 6 host(s): 5 round(s) of 15 group(s)" in dry.stdout, (
         dry.stdout + dry.stderr
     )
-    with shaped(both) as shaped_bytes:
+    with shaped(both, probe=(a.addr, b.addr)) as shaped_bytes:
         r, _ = validate(fleet8, inv, run_dir)
         through = shaped_bytes()
     assert through >= 2 * 4 * 8 * 2**20, f"the planted fault was not in effect: {through} bytes shaped"
