@@ -35,7 +35,6 @@ from sb_bench.modespec import SpecError, count
 
 # SuperBench's defaults when a mode sets no ``mca`` (superbench/runner/runner.py).
 DEFAULT_MCA = {"pml": "ob1", "btl": "^openib", "btl_tcp_if_exclude": "lo,docker0", "coll_hcoll_enable": 0}
-MASTER_PORT_SPAN = 1000  # pattern groups get master_port + (serial * parallel groups + parallel) % span
 
 _BOOT = """
 import os

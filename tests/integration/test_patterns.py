@@ -36,7 +36,9 @@ fleet:
   venv: true
   install_requirements: never
   forks: 32
-  master_port: 40311  # away from torch's default, which other tests on this machine use
+  # below the ephemeral range (Linux: 32768-60999): a port an outgoing connection holds cannot be
+  # listened on (EADDRINUSE), and away from torch's default, which other tests on this machine use
+  master_port: 31311
   env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}
 superbench:
   benchmarks:
