@@ -471,11 +471,10 @@ class Runner:
             end = time.monotonic() + KILL_GRACE_S
             while any(p.popen.poll() is None for p in pending) and time.monotonic() < end:
                 time.sleep(0.05)
-            kill_groups([p.popen for p in pending], signal.SIGKILL)
-            for p in pending:
-                p.popen.wait()
-        # A group may leave children behind even when its leader exited.
+        # What is left: a launch past its grace, or children a group left behind when its leader exited.
         kill_groups([p.popen for p in procs], signal.SIGKILL)
+        for p in pending:
+            p.popen.wait()
         for p in procs:
             rc = p.popen.returncode
             if rc not in (0, None):
