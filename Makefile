@@ -23,4 +23,5 @@ test-fast: setup
 ## Style: ruff (lint and format), mypy on sb_fleet/, and no import cycles in sb_fleet/ or the suite.
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy \
-	  && .venv/bin/python scripts/check_imports.py sb_fleet benchmarks/sb_bench
+	  && .venv/bin/python scripts/check_imports.py sb_fleet benchmarks/sb_bench \
+	  && .venv/bin/python scripts/check_layers.py

@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sb_fleet.analysis.api import report  # noqa: E402
-from sb_fleet.gatespec import Gates  # noqa: E402
+from sb_fleet.config.gatespec import Gates  # noqa: E402
+from sb_fleet.report.analyse import report  # noqa: E402
 from tests.synth.fleet import FAULTS, generate  # noqa: E402
 from tests.synth.lownoise import TC_FAULT, generate_lownoise  # noqa: E402
 

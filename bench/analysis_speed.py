@@ -30,7 +30,7 @@ def command() -> list[str]:
     exe = Path(sys.executable).parent / "sb-fleet"
     if exe.is_file():
         return [str(exe)]
-    return [sys.executable, "-c", "from sb_fleet.cli import main; main()"]
+    return [sys.executable, "-c", "from sb_fleet.cli.main import main; main()"]
 
 
 def run_once(src: Path, out: Path) -> tuple[float, float, float]:

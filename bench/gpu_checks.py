@@ -147,8 +147,8 @@ def check_nccl_graph() -> None:
 
     import torch
     import torch.distributed as dist
-    from sb_bench.context import RankContext
-    from sb_bench.harness import Harness
+    from sb_bench.core.context import RankContext
+    from sb_bench.core.harness import Harness
     from sb_bench.micro.nccl_bw import NcclBw
 
     dist.init_process_group(

@@ -24,9 +24,9 @@ def main() -> int:
     sys.path.insert(0, a.suite)
     import torch
     import torch.distributed as dist
-    from sb_bench.context import RankContext
-    from sb_bench.harness import Harness
-    from sb_bench.metric import parse_size
+    from sb_bench.core.context import RankContext
+    from sb_bench.core.harness import Harness
+    from sb_bench.core.metric import parse_size
     from sb_bench.micro.nccl_bw import NcclBw
 
     dist.init_process_group(

@@ -31,8 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sb_fleet.analysis.api import report  # noqa: E402
-from sb_fleet.history.store import open_store  # noqa: E402
+from sb_fleet.history.history_store import open_store  # noqa: E402
+from sb_fleet.report.analyse import report  # noqa: E402
 from tests.synth.fleet import generate  # noqa: E402
 
 GPUS, NICS = 8, 8

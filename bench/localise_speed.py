@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sb_fleet.analysis.localise import localise, second_pass  # noqa: E402
-from sb_fleet.analysis.pairmap import render_pair_heatmap  # noqa: E402
-from sb_fleet.patterns import estimate_cost, pair_wise  # noqa: E402
+from sb_fleet.analysis.crossnode.localise import localise, second_pass  # noqa: E402
+from sb_fleet.analysis.crossnode.pair_map import render_pair_heatmap  # noqa: E402
+from sb_fleet.config.traffic_patterns import estimate_cost, pair_wise  # noqa: E402
 from tests.synth.pairs import Faults, pair_matrix  # noqa: E402
 
 

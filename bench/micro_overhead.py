@@ -47,7 +47,7 @@ def _alternate(rounds: int, harness, bare) -> tuple[list[float], list[float]]:
 
 def gemm(rounds: int, size: int, steps: int) -> tuple[list[float], list[float]]:
     import torch
-    from sb_bench.harness import run_benchmark
+    from sb_bench.core.harness import run_benchmark
 
     params = {"m": size, "precision": ["fp32"], "num_warmup": 2, "num_steps": steps, "device": "cpu"}
 
@@ -73,7 +73,7 @@ def gemm(rounds: int, size: int, steps: int) -> tuple[list[float], list[float]]:
 
 def membw(rounds: int, size: int, steps: int) -> tuple[list[float], list[float]]:
     import torch
-    from sb_bench.harness import run_benchmark
+    from sb_bench.core.harness import run_benchmark
 
     params = {"mem_type": ["dtod"], "size": size, "num_warmup": 2, "num_steps": steps, "device": "cpu"}
 
@@ -99,8 +99,8 @@ def nccl_worker(rounds: int, size: int, steps: int) -> None:
     """One rank under torchrun: harness vs bare busbw per operation; rank 0 prints a JSON line."""
     import torch
     import torch.distributed as dist
-    from sb_bench.context import RankContext
-    from sb_bench.harness import Harness
+    from sb_bench.core.context import RankContext
+    from sb_bench.core.harness import Harness
     from sb_bench.micro.nccl_bw import OPS, Collective, NcclBw, actual_size, derive
 
     ctx = RankContext.from_env("cpu")
@@ -170,9 +170,9 @@ def loop_cost(steps: int = 200_000) -> tuple[float, float]:
     What the harness adds to every step of every benchmark, whatever the machine's load.
     """
     import torch
-    from sb_bench.benchmark import Case
-    from sb_bench.context import RankContext
-    from sb_bench.harness import Harness
+    from sb_bench.core.benchmark import Case
+    from sb_bench.core.context import RankContext
+    from sb_bench.core.harness import Harness
 
     ctx = RankContext(0, 0, 1, 1, 0, torch.device("cpu"))
 

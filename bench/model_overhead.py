@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import torch  # noqa: E402
 import torchvision  # noqa: E402
-from sb_bench.harness import run_benchmark  # noqa: E402
+from sb_bench.core.harness import run_benchmark  # noqa: E402
 
 
 def bare_loop(batch: int, image: int, warmup: int, steps: int) -> float:

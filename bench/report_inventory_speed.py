@@ -6,7 +6,7 @@ imports included), best of ``--repeat`` runs, with the child's CPU time from wai
 * ``no inventory``: ``report results-summary.jsonl`` (the analysis alone);
 * ``-i via Ansible``: the same inventory named ``hosts.txt``, which sb-fleet's own INI reader does not
   take, so Ansible's inventory code reads it (the reader before this change);
-* ``-i hosts.ini``: sb-fleet's INI reader for names and groups (sb_fleet/inventory_ini.py).
+* ``-i hosts.ini``: sb-fleet's INI reader for names and groups (sb_fleet/config/inventory_ini.py).
 
 Prints the machine's load (``uptime``) before and after: the machine is shared, so wall times move
 with it; CPU time moves less. Usage::
@@ -33,7 +33,9 @@ from tests.synth.fleet import generate  # noqa: E402
 
 def command() -> list[str]:
     exe = Path(sys.executable).parent / "sb-fleet"
-    return [str(exe)] if exe.is_file() else [sys.executable, "-c", "from sb_fleet.cli import main; main()"]
+    return (
+        [str(exe)] if exe.is_file() else [sys.executable, "-c", "from sb_fleet.cli.main import main; main()"]
+    )
 
 
 def run_once(args: list[str], out: Path) -> tuple[float, float]:

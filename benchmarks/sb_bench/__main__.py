@@ -14,8 +14,8 @@ import os
 import sys
 from typing import Any
 
-from sb_bench import registry
-from sb_bench.result import rank_file, write_result
+from sb_bench.core import registry
+from sb_bench.core.result import rank_file, write_result
 
 
 def describe(name: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def _rank() -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from sb_bench.harness import run_benchmark
+    from sb_bench.core.harness import run_benchmark
 
     params = json.loads(args.params) if args.params else {}
     env = run_benchmark(args.name, params)
@@ -83,7 +83,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def standalone_main(name: str, argv: list[str] | None = None) -> int:
     """``python -m <module>``: parameters as flags, the result envelope printed or written to --out."""
-    from sb_bench.harness import run_benchmark
+    from sb_bench.core.harness import run_benchmark
 
     cls = registry.get(name)
     ap = argparse.ArgumentParser(prog=f"python -m {cls.__module__}", description=cls.description)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from sb_fleet.analysis.issues import INCOMPLETE, Issue
-from sb_fleet.analysis.names import parse_metric
+from sb_fleet.analysis.superbench.metric_names import parse_metric
 
 MISSING_METRIC_PRESENCE = 0.9
 INFERRED_BENCHMARK_PRESENCE = 0.5

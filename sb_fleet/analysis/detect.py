@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sb_fleet.analysis.issues import FAIL, Issue
-from sb_fleet.analysis.names import Directions, parse_metric
 from sb_fleet.analysis.stats import MAD_TO_SIGMA
-from sb_fleet.gatespec import DetectionSettings
+from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
+from sb_fleet.config.gatespec import DetectionSettings
 
 TAIL_Q = 0.02
 TAIL_Z = 2.0537  # the standard normal's 98% quantile

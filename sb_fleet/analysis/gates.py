@@ -1,4 +1,4 @@
-"""Gate evaluation: absolute limits, baseline regression and the pass/fail policy (schema: sb_fleet.gatespec)."""
+"""Gate evaluation: absolute limits, baseline regression and the pass/fail policy (schema: sb_fleet.config.gatespec)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sb_fleet.analysis.issues import FAIL, Issue, relative
-from sb_fleet.analysis.names import Directions, parse_metric
-from sb_fleet.analysis.rules import baseline_of
-from sb_fleet.gatespec import Gates, Policy
+from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
+from sb_fleet.analysis.superbench.rules import baseline_of
+from sb_fleet.config.gatespec import Gates, Policy
 
 
 @dataclass(frozen=True)

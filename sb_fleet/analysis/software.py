@@ -14,8 +14,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from sb_fleet.analysis.fleet_results import Fleet
 from sb_fleet.analysis.issues import FAIL, Issue
-from sb_fleet.analysis.results import Fleet
 
 METRIC = "image_digest"
 CHECK = "software"
@@ -23,7 +23,7 @@ CHECK = "software"
 
 def host_digests(run_dir: Path, hosts: list[str]) -> dict[str, str]:
     """``image_digest`` of each host that recorded one."""
-    from sb_fleet.rundir import safe_name
+    from sb_fleet.safe_files import safe_name
 
     out: dict[str, str] = {}
     for h in hosts:

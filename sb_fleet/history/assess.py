@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from sb_fleet.analysis.issues import FAIL, Issue
-from sb_fleet.analysis.names import Directions, parse_metric
-from sb_fleet.gatespec import HistorySettings
+from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
+from sb_fleet.config.gatespec import HistorySettings
 from sb_fleet.history.components import ComponentMap, keys_digest, map_components
+from sb_fleet.history.history_store import LOCK_WAIT_S, RunInfo, open_store
 from sb_fleet.history.record import JudgedHost, RunMeta, build_record, fleet_medians, run_meta
 from sb_fleet.history.regress import (
     Drift,
@@ -33,7 +34,6 @@ from sb_fleet.history.regress import (
     repeat_offenders,
     robust_sigma,
 )
-from sb_fleet.history.store import LOCK_WAIT_S, RunInfo, open_store
 from sb_fleet.history.view import HistoryView, Regression
 
 CHECK = "history"

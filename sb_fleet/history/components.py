@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sb_fleet.analysis.names import parse_metric
+from sb_fleet.analysis.superbench.metric_names import parse_metric
 
 _IB_TOKEN = re.compile(r"(?<![A-Za-z0-9])(ib|mlx5_|hca|nic)(\d+)(?![0-9])")
 _BAD_SERIAL = {"", "[n/a]", "n/a", "none", "0", "[not supported]"}

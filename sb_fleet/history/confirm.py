@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sb_fleet.analysis.names import parse_metric
+from sb_fleet.analysis.superbench.metric_names import parse_metric
 
 CONFIRMED, FLAKY = "confirmed", "flaky"
 DEFAULT_CONTROLS = 3

@@ -16,10 +16,10 @@ import numpy as np
 import orjson
 
 from sb_fleet import __version__
-from sb_fleet.analysis.names import parse_metric
+from sb_fleet.analysis.superbench.metric_names import parse_metric
 from sb_fleet.history.components import ComponentMap
-from sb_fleet.history.store import HostRow, RunRecord
-from sb_fleet.rundir import safe_name
+from sb_fleet.history.history_store import HostRow, RunRecord
+from sb_fleet.safe_files import safe_name
 
 # Facts whose distinct values across the fleet are the run's software versions.
 VERSION_FACTS = ("driver_version", "cuda_version", "torch_version", "torch_cuda", "os", "python")

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from sb_fleet.gatespec import HistorySettings
+from sb_fleet.config.gatespec import HistorySettings
 from sb_fleet.history.regress import Drift
 
 

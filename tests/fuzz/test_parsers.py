@@ -224,14 +224,14 @@ CONFIG_SEEDS.append(
 @given(st.data())
 @SETTINGS
 def test_config(work, data):
-    from sb_fleet.config import load_config
+    from sb_fleet.config.fleet_config import load_config
 
     p = work / "config.yaml"
     p.write_text(data.draw(documents(CONFIG_SEEDS)), errors="surrogatepass")
     cfg = one_line_error(load_config, p)
     if cfg is not None:  # an accepted config also plans without a crash
-        from sb_fleet.inventory import Host, Inventory
-        from sb_fleet.plan import build_plan
+        from sb_fleet.config.inventory import Host, Inventory
+        from sb_fleet.plan.run_plan import build_plan
 
         inv = Inventory(("x",), (Host("h1", (), {"ansible_connection": "local"}),))
         one_line_error(build_plan, cfg, inv)
@@ -274,8 +274,8 @@ host_names = st.one_of(
 )
 def test_inventory(work, hosts, as_ini, data):
     """Ansible reads the file (slow: ~40 ms each), so each example is a file of up to 10 hosts."""
-    from sb_fleet.inventory import load_inventory
-    from sb_fleet.plan import host_setup
+    from sb_fleet.config.inventory import load_inventory
+    from sb_fleet.plan.run_plan import host_setup
 
     if as_ini:
         p = work / "inv.ini"
@@ -295,7 +295,7 @@ def test_inventory(work, hosts, as_ini, data):
     p.write_text(text, errors="surrogatepass")
     inv = one_line_error(load_inventory, p)
     if inv is not None:
-        from sb_fleet.config import Config
+        from sb_fleet.config.fleet_config import Config
 
         cfg = Config.model_validate({"superbench": {"benchmarks": {}}})
         for h in inv.hosts:  # what sb-fleet derives from a host's vars never crashes either
@@ -315,7 +315,7 @@ def test_inventory(work, hosts, as_ini, data):
 def test_inventory_ini_reader_agrees_with_ansible(work, datas):
     """sb-fleet's names-and-groups INI reader (report -i) against Ansible's own code: equal where it
     reads a file, and it declines every file Ansible refuses (Ansible then words the error)."""
-    from sb_fleet.inventory_ini import read_names_and_groups
+    from sb_fleet.config.inventory_ini import read_names_and_groups
     from tests.unit.test_inventory_ini import ansible_reads, lines, render
 
     text = render(datas[0].draw(st.lists(lines, min_size=1, max_size=30)))
@@ -368,7 +368,7 @@ BASELINE_SEEDS = [
 @given(st.data())
 @SETTINGS
 def test_rules(work, data):
-    from sb_fleet.analysis.rules import load_rules
+    from sb_fleet.analysis.superbench.rules import load_rules
 
     p = work / "rules.yaml"
     p.write_text(data.draw(documents(RULE_SEEDS)), errors="surrogatepass")
@@ -378,7 +378,7 @@ def test_rules(work, data):
 @given(st.data())
 @SETTINGS
 def test_baseline(work, data):
-    from sb_fleet.analysis.baseline import load_baseline
+    from sb_fleet.analysis.superbench.baseline import load_baseline
 
     p = work / "baseline.json"
     p.write_text(data.draw(documents(BASELINE_SEEDS, as_json=True)), errors="surrogatepass")
@@ -398,7 +398,7 @@ SUMMARY_LINE = {
 @given(st.lists(st.data(), min_size=1, max_size=1), st.integers(1, 6))
 @SETTINGS
 def test_results_summary(work, datas, nlines):
-    from sb_fleet.analysis.results import parse_summary
+    from sb_fleet.analysis.fleet_results import parse_summary
 
     data = datas[0]
     lines = [data.draw(documents([SUMMARY_LINE], as_json=True)).replace("\n", " ") for _ in range(nlines)]
@@ -438,7 +438,7 @@ ENVELOPE = {
 @SETTINGS
 def test_on_host_result_json(work, data):
     """A host's rank files, whatever they hold, cost at most their own benchmark: never an exception."""
-    from sb_fleet.normalize import summarize_host
+    from sb_fleet.rundir.normalize import summarize_host
 
     raw = work / "raw"
     for old in raw.rglob("rank*.json"):
@@ -479,7 +479,7 @@ def test_on_host_result_json(work, data):
 )
 def test_on_host_status_cases_found_by_the_property(ranks):
     """Cases the property above holds for and random generation rarely reaches."""
-    from sb_fleet.normalize import HostRecord, reduce_entry
+    from sb_fleet.rundir.normalize import HostRecord, reduce_entry
 
     rec = HostRecord("h1")
     reduce_entry("noop", ranks, rec)
@@ -512,7 +512,7 @@ def test_runner_spec(data):
     import sys
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from sb_bench.runner import SpecError, parse_spec
+    from sb_bench.host.runner import SpecError, parse_spec
 
     try:
         spec = parse_spec(data.draw(documents([SPEC], as_json=True)), "spec")
@@ -550,7 +550,7 @@ def test_runner_spec(data):
 @SETTINGS
 def test_collect_listing(lines):
     """A host's checksum listing can never make the collector write outside the results directory."""
-    from sb_fleet.collect import parse_listing
+    from sb_fleet.fleet.fetch import parse_listing
 
     out = parse_listing("\n".join(lines))
     for rel, digest in out.items():

@@ -177,7 +177,7 @@ def _json(p: Path) -> dict:
 
 
 def test_tarball_deploy_run_in_container_digest_check_and_cleanup(ctr_fleet, cpu_image, tmp_path):
-    from sb_fleet.container import archive_digest
+    from sb_fleet.plan.container_commands import archive_digest
 
     fleet = ctr_fleet
     inv = fleet.ctr_inventory
@@ -373,7 +373,7 @@ def _intervals(run_dir: Path, stage: str, task: str) -> list[tuple[float, float]
 def test_registry_pull_with_login_throttled(ctr_fleet, registry, cpu_image, tmp_path):
     """Pull from a real registry: login with the password from an env var (stdin only), pulls
     throttled to 2 hosts at once, the pulled image's digest recorded, credentials gone afterwards."""
-    from sb_fleet.container import archive_digest
+    from sb_fleet.plan.container_commands import archive_digest
 
     fleet = ctr_fleet
     src = (

@@ -182,7 +182,7 @@ def test_host_down_before_start_and_host_lost_mid_run(ffleet, tmp_path):
     assert elapsed < 90, elapsed  # 8 s benchmark + deploy/collect, no hang on the dead hosts
     # The host itself kept running its benchmark; once it is back, a later collect fetches its results.
     ffleet.revive(victim)
-    _wait(lambda: not ffleet.processes(victim, b"sb_bench.runner"), 60, "the victim's runner to finish")
+    _wait(lambda: not ffleet.processes(victim, b"sb_bench.host.runner"), 60, "the victim's runner to finish")
     r = sb_fleet("collect", "--run-dir", str(run_dir), "-i", str(inv))
     assert r.returncode == 3  # the ghost is still down
     col = _stage(run_dir, "collect")

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from unit.history.nights import NCCL, Nights  # noqa: E402
 
-from sb_fleet.analysis.api import report  # noqa: E402
+from sb_fleet.report.analyse import report  # noqa: E402
 
 SB_FLEET = str(Path(sys.executable).parent / "sb-fleet")
 NIGHTS = 13

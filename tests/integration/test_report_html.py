@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sb_fleet.analysis.api import report, write_reports
+from sb_fleet.report.analyse import report, write_reports
 from tests.synth.fleet import generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def test_measured_figures_are_drawn(fixture: str, tmp_path: Path) -> None:
 def test_compare_page_renders(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from sb_fleet.cli import main
+    from sb_fleet.cli.main import main
 
     fx = FIXTURES / "compare"
     res = CliRunner().invoke(

@@ -15,7 +15,7 @@ BENCH = ROOT / "benchmarks"
 
 def run_bench(name: str, **params):
     """Run one benchmark in this process (rank 0 of 1) and return its result envelope."""
-    from sb_bench.harness import run_benchmark
+    from sb_bench.core.harness import run_benchmark
 
     return run_benchmark(name, params)
 
@@ -53,7 +53,16 @@ def run_runner(
     env: dict | None = None,
     background: bool = False,
 ):
-    argv = [sys.executable, "-m", "sb_bench.runner", "--spec", str(spec), "--results", str(results), *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "sb_bench.host.runner",
+        "--spec",
+        str(spec),
+        "--results",
+        str(results),
+        *args,
+    ]
     if background:
         return subprocess.Popen(
             argv, env=env or bench_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -67,8 +76,8 @@ def rank_results(results: Path, key: str) -> list[dict]:
 
 def node_summary(results: list[dict], prefix: str | None = None) -> dict[str, float]:
     """One node's summary columns of one benchmark's rank results, by the control node's one normaliser
-    (sb_fleet.normalize): the producer's output goes through the code that collect runs on it."""
-    from sb_fleet.normalize import HostRecord, reduce_entry
+    (sb_fleet.rundir.normalize): the producer's output goes through the code that collect runs on it."""
+    from sb_fleet.rundir.normalize import HostRecord, reduce_entry
 
     rec = HostRecord("node")
     name = prefix or str(results[0].get("name", ""))

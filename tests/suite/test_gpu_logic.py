@@ -13,14 +13,14 @@ import types
 
 import pytest
 import torch
-from sb_bench.benchmark import Benchmark, Case
-from sb_bench.context import RankContext, clean_benchmark_env
-from sb_bench.harness import run_benchmark
-from sb_bench.metric import Metric
+from sb_bench.core.benchmark import Benchmark, Case
+from sb_bench.core.context import RankContext, clean_benchmark_env
+from sb_bench.core.harness import run_benchmark
+from sb_bench.core.metric import Metric
+from sb_bench.core.registry import register
 from sb_bench.micro import gemm_flops as gf
 from sb_bench.micro import gpu_burn, gpu_stream, nccl_bw
 from sb_bench.micro.tf32_probe import probe_inputs, runs_as_tf32
-from sb_bench.registry import register
 from suite_helpers import BENCH, assert_metrics, run_bench
 
 SMALL = {"num_warmup": 1, "num_steps": 3}
@@ -225,7 +225,7 @@ def test_nccl_bw_failed_check_drops_only_that_size(one_rank_gloo, monkeypatch):
         return "planted: element 0 is 1, expected 2" if self.size == 2 << 20 else real(self)
 
     monkeypatch.setattr(nccl_bw.Collective, "check", check)
-    from sb_bench.harness import Harness
+    from sb_bench.core.harness import Harness
 
     args = nccl_bw.NcclBw.parse_params({"operation": ["allreduce"], "minbytes": "1M", "maxbytes": "4M"})
     bench = nccl_bw.NcclBw(args)

@@ -9,11 +9,11 @@ import sys
 import time
 
 import pytest
-from sb_bench import registry
-from sb_bench.benchmark import Benchmark, Case, CheckFailed, SkipBenchmark
-from sb_bench.harness import Harness
-from sb_bench.metric import Metric, Param
-from sb_bench.result import ReturnCode, write_result
+from sb_bench.core import registry
+from sb_bench.core.benchmark import Benchmark, Case, CheckFailed, SkipBenchmark
+from sb_bench.core.harness import Harness
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.result import ReturnCode, write_result
 from suite_helpers import bench_env, node_summary, rank_results, run_bench, run_runner, write_spec
 
 
@@ -116,7 +116,7 @@ def test_run_count_spread_and_reduce_ops_in_envelope():
 
 def test_harness_counts_warmup_and_steps_and_duration():
     import torch
-    from sb_bench.context import RankContext
+    from sb_bench.core.context import RankContext
 
     ctx = RankContext(0, 0, 1, 1, 0, torch.device("cpu"))
     calls = []

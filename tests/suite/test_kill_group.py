@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from sb_bench.runner import kill_groups, session_members  # noqa: E402
+from sb_bench.host.runner import kill_groups, session_members  # noqa: E402
 
 # a leader whose child moves to a process group of its own (setpgid), then both wait
 CHILD = "import os, time; os.setpgid(0, 0); print(os.getpid(), flush=True); time.sleep(300)"

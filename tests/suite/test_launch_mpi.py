@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from sb_bench.launch_mpi import bootstrap, decode_group, encode_group, mca_args, ssh_config  # noqa: E402
+from sb_bench.host.launch_mpi import bootstrap, decode_group, encode_group, mca_args, ssh_config  # noqa: E402
 
 
 def run_runner(ws: Path, spec: dict, *extra: str, timeout: float = 120) -> dict:
@@ -28,7 +28,7 @@ def run_runner(ws: Path, spec: dict, *extra: str, timeout: float = 120) -> dict:
         [
             sys.executable,
             "-m",
-            "sb_bench.runner",
+            "sb_bench.host.runner",
             "--spec",
             "spec.json",
             "--results",

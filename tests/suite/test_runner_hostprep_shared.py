@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from sb_bench import hostprep
-from sb_bench.hostprep import MARKER, SharedWorkspace, claim_workspace, venv_key
+from sb_bench.host import hostprep
+from sb_bench.host.hostprep import MARKER, SharedWorkspace, claim_workspace, venv_key
 
-HOSTPREP = Path(__file__).resolve().parents[2] / "benchmarks" / "sb_bench" / "hostprep.py"
+HOSTPREP = Path(__file__).resolve().parents[2] / "benchmarks" / "sb_bench" / "host" / "hostprep.py"
 
 
 def test_the_first_host_owns_the_workspace(tmp_path):
@@ -112,7 +112,7 @@ def test_no_locks_on_the_cache_names_fleet_cache(tmp_path, monkeypatch, capsys):
 
 
 def test_the_runner_says_the_same_where_its_lock_fails(tmp_path, monkeypatch):
-    from sb_bench import runner
+    from sb_bench.host import runner
 
     monkeypatch.setattr(
         hostprep.fcntl, "flock", lambda fd, op: (_ for _ in ()).throw(OSError(errno.ENOLCK, "x"))

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from sb_bench.runner import RC_RUNNER_ERROR, RECORD_PREFIX, SpecError, count, flag, node_count
+from sb_bench.host.runner import RC_RUNNER_ERROR, RECORD_PREFIX, SpecError, count, flag, node_count
 from suite_helpers import bench_env, run_runner
 
 

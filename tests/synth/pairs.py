@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from sb_fleet.analysis.localise import PairMatrix, PairResult
+from sb_fleet.analysis.crossnode.localise import PairMatrix, PairResult
 
 
 @dataclass

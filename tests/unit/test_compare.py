@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from sb_fleet.cli import main
-from sb_fleet.compare import compare, geomean, load_side, mlperf_mean
+from sb_fleet.cli.main import main
+from sb_fleet.compare.comparison import compare, geomean, load_side, mlperf_mean
 
 GPUS = 8
 # metric -> (typical baseline value, planted speedup, lower is better, per GPU)
@@ -218,7 +218,7 @@ def test_a_run_directorys_per_run_values_use_mlperfs_rule(tmp_path: Path) -> Non
 def test_the_95_percent_interval_covers_the_true_ratio(n: int, method: str) -> None:
     """Calibration: over 40 independent pairs of samples, the interval holds the true ratio about 38
     times (binomial: fewer than 34 has probability < 1% for a correct 95% interval)."""
-    from sb_fleet.compare import speedup_ci
+    from sb_fleet.compare.comparison import speedup_ci
 
     rng = np.random.default_rng(7)
     boot = np.random.default_rng(8)

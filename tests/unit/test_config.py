@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sb_fleet.config import load_config
+from sb_fleet.config.fleet_config import load_config
 from sb_fleet.errors import ConfigError, InputError
 
 REF = (

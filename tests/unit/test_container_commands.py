@@ -17,9 +17,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from sb_fleet import container as ct
-from sb_fleet.config import FleetSettings
-from sb_fleet.container import ContainerSettings, RunTarget, V, cat
+from sb_fleet.config.fleet_config import FleetSettings
+from sb_fleet.plan import container_commands as ct
+from sb_fleet.plan.container_commands import ContainerSettings, RunTarget, V, cat
 
 GOLDEN = Path(__file__).parent / "golden" / "container"
 RUNTIMES = ("docker", "podman", "enroot")
@@ -193,9 +193,9 @@ def test_registry_secret_missing_is_a_config_error(monkeypatch):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("dist", sorted(SETTINGS))
 def test_rendered_container_playbooks_are_valid_yaml(runtime, dist, tmp_path):
-    from sb_fleet.config import Config
-    from sb_fleet.plan import Plan, RunEntry, Step
-    from sb_fleet.render_container import render_cleanup, render_container
+    from sb_fleet.config.fleet_config import Config
+    from sb_fleet.plan.render_container import render_cleanup, render_container
+    from sb_fleet.plan.run_plan import Plan, RunEntry, Step
 
     c = SETTINGS[dist]
     if dist == "tarball":
@@ -226,7 +226,7 @@ def test_rendered_container_playbooks_are_valid_yaml(runtime, dist, tmp_path):
 def test_software_check_flags_the_host_off_the_majority_digest(tmp_path):
     import numpy as np
 
-    from sb_fleet.analysis.results import Fleet
+    from sb_fleet.analysis.fleet_results import Fleet
     from sb_fleet.analysis.software import check_software
 
     a, b = "sha256:" + "1" * 64, "sha256:" + "2" * 64
@@ -276,9 +276,9 @@ def test_ansible_accepts_every_rendered_container_playbook(tmp_path):
     import subprocess
     import sys
 
-    from sb_fleet.config import Config
-    from sb_fleet.plan import Plan, RunEntry, Step
-    from sb_fleet.render_container import render_cleanup, render_container
+    from sb_fleet.config.fleet_config import Config
+    from sb_fleet.plan.render_container import render_cleanup, render_container
+    from sb_fleet.plan.run_plan import Plan, RunEntry, Step
 
     step = Step("step01", (RunEntry("g", "g", "gemm-flops", {}, ({"name": "local"},), 60),), 120)
     plan = Plan(("h1",), {}, (step,), ("g",))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from sb_fleet.execute import StageResult
+from sb_fleet.fleet.executor import StageResult
+from sb_fleet.fleet.stages.deploy_stage import host_facts, split_started
+from sb_fleet.fleet.stages.run_stage import with_started
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.stages.deploy import host_facts, split_started
-from sb_fleet.stages.run import with_started
-from sb_fleet.tasks import RUN_FOLLOWS, run_task
+from sb_fleet.plan.tasks import RUN_FOLLOWS, run_task
 
 FACTS = '{"host": "h1", "cpus": 8}'
 

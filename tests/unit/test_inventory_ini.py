@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sb_fleet import inventory as inv_mod
+from sb_fleet.config import inventory as inv_mod
+from sb_fleet.config.inventory_ini import expand_range, read_names_and_groups
 from sb_fleet.errors import InventoryError
-from sb_fleet.inventory_ini import expand_range, read_names_and_groups
 
 
 def ansible_reads(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, ...]]] | None:

@@ -7,12 +7,12 @@ import dataclasses
 import subprocess
 import sys
 
-from sb_fleet.gatespec import DetectionSettings, FleetGate
+from sb_fleet.config.gatespec import DetectionSettings, FleetGate
 
 
 def test_loading_a_config_imports_neither_the_analysis_nor_numpy():
     code = (
-        "import sys; from sb_fleet.config import load_config; load_config('configs/cpu.yaml'); "
+        "import sys; from sb_fleet.config.fleet_config import load_config; load_config('configs/cpu.yaml'); "
         "bad = [m for m in sys.modules if m == 'numpy' or m.startswith('sb_fleet.analysis')]; print(bad)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

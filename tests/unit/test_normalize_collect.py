@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from sb_fleet.collect import local_digests, missing, parse_listing, safe_rel, sh_path, store_member
 from sb_fleet.errors import RunDirError
 from sb_fleet.exits import exit_for
-from sb_fleet.normalize import HostRecord, benchmark_outcome, reduce_entry, summarize_host
+from sb_fleet.fleet.fetch import local_digests, missing, parse_listing, safe_rel, sh_path, store_member
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.outcome_table import merge, outcomes_of, save_stage
-from sb_fleet.rundir import SCHEMA_VERSION, RunDir, atomic_write_text, safe_name
+from sb_fleet.rundir.normalize import HostRecord, benchmark_outcome, reduce_entry, summarize_host
+from sb_fleet.rundir.outcome_table import merge, outcomes_of, save_stage
+from sb_fleet.rundir.rundir import SCHEMA_VERSION, RunDir
+from sb_fleet.safe_files import atomic_write_text, safe_name
 
 
 def rank(
@@ -207,7 +208,7 @@ def test_safe_name_keeps_host_dirs_inside_raw():
 def test_a_source_that_fails_mid_stream_is_not_a_disk_error(tmp_path):
     """A connection lost while collecting is the host's trouble (unreachable), not the control node's."""
 
-    from sb_fleet.rundir import atomic_write_stream
+    from sb_fleet.safe_files import atomic_write_stream
 
     def lost():
         yield b"part of a file"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sb_fleet.config import load_config
-from sb_fleet.inventory import load_inventory
-from sb_fleet.plan import build_plan
-from sb_fleet.render import render_playbooks, suite_archive_bytes
+from sb_fleet.config.fleet_config import load_config
+from sb_fleet.config.inventory import load_inventory
+from sb_fleet.plan.render import render_playbooks, suite_archive_bytes
+from sb_fleet.plan.run_plan import build_plan
 
 GOLDEN = Path(__file__).parent / "golden"
 

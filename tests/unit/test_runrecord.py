@@ -1,4 +1,4 @@
-"""The run stage's verdict from the runner's own record (sb_fleet.runrecord): a crashed runner, an
+"""The run stage's verdict from the runner's own record (sb_fleet.rundir.runrecord): a crashed runner, an
 entry left running and another host's record are failures, never success."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from sb_fleet.outcome import Outcome
-from sb_fleet.resources import import_suite
-from sb_fleet.runrecord import (
+from sb_fleet.plan.resources import import_suite
+from sb_fleet.rundir.runrecord import (
     RECORD_PREFIX,
     exception_line,
     foreign,
@@ -47,7 +47,7 @@ def task(rc: int | None = 0, stdout: str = "", stderr: str = "") -> dict:
 
 def test_prefix_is_the_runners():
     import_suite()
-    from sb_bench import runner
+    from sb_bench.host import runner
 
     assert runner.RECORD_PREFIX == RECORD_PREFIX
 
@@ -83,11 +83,11 @@ def test_runner_error_exit_uses_the_records_error():
     [
         (137, "killed (SIGKILL"),
         (130, "interrupted (exit 130)"),
-        (2, "the runner exited 2: sb_bench.runner: spec schema_version 9"),
+        (2, "the runner exited 2: sb_bench.host.runner: spec schema_version 9"),
     ],
 )
 def test_other_exits_are_failed(rc, words):
-    v = judge_run("node1", "R1", ["a"], task(rc, "", "sb_bench.runner: spec schema_version 9\n"))
+    v = judge_run("node1", "R1", ["a"], task(rc, "", "sb_bench.host.runner: spec schema_version 9\n"))
     assert v.outcome == Outcome.FAILED and words in v.reason
 
 
@@ -156,15 +156,15 @@ def test_foreign_documents():
 
 def _rank(host: str, run_id: str) -> dict:
     import_suite()
-    from sb_bench.result import envelope
+    from sb_bench.core.result import envelope
 
     env = envelope("noop", "micro", return_code=0, status="ok", result={"t": [1.0]}, run_count=1)
     return {**env, "host": host, "run_id": run_id}
 
 
 def test_collect_never_takes_another_hosts_files(tmp_path):
-    from sb_fleet.rundir import RunDir
-    from sb_fleet.stages.collect import normalize_run
+    from sb_fleet.fleet.stages.collect_stage import normalize_run
+    from sb_fleet.rundir.rundir import RunDir
 
     rd = RunDir.create(tmp_path / "run")
     rid = rd.run_id

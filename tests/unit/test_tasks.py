@@ -1,12 +1,12 @@
-"""Task names are shared by the templates and the code through one table (sb_fleet.tasks)."""
+"""Task names are shared by the templates and the code through one table (sb_fleet.plan.tasks)."""
 
 from __future__ import annotations
 
 import yaml
 
-from sb_fleet.resources import playbooks_dir
-from sb_fleet.tasks import HOSTPREP, HOSTPREP_FAST, NEED_SUITE, TASKS
-from sb_fleet.templates import template_env
+from sb_fleet.plan.resources import playbooks_dir
+from sb_fleet.plan.tasks import HOSTPREP, HOSTPREP_FAST, NEED_SUITE, TASKS
+from sb_fleet.plan.templates import template_env
 
 
 def test_every_task_id_is_used_by_a_template_and_no_template_spells_one_out():

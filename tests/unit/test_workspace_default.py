@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sb_fleet.config import load_config
+from sb_fleet.config.fleet_config import load_config
+from sb_fleet.config.inventory import load_inventory
 from sb_fleet.errors import InventoryError
-from sb_fleet.inventory import load_inventory
-from sb_fleet.plan import build_plan
-from sb_fleet.runinputs import plan_inputs
-from sb_fleet.workspace import unsafe_reason
+from sb_fleet.plan.run_plan import build_plan
+from sb_fleet.plan.workspace import unsafe_reason
+from sb_fleet.rundir.runinputs import plan_inputs
 
 
 def _plan(tmp_path, fleet: str, inventory: str):

@@ -1,6 +1,6 @@
 """Micro-benchmarks: compute, memory, communication, storage."""
 
-# benchmark name -> module (imported lazily by sb_bench.registry)
+# benchmark name -> module (imported lazily by sb_bench.core.registry)
 MODULES: dict[str, str] = {
     "gemm-flops": "sb_bench.micro.gemm_flops",
     "kernel-launch": "sb_bench.micro.kernel_launch",

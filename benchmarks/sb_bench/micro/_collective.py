@@ -7,9 +7,9 @@ meet at a barrier, so the timed loop starts together on all of them (as nccl-tes
 
 from __future__ import annotations
 
-from sb_bench.benchmark import Case
-from sb_bench.context import RankContext
-from sb_bench.harness import Harness
+from sb_bench.core.benchmark import Case
+from sb_bench.core.context import RankContext
+from sb_bench.core.harness import Harness
 
 
 def time_together(ctx: RankContext, harness: Harness, case: Case) -> dict[str, float]:

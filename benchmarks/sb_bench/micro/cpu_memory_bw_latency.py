@@ -33,10 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from sb_bench.benchmark import Benchmark, Case, CheckFailed
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
-from sb_bench.registry import register
+from sb_bench.core.benchmark import Benchmark, Case, CheckFailed
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 
 BW_TESTS = {
     "all_reads": ("mem_max_bandwidth_all_reads_bw", 1),

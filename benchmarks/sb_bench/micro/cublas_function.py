@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 
-from sb_bench.benchmark import Benchmark, Case
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
-from sb_bench.registry import register
+from sb_bench.core.benchmark import Benchmark, Case
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 
 FUNCTIONS = (
     "cublasSgemm",

@@ -27,12 +27,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sb_bench.benchmark import Benchmark, CheckFailed, SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
+from sb_bench.core.benchmark import Benchmark, CheckFailed, SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 from sb_bench.micro.parsers import ParseError
 from sb_bench.micro.parsers import fio as fio_parser
-from sb_bench.registry import register
 
 TESTS = {  # name -> (fio rw, directions reported)
     "seq_read": ("read", ("read",)),

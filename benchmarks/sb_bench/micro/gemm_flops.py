@@ -53,12 +53,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sb_bench.benchmark import Benchmark, Case
-from sb_bench.context import RankContext
-from sb_bench.harness import Harness
-from sb_bench.metric import Metric, Param
+from sb_bench.core.benchmark import Benchmark, Case
+from sb_bench.core.context import RankContext
+from sb_bench.core.harness import Harness
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 from sb_bench.micro.tf32_probe import runs_as_tf32
-from sb_bench.registry import register
 
 
 @dataclass(frozen=True)

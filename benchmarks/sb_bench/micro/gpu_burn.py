@@ -26,10 +26,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sb_bench.benchmark import Benchmark, SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
-from sb_bench.registry import register
+from sb_bench.core.benchmark import Benchmark, SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 
 DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 RTOL = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 2e-2, "bf16": 5e-2, "fp64": 1e-9}
@@ -181,7 +181,7 @@ def _nvml_for(ctx: RankContext) -> Any:
     if not ctx.is_cuda:
         return None
     try:
-        from sb_bench.monitor import NvmlSource, gpus_for_this_rank
+        from sb_bench.host.monitor import NvmlSource, gpus_for_this_rank
 
         return NvmlSource(gpus_for_this_rank() or [str(ctx.device.index or 0)])
     except Exception:
@@ -189,7 +189,7 @@ def _nvml_for(ctx: RankContext) -> Any:
 
 
 def _nvml_window(src: Any) -> dict[str, Any]:
-    from sb_bench.monitor import SLOWDOWN
+    from sb_bench.host.monitor import SLOWDOWN
 
     sample: dict[str, Any] = next(iter(src.sample().values()), {})
     return {

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import time
 
-from sb_bench.benchmark import Benchmark, SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
-from sb_bench.registry import register
+from sb_bench.core.benchmark import Benchmark, SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 
 
 def pair_metric(i: int, j: int) -> str:
@@ -120,7 +120,7 @@ class GpuCopyBw(Benchmark):
                 torch.cuda.synchronize(j)
                 seconds = (time.perf_counter() - t0) / harness.num_steps
                 if int(dst[-1]) != i + 1:
-                    from sb_bench.benchmark import CheckFailed
+                    from sb_bench.core.benchmark import CheckFailed
 
                     raise CheckFailed(f"copy GPU {i} -> GPU {j} delivered wrong data")
                 pairs[(i, j)] = size / seconds / 1e9

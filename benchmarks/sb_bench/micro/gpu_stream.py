@@ -25,10 +25,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from sb_bench.benchmark import Benchmark, Case
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
-from sb_bench.registry import register
+from sb_bench.core.benchmark import Benchmark, Case
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 
 KERNELS = ("copy", "scale", "add", "triad")
 # arrays moved per pass, and the value the kernel's output holds afterwards (STREAM's sequence)

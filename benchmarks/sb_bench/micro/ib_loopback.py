@@ -27,12 +27,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from sb_bench.benchmark import Benchmark, CheckFailed, SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
+from sb_bench.core.benchmark import Benchmark, CheckFailed, SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 from sb_bench.micro.parsers import ParseError
 from sb_bench.micro.parsers.perftest import error_summary, parse_bw, row_for
-from sb_bench.registry import register
 
 SYSFS_IB = "/sys/class/infiniband"
 COMMANDS = ("write", "read", "send")

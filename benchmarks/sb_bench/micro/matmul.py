@@ -8,12 +8,12 @@ see what splitting the work over the ranks costs or gains. The product is checke
 
 from __future__ import annotations
 
-from sb_bench.benchmark import Benchmark, Case
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric
+from sb_bench.core.benchmark import Benchmark, Case
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric
+from sb_bench.core.registry import register
 from sb_bench.micro.gemm_flops import check_product
 from sb_bench.micro.sharding_matmul import DTYPES, full_inputs, matmul_params, matmul_sizes
-from sb_bench.registry import register
 
 
 @register

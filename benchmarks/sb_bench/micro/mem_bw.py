@@ -18,10 +18,10 @@ copy inside the device's memory, which for the CPU device is host memory (2·siz
 
 from __future__ import annotations
 
-from sb_bench.benchmark import Benchmark, Case
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
-from sb_bench.registry import register
+from sb_bench.core.benchmark import Benchmark, Case
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 
 TYPES = {"htod": "h2d_bw", "dtoh": "d2h_bw", "dtod": "d2d_bw", "bidir": "bidir_bw"}
 DEFAULT_TYPES = ["htod", "dtoh", "dtod"]  # SuperBench's three; bidir on request

@@ -37,11 +37,11 @@ import os
 import socket
 from typing import Any
 
-from sb_bench.benchmark import Benchmark, Case, CheckFailed, SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param, parse_size
+from sb_bench.core.benchmark import Benchmark, Case, CheckFailed, SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param, parse_size
+from sb_bench.core.registry import register
 from sb_bench.micro._collective import time_together
-from sb_bench.registry import register
 
 OPS = ("allreduce", "allgather", "broadcast", "reduce", "reducescatter", "alltoall")
 P2P_CAPABLE = ("reducescatter", "alltoall")
@@ -452,7 +452,7 @@ def _spawned_rank(rank: int, world: int, port: int, args: dict, h: dict, device:
     import torch
     import torch.distributed as dist
 
-    from sb_bench.harness import Harness
+    from sb_bench.core.harness import Harness
 
     if device == "cuda":
         torch.cuda.set_device(rank)

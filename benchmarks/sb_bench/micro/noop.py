@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 import time
 
-from sb_bench.benchmark import Benchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
-from sb_bench.registry import register
+from sb_bench.core.benchmark import Benchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 
 
 @register

@@ -18,12 +18,12 @@ stopped early would leave the others waiting in a collective).
 
 from __future__ import annotations
 
-from sb_bench.benchmark import Benchmark, Case, SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
+from sb_bench.core.benchmark import Benchmark, Case, SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.registry import register
 from sb_bench.micro._collective import run_cases_together
 from sb_bench.micro.gemm_flops import check_product
-from sb_bench.registry import register
 
 DTYPES = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 5e-2}
 MODES = {"allreduce": "allreduce_time", "allgather": "allgather_time"}

@@ -21,10 +21,10 @@ import sys
 import threading
 import time
 
-from sb_bench.benchmark import Benchmark, SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param, parse_size
-from sb_bench.registry import register
+from sb_bench.core.benchmark import Benchmark, SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param, parse_size
+from sb_bench.core.registry import register
 
 CHUNK = 1 << 20
 ACK = b"k"

@@ -2,5 +2,5 @@
 
 from sb_bench.model.catalog import module_table
 
-# benchmark name -> module (imported lazily by sb_bench.registry)
+# benchmark name -> module (imported lazily by sb_bench.core.registry)
 MODULES: dict[str, str] = module_table()

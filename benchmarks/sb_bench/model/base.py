@@ -46,9 +46,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-from sb_bench.benchmark import Benchmark, CheckFailed, SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Metric, Param
+from sb_bench.core.benchmark import Benchmark, CheckFailed, SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Metric, Param
 from sb_bench.model.catalog import PERCENTILES, PRECISION_ALIASES
 
 ACTIONS = ("train", "inference")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from sb_bench.core.registry import register
 from sb_bench.model.base import (
     ModelBenchmark,
     family_main,
@@ -18,7 +19,6 @@ from sb_bench.model.base import (
     transformer_forward_flops,
 )
 from sb_bench.model.catalog import BERT_SIZES
-from sb_bench.registry import register
 
 VOCAB = 30522
 POSITIONS = 512

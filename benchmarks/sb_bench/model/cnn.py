@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sb_bench.metric import Param
+from sb_bench.core.metric import Param
+from sb_bench.core.registry import register
 from sb_bench.model.base import ModelBenchmark, family_main, model_params
 from sb_bench.model.catalog import CNN_MODELS
-from sb_bench.registry import register
 
 # Published input sizes that differ from 224, and the smallest each network takes.
 DEFAULT_IMAGE = {"inception_v3": 299}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from sb_bench.core.registry import register
 from sb_bench.model.base import (
     ModelBenchmark,
     family_main,
@@ -17,7 +18,6 @@ from sb_bench.model.base import (
     transformer_forward_flops,
 )
 from sb_bench.model.catalog import GPT2_SIZES
-from sb_bench.registry import register
 
 VOCAB = 50257
 POSITIONS = 1024

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from sb_bench.metric import Param
+from sb_bench.core.metric import Param
+from sb_bench.core.registry import register
 from sb_bench.model.base import ModelBenchmark, model_params
-from sb_bench.registry import register
 
 
 @register

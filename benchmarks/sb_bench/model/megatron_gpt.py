@@ -18,11 +18,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from sb_bench.benchmark import SkipBenchmark
-from sb_bench.context import RankContext
-from sb_bench.metric import Param
+from sb_bench.core.benchmark import SkipBenchmark
+from sb_bench.core.context import RankContext
+from sb_bench.core.metric import Param
+from sb_bench.core.registry import register
 from sb_bench.model.base import ModelBenchmark, matmul_weights, model_params, transformer_forward_flops
-from sb_bench.registry import register
 
 
 def megatron_unavailable(ctx: RankContext) -> str | None:

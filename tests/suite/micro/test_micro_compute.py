@@ -137,7 +137,7 @@ def test_efficiency_reported_against_peak():
     bench = gf.GemmFlops(gf.GemmFlops.parse_params({"m": 64, "precision": ["fp32"]}))
     bench.device_info = DeviceInfo("cpu")
     bench.peak = {"fp32": 0.001}
-    from sb_bench.context import RankContext
+    from sb_bench.core.context import RankContext
 
     ctx = RankContext(0, 0, 1, 1, 0, torch.device("cpu"))
     case = next(iter(bench.cases(ctx)))

@@ -6,8 +6,8 @@ import sys
 import types
 
 import pytest
-from sb_bench import monitor
-from sb_bench.monitor import HostSource, Monitor, NvmlSource, decode_throttle, summarize
+from sb_bench.host import monitor
+from sb_bench.host.monitor import HostSource, Monitor, NvmlSource, decode_throttle, summarize
 from suite_helpers import run_bench
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from model_tiny import ALL_MODELS, expected_metrics
-from sb_bench import registry
-from sb_bench.harness import run_benchmark
+from sb_bench.core import registry
+from sb_bench.core.harness import run_benchmark
 from sb_bench.model.base import percentile
 from sb_bench.model.catalog import CNN_MODELS
 

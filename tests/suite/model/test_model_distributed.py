@@ -47,7 +47,7 @@ def runner(spec_path: Path, results: Path, *extra: str) -> subprocess.Popen:
     argv = [
         sys.executable,
         "-m",
-        "sb_bench.runner",
+        "sb_bench.host.runner",
         "--spec",
         str(spec_path),
         "--results",

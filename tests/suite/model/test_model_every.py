@@ -54,7 +54,7 @@ def check_envelope(env: dict, precisions: list[str], actions: list[str], tflops:
     "name", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW else m for m in ALL_MODELS]
 )
 def test_model_trains_and_infers_at_tiny_size(name):
-    from sb_bench.harness import run_benchmark
+    from sb_bench.core.harness import run_benchmark
 
     env = run_benchmark(name, tiny_params(name))
     check_envelope(env, ["fp32"], ["train", "inference"], tflops=name in TRANSFORMERS)

@@ -12,7 +12,7 @@ from model_tiny import expected_metrics, tiny_params
 from test_model_every import check_envelope
 
 torch = pytest.importorskip("torch")
-from sb_bench.harness import run_benchmark  # noqa: E402
+from sb_bench.core.harness import run_benchmark  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 SMALL_LSTM = {"input_size": 16, "hidden_size": 32, "num_layers": 2, "seq_len": 6}
@@ -37,7 +37,7 @@ def test_mixed_precisions_and_ordered_percentiles_over_many_steps():
 
 
 def test_transformer_reports_tflops_consistent_with_its_flop_count():
-    from sb_bench import registry
+    from sb_bench.core import registry
 
     params = tiny_params("pytorch-gpt2-small", model_action=["train"])
     env = run_benchmark("pytorch-gpt2-small", params)

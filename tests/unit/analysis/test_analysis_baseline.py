@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sb_fleet.analysis.baseline import load_baseline, make_baseline, summarize
-from sb_fleet.analysis.results import load_fleet
+from sb_fleet.analysis.fleet_results import load_fleet
 from sb_fleet.analysis.stats import column_stats
+from sb_fleet.analysis.superbench.baseline import load_baseline, make_baseline, summarize
 from sb_fleet.errors import RulesError
 
 

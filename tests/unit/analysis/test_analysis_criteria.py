@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sb_fleet.analysis.criteria import CriteriaError, parse_criteria
+from sb_fleet.analysis.superbench.criteria import CriteriaError, parse_criteria
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_variance_criteria_agrees_with_python(x: float) -> None:
 
 
 def stored(*rows: list[float]):
-    from sb_fleet.analysis.criteria import StoredValues
+    from sb_fleet.analysis.superbench.criteria import StoredValues
 
     return StoredValues(tuple(f"b/m{i}" for i in range(len(rows[0]))), np.array(rows, dtype=float))
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sb_fleet.analysis.api import report
 from sb_fleet.analysis.detect import detect
-from sb_fleet.analysis.names import Directions
+from sb_fleet.analysis.superbench.metric_names import Directions
+from sb_fleet.report.analyse import report
 from tests.synth.fleet import FAULTS, generate
 
 

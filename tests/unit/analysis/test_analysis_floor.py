@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from sb_fleet.analysis.detect import detect, noise_floor
-from sb_fleet.analysis.names import Directions
-from sb_fleet.gatespec import DetectionSettings
+from sb_fleet.analysis.superbench.metric_names import Directions
+from sb_fleet.config.gatespec import DetectionSettings
 
 TC = ("fp64_tc_flops", "tf32_tc_flops", "bf16_tc_flops", "fp16_tc_flops", "int8_tc_iops", "int4_tc_iops")
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from sb_fleet.analysis.api import report
 from sb_fleet.analysis.gates import apply_limits, decide
-from sb_fleet.gatespec import Gates, Policy
+from sb_fleet.config.gatespec import Gates, Policy
+from sb_fleet.report.analyse import report
 
 
 def test_absent_section_is_the_default_policy() -> None:

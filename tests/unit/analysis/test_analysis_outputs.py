@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from sb_fleet.analysis.api import report, write_reports
-from sb_fleet.commands.report import baseline_cmd, report_cmd
+from sb_fleet.cli.report_command import baseline_cmd, report_cmd
+from sb_fleet.report.analyse import report, write_reports
 from tests.synth.fleet import generate
 
 ROOT = Path(__file__).resolve().parents[3]

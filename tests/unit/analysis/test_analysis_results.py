@@ -10,10 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sb_fleet.analysis.api import report
-from sb_fleet.analysis.names import Directions, MetricInfo, direction_from_name, parse_metric
-from sb_fleet.analysis.results import load_fleet
+from sb_fleet.analysis.fleet_results import load_fleet
+from sb_fleet.analysis.superbench.metric_names import (
+    Directions,
+    MetricInfo,
+    direction_from_name,
+    parse_metric,
+)
 from sb_fleet.errors import ResultsError
+from sb_fleet.report.analyse import report
 
 
 def test_malformed_lines_are_reported_and_the_rest_is_analysed(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sb_fleet.analysis.api import report
-from sb_fleet.analysis.rules import apply_rules, baseline_of, load_rules, match_metrics
+from sb_fleet.analysis.superbench.rules import apply_rules, baseline_of, load_rules, match_metrics
 from sb_fleet.errors import RulesError
+from sb_fleet.report.analyse import report
 
 REF = Path(__file__).resolve().parents[4] / "shared" / "reference" / "superbench-ndv4-quickscan"
 

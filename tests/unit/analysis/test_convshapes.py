@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sb_fleet.analysis.convshapes import conv_call
+from sb_fleet.analysis.figures.convshapes import conv_call
 
 
 def _out(size: int, k: int, stride: int, pad: int, dil: int) -> int:

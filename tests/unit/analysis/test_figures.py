@@ -1,4 +1,4 @@
-"""The measured figures (analysis.figures) and the nominal peaks they are held against (sb_fleet.peaks).
+"""The measured figures (analysis.figures) and the nominal peaks they are held against (sb_fleet.analysis.figures.peaks).
 
 Expected numbers are worked out by hand from the inputs (datasheet figures, the CPU formula, the
 order statistics of a handful of values), not read back from the code.
@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sb_fleet.analysis.figures import CV_LIMIT, build_figures, model_group, model_metric, split_run
-from sb_fleet.analysis.measured import figures_of
-from sb_fleet.analysis.names import Directions, MetricInfo
-from sb_fleet.analysis.results import load_fleet
-from sb_fleet.analysis.writers.figures_md import render
-from sb_fleet.peaks import cpu_gemm_peaks, host_peaks, peak_for_metric, unit_scale
+from sb_fleet.analysis.figures.figures import CV_LIMIT, build_figures, model_group, model_metric, split_run
+from sb_fleet.analysis.figures.measured import figures_of
+from sb_fleet.analysis.figures.peaks import cpu_gemm_peaks, host_peaks, peak_for_metric, unit_scale
+from sb_fleet.analysis.fleet_results import load_fleet
+from sb_fleet.analysis.superbench.metric_names import Directions, MetricInfo
+from sb_fleet.report.writers.figures_md import render
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "figures"
@@ -212,7 +212,7 @@ flags\t\t: fpu sse sse2 ssse3 fma avx avx2 avx512f avx512dq
 
 
 def test_hostprep_cpu_facts_feed_the_cpu_peak() -> None:
-    from sb_bench.hostprep import parse_cpuinfo
+    from sb_bench.host.hostprep import parse_cpuinfo
 
     facts = parse_cpuinfo(CPUINFO, "3200000\n")  # cpufreq's maximum wins over "cpu MHz"
     assert facts["cpu_cores"] == 2  # two hyperthreads of core 0, one of core 1
@@ -244,7 +244,7 @@ def test_a_superbench_file_without_units_still_gets_its_peaks() -> None:
 
 def test_hostprep_pcie_facts_and_a_real_h100s_figures() -> None:
     """nvidia-smi's answer and the facts of an H100 SXM as hostprep recorded them on one (captured)."""
-    from sb_bench.hostprep import parse_pcie
+    from sb_bench.host.hostprep import parse_pcie
 
     assert parse_pcie("5, 16\n") == {"pcie_gen": 5, "pcie_width": 16}
     assert parse_pcie("[N/A], [N/A]\n") == {} and parse_pcie("") == {}
@@ -403,7 +403,7 @@ def test_conv_points_on_a_cpu_and_without_a_gemm() -> None:
     ],
 )
 def test_the_compute_roof_of_a_convolution(facts: dict, float_roof: str, half_roof: str) -> None:
-    from sb_fleet.analysis.figures import conv_roof
+    from sb_fleet.analysis.figures.figures import conv_roof
 
     hp = host_peaks(facts)
     assert (conv_roof("float", hp), conv_roof("half", hp)) == (float_roof, half_roof)
@@ -424,8 +424,8 @@ def test_conv_points_of_a_large_fleet_are_medians() -> None:
 
 
 def test_the_roofline_plot_keys_gemm_and_conv_points() -> None:
-    from sb_fleet.analysis.writers.figures_html import render as render_html
-    from sb_fleet.analysis.writers.plots import roofline_svg
+    from sb_fleet.report.writers.figure_plots import roofline_svg
+    from sb_fleet.report.writers.figures_html import render as render_html
 
     figs = figures_of(load_fleet(FIXTURES / "figures_run"))
     svg = roofline_svg(next(r for r in figs.rooflines if r.host == "gpu-c"))

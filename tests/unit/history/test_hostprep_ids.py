@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sb_bench.hostprep import parse_gpu_ids, read_ib_nics
+from sb_bench.host.hostprep import parse_gpu_ids, read_ib_nics
 
 from sb_fleet.history.components import gpu_keys, nic_keys
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from sb_fleet.gatespec import HistorySettings
-from sb_fleet.history.plots import html_section, sparkline
+from sb_fleet.config.gatespec import HistorySettings
+from sb_fleet.history.trend_plots import html_section, sparkline
 from sb_fleet.history.view import HistoryView, Regression
 
 

@@ -14,8 +14,8 @@ import pytest
 from sb_fleet.analysis.verdict import judge
 from sb_fleet.exits import EXIT_INFRA, EXIT_USAGE
 from sb_fleet.history.components import map_components
+from sb_fleet.history.history_store import HistoryLocked, HistoryStoreError, RunRecord, open_store
 from sb_fleet.history.record import RunMeta, build_record
-from sb_fleet.history.store import HistoryLocked, HistoryStoreError, RunRecord, open_store
 
 HOSTS = ["a", "b", "c"]
 COLS = ["gemm-flops/fp16_tc_flops:0", "gemm-flops/fp16_tc_flops:1", "mem-bw/h2d_bw"]

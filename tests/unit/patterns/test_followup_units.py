@@ -8,11 +8,18 @@ import json
 
 import pytest
 
-from sb_fleet.analysis.fabric import judge_fabric
-from sb_fleet.analysis.localise import Bisection, PairMatrix, PairResult, confirm, localise, second_pass
-from sb_fleet.analysis.pairresults import group_results
-from sb_fleet.patterns import pair_wise, round_key
-from sb_fleet.plan import GivenRounds, Plan
+from sb_fleet.analysis.crossnode.fabric import judge_fabric
+from sb_fleet.analysis.crossnode.localise import (
+    Bisection,
+    PairMatrix,
+    PairResult,
+    confirm,
+    localise,
+    second_pass,
+)
+from sb_fleet.analysis.crossnode.pair_results import group_results
+from sb_fleet.config.traffic_patterns import pair_wise, round_key
+from sb_fleet.plan.run_plan import GivenRounds, Plan
 from tests.unit.patterns.test_pattern_plan import plan_for
 
 PAIRWISE = (

@@ -8,8 +8,15 @@ import itertools
 
 import pytest
 
-from sb_fleet.analysis.localise import Bisection, LocaliseSettings, PairMatrix, confirm, localise, second_pass
-from sb_fleet.patterns import pair_wise
+from sb_fleet.analysis.crossnode.localise import (
+    Bisection,
+    LocaliseSettings,
+    PairMatrix,
+    confirm,
+    localise,
+    second_pass,
+)
+from sb_fleet.config.traffic_patterns import pair_wise
 from tests.synth.pairs import Faults, pair_matrix
 
 HOSTS = [f"node{i:02d}" for i in range(16)]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from sb_fleet.analysis.localise import localise
-from sb_fleet.analysis.pairmap import render_pair_heatmap
+from sb_fleet.analysis.crossnode.localise import localise
+from sb_fleet.analysis.crossnode.pair_map import render_pair_heatmap
 from tests.synth.pairs import Faults, pair_matrix
 
 HOSTS = [f"node{i}" for i in range(8)]
@@ -40,8 +40,8 @@ def test_large_fleet_shows_culprits_first_and_says_so():
 
 
 def test_pair_sections_read_a_run_directory(tmp_path):
-    from sb_fleet.analysis.localise import Localisation
-    from sb_fleet.analysis.pairmap import pair_sections
+    from sb_fleet.analysis.crossnode.localise import Localisation
+    from sb_fleet.analysis.crossnode.pair_map import pair_sections
 
     m = pair_matrix(HOSTS, Faults(links={frozenset(("node2", "node5")): 0.3}), seed=4)
     loc = localise(m)

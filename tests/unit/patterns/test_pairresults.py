@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sb_fleet.analysis.localise import localise
-from sb_fleet.analysis.pairresults import matrix_from_results, parse_mpi_pattern, pattern_figures
-from sb_fleet.patterns import base_key, mpi_pattern_text, pair_wise, round_key
+from sb_fleet.analysis.crossnode.localise import localise
+from sb_fleet.analysis.crossnode.pair_results import matrix_from_results, parse_mpi_pattern, pattern_figures
+from sb_fleet.config.traffic_patterns import base_key, mpi_pattern_text, pair_wise, round_key
 
 DATA = Path(__file__).parent / "data"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sb_fleet.config import load_config
+from sb_fleet.config.fleet_config import load_config
+from sb_fleet.config.inventory import load_inventory
 from sb_fleet.errors import ConfigError
-from sb_fleet.inventory import load_inventory
-from sb_fleet.plan import Plan, build_plan
+from sb_fleet.plan.run_plan import Plan, build_plan
 
 DATA = Path(__file__).parent / "data"
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sb_fleet.errors import ConfigError
-from sb_fleet.patterns import (
+from sb_fleet.config.traffic_patterns import (
     PatternSpec,
     Schedule,
     all_nodes,
@@ -21,7 +20,8 @@ from sb_fleet.patterns import (
     pair_wise,
     round_count,
 )
-from sb_fleet.topology import host_topology, load_host_topology, parse_ibnetdiscover, parse_ibstat
+from sb_fleet.errors import ConfigError
+from sb_fleet.plan.topology import host_topology, load_host_topology, parse_ibnetdiscover, parse_ibstat
 
 DATA = Path(__file__).parent / "data"
 NODES8 = [f"node{i}" for i in range(8)]

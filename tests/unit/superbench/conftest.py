@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sb_fleet.analysis.rules import RulesOutcome, apply_rules, load_rules
+from sb_fleet.analysis.superbench.rules import RulesOutcome, apply_rules, load_rules
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from sb_fleet.analysis.baseline import fix_threshold, sb_format
-from sb_fleet.analysis.criteria import parse_criteria
-from sb_fleet.commands.report import baseline_cmd
+from sb_fleet.analysis.superbench.baseline import fix_threshold, sb_format
+from sb_fleet.analysis.superbench.criteria import parse_criteria
+from sb_fleet.cli.report_command import baseline_cmd
 
 EXPECTED = {
     "kernel-launch/event_time": 0.0055,

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sb_fleet.analysis.criteria import CriteriaError, StoredValues, parse_criteria
+from sb_fleet.analysis.superbench.criteria import CriteriaError, StoredValues, parse_criteria
 
 VALS = 'label["v"].values()'
 numbers = st.one_of(

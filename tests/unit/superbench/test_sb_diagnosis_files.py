@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sb_fleet.analysis.results import load_fleet
-from sb_fleet.analysis.rules import apply_rules, load_rules
-from sb_fleet.analysis.sbdiagnosis import write_diagnosis
+from sb_fleet.analysis.fleet_results import load_fleet
+from sb_fleet.analysis.superbench.rules import apply_rules, load_rules
+from sb_fleet.analysis.superbench.sbdiagnosis import write_diagnosis
 
 
 def diagnose_files(data_dir: Path, out: Path, output_all: bool, rules: str = "test_rules.yaml") -> list[Path]:

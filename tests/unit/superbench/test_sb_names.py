@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sb_fleet.analysis.detect import category_of, detect
-from sb_fleet.analysis.names import Directions, direction_from_name, parse_metric
+from sb_fleet.analysis.superbench.metric_names import Directions, direction_from_name, parse_metric
 
 
 def test_current_and_old_ib_loopback_names() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from sb_fleet.commands.report import report_cmd
+from sb_fleet.cli.report_command import report_cmd
 
 
 def test_superbench_output_beside_the_report(tmp_path: Path, data_dir: Path) -> None:

@@ -14,8 +14,14 @@ import numpy as np
 import pytest
 import yaml
 
-from sb_fleet.analysis.results import load_fleet
-from sb_fleet.analysis.rules import apply_rules, baseline_of, load_rules, match_metrics, sb_benchmark
+from sb_fleet.analysis.fleet_results import load_fleet
+from sb_fleet.analysis.superbench.rules import (
+    apply_rules,
+    baseline_of,
+    load_rules,
+    match_metrics,
+    sb_benchmark,
+)
 from sb_fleet.errors import RulesError
 
 EV = "kernel-launch/event_overhead:\\d+"

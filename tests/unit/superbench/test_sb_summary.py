@@ -10,9 +10,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from sb_fleet.analysis.results import load_fleet
-from sb_fleet.analysis.sbsummary import load_summary_rules, pooled_name, summarize
-from sb_fleet.commands.summary import summary_cmd
+from sb_fleet.analysis.fleet_results import load_fleet
+from sb_fleet.analysis.superbench.sbsummary import load_summary_rules, pooled_name, summarize
+from sb_fleet.cli.summary_command import summary_cmd
 from sb_fleet.errors import RulesError
 
 EXPECTED = [
@@ -122,7 +122,7 @@ def test_pooled_names() -> None:
 
 
 def test_statistics_skip_missing_values(tmp_path: Path) -> None:
-    from sb_fleet.analysis.sbsummary import statistic
+    from sb_fleet.analysis.superbench.sbsummary import statistic
 
     x = np.array([1.0, 2.0, np.nan, 4.0])
     assert statistic("count", x) == 3
@@ -175,7 +175,7 @@ def test_summary_command_bad_rules_exit_2(tmp_path: Path, data_dir: Path) -> Non
 
 def test_summary_ops_on_superbench_s_table() -> None:
     # test_summaryop.py: columns a..d of [[1, 2, 3, 4], [4, 5, 6], [7, 8]] (missing cells are NaN).
-    from sb_fleet.analysis.sbsummary import statistic
+    from sb_fleet.analysis.superbench.sbsummary import statistic
 
     nan = float("nan")
     table = np.array([[1, 2, 3, 4], [4, 5, 6, nan], [7, 8, nan, nan]], dtype=float)

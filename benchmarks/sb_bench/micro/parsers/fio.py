@@ -79,7 +79,7 @@ def parse(text: str) -> list[Job]:
 
 
 def _block_size(opts: dict, direction: str, doc: dict) -> int:
-    from sb_bench.metric import parse_size
+    from sb_bench.core.metric import parse_size
 
     glob = doc.get("global options", {})
     for key in (f"bs_{direction}", "bs", "blocksize"):

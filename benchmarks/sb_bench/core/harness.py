@@ -1,0 +1,259 @@
+"""The harness every benchmark runs under.
+
+It owns parameter validation, warm-up, the timed loop, repetition, rank
+bookkeeping and the result envelope, and turns every way a benchmark can go
+wrong into a result file with a return code and a reason: an exception, an
+out-of-memory error, a failed correctness check, a skip. A benchmark never
+ends without a result file; the runner covers the cases the process itself
+cannot (killed at its timeout, crashed hard).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from sb_bench.core import registry
+from sb_bench.core.benchmark import Benchmark, Case, CheckFailed, SkipBenchmark
+from sb_bench.core.context import RankContext, clean_benchmark_env
+from sb_bench.core.result import ReturnCode, envelope, failure, now_iso
+
+
+class Harness:
+    def __init__(self, args: Mapping[str, Any]):
+        self.num_warmup = int(args["num_warmup"])
+        self.num_steps = int(args["num_steps"])
+        self.duration = float(args["duration"])
+
+    def time_case(self, ctx: RankContext, case: Case) -> dict[str, float]:
+        """Warm up, time ``case.step``, check it, and return its metric values."""
+        step = case.step
+        for _ in range(self.num_warmup):
+            step()
+        if self.duration > 0:
+            seconds, steps = self._time_for_duration(ctx, step)
+        else:
+            steps = self.num_steps
+            with ctx.timer() as t:
+                for _ in range(steps):
+                    step()
+            seconds = t.seconds
+        if case.check is not None:
+            err = case.check()
+            if err:
+                raise CheckFailed(f"{case.key}: {err}")
+        per_step = seconds / steps
+        if not per_step > 0:
+            raise CheckFailed(f"{case.key}: measured a non-positive time ({per_step!r} s per step)")
+        return case.metrics(per_step)
+
+    def _time_for_duration(self, ctx: RankContext, step: Any) -> tuple[float, int]:
+        # Time in chunks that double, so the clock is read rarely and the loop stays tight.
+        total, steps, chunk = 0.0, 0, 1
+        deadline = time.monotonic() + self.duration
+        while True:
+            with ctx.timer() as t:
+                for _ in range(chunk):
+                    step()
+            total += t.seconds
+            steps += chunk
+            if time.monotonic() >= deadline:
+                return total, steps
+            chunk = min(chunk * 2, 1 << 16)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    name = type(exc).__name__
+    return name == "OutOfMemoryError" or isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+
+
+def run_benchmark(name: str, given: Mapping[str, Any] | None = None, ctx: RankContext | None = None) -> dict:
+    """Run one benchmark on this rank and return its result envelope (never raises for benchmark faults)."""
+    start = now_iso()
+    cleaned = clean_benchmark_env(os.environ)
+    rank = int(os.environ.get("RANK", os.environ.get("PROC_RANK", "0")) or 0)
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    try:
+        cls = registry.get(name)
+    except KeyError as exc:
+        return failure(
+            name,
+            "micro",
+            ReturnCode.INVALID_BENCHMARK_TYPE,
+            str(exc).strip("'\""),
+            rank=rank,
+            world_size=world,
+            start_time=start,
+        )
+    except Exception as exc:  # the module failed to import: a broken host environment
+        return failure(
+            name,
+            "micro",
+            ReturnCode.RUNTIME_EXCEPTION_ERROR,
+            f"cannot import benchmark module: {type(exc).__name__}: {exc}",
+            rank=rank,
+            world_size=world,
+            start_time=start,
+        )
+    try:
+        args = cls.parse_params(dict(given or {}))
+    except ValueError as exc:
+        return failure(
+            name,
+            cls.kind,
+            ReturnCode.INVALID_ARGUMENT,
+            str(exc),
+            rank=rank,
+            world_size=world,
+            start_time=start,
+            params=dict(given or {}),
+        )
+    # System health alongside (SB_MONITOR_INTERVAL seconds; off by default): the summary goes into
+    # the result, failed or not — an XID or a power cap explains a slow or failed run.
+    from sb_bench.host import monitor
+
+    mon = None
+    try:
+        mon = monitor.from_env(ngpus=int(args.get("ngpus", 1) or 1))
+        if mon is not None:
+            mon.start()
+    except Exception:
+        mon = None
+    try:
+        env = _run(cls, args, ctx, start)
+    finally:
+        if mon is not None:
+            mon.stop()
+    if mon is not None:
+        env["monitor"] = mon.summary()
+    if cleaned:
+        env["environment_cleared"] = sorted(cleaned)
+    return env
+
+
+def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, start: str) -> dict:
+    own_ctx = ctx is None
+    bench = cls(args)
+    rank = ctx.rank if ctx else int(os.environ.get("RANK", os.environ.get("PROC_RANK", "0")) or 0)
+    world = ctx.world_size if ctx else int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+    def fail(code: int, reason: str, status: str = "failed") -> dict:
+        return failure(
+            cls.name,
+            cls.kind,
+            code,
+            reason,
+            rank=rank,
+            world_size=world,
+            status=status,
+            start_time=start,
+            params=args,
+        )
+
+    try:
+        if ctx is None:
+            ctx = RankContext.from_env(args["device"])
+        if ctx.world_size > 1 or cls.needs_distributed:
+            try:
+                ctx.init_distributed()
+            except Exception as exc:
+                return fail(
+                    ReturnCode.DISTRIBUTED_SETTING_INIT_FAILURE, f"torch.distributed init failed: {exc}"
+                )
+        metrics = bench.metrics()
+        harness = Harness(args)
+        bench.setup(ctx)
+        raw: dict[str, list[float]] = {m.name: [] for m in metrics}
+        try:
+            for _ in range(args["run_count"]):
+                values = bench.run_once(ctx, harness)
+                for key, value in values.items():
+                    if not isinstance(value, (int, float)) or not math.isfinite(value):
+                        raise CheckFailed(f"metric {key} is not a finite number ({value!r})")
+                    raw.setdefault(key, []).append(float(value))
+        finally:
+            bench.teardown(ctx)
+    except SkipBenchmark as exc:
+        return fail(ReturnCode.SUCCESS, str(exc), status="skipped")
+    except CheckFailed as exc:
+        return fail(ReturnCode.INVALID_BENCHMARK_RESULT, f"result check failed: {exc}")
+    except BaseException as exc:  # noqa: BLE001 - every fault becomes a result file
+        if isinstance(exc, KeyboardInterrupt):
+            return fail(ReturnCode.KILLED, "interrupted")
+        if _is_oom(exc):
+            return fail(
+                ReturnCode.OUT_OF_MEMORY,
+                f"out of memory: {(str(exc).splitlines() or [type(exc).__name__])[0][:300]}",
+            )
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
+        return fail(ReturnCode.RUNTIME_EXCEPTION_ERROR, f"{type(exc).__name__}: {exc}{where}")
+    finally:
+        if own_ctx and ctx is not None:
+            try:
+                ctx.close()
+            except Exception:
+                pass
+
+    declared = {m.name: m for m in metrics}
+    failed: dict[str, str] = getattr(bench, "failed", {})
+    missing = [m for m in declared if not raw.get(m) and m not in failed]
+    # A declared metric a run did not produce is dropped, not invented; one measured wrong too.
+    result = {k: v for k, v in raw.items() if v and k not in failed}
+    skipped: dict[str, str] = getattr(bench, "skipped", {})
+    reason = _missing_reason(missing, skipped)
+    if failed:
+        reason = "; ".join([f"result check failed: {_failed_reason(failed)}", reason]).rstrip("; ")
+    # Notes a benchmark leaves about how it measured (e.g. an algorithm it fell back to).
+    notes = getattr(bench, "notes", None) or {}
+    if notes:
+        reason = "; ".join([reason, *(notes.values() if isinstance(notes, dict) else notes)]).lstrip("; ")
+    if not result and skipped and not failed:
+        return fail(ReturnCode.SUCCESS, reason, status="skipped")
+    env = envelope(
+        cls.name,
+        cls.kind,
+        return_code=ReturnCode.INVALID_BENCHMARK_RESULT if failed else ReturnCode.SUCCESS,
+        status="failed" if failed else "ok",
+        reason=reason,
+        run_count=args["run_count"],
+        start_time=start,
+        raw_data={k: [v] for k, v in result.items()},
+        result=result,
+        reduce_op={k: (declared[k].reduce if k in declared else None) for k in result},
+        metrics={k: declared[k].to_json() for k in result if k in declared},
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        params=args,
+    )
+    # A benchmark's own record of how the run went (e.g. gpu-burn's per-window series).
+    details = getattr(bench, "details", None)
+    if details:
+        env["details"] = details
+    return env
+
+
+def _failed_reason(failed: Mapping[str, str]) -> str:
+    """``<reason> (metrics a, b)`` per distinct reason, in the order they were recorded."""
+    by_reason: dict[str, list[str]] = {}
+    for m, why in failed.items():
+        by_reason.setdefault(why, []).append(m)
+    return "; ".join(f"{why} (metrics {', '.join(ms)})" for why, ms in by_reason.items())
+
+
+def _missing_reason(missing: list[str], skipped: Mapping[str, str]) -> str:
+    """``not measured: a, b; skipped c, d: <why>`` — metrics that share a reason are listed together."""
+    by_reason: dict[str, list[str]] = {}
+    plain = []
+    for m in missing:
+        if m in skipped:
+            by_reason.setdefault(skipped[m], []).append(m)
+        else:
+            plain.append(m)
+    parts = [f"not measured: {', '.join(plain)}"] if plain else []
+    parts += [f"skipped {', '.join(ms)}: {why}" for why, ms in by_reason.items()]
+    return "; ".join(parts)

@@ -1,0 +1,342 @@
+"""Load benchmark results into one host x metric matrix.
+
+The input is either a run directory (``manifest.json`` inside) or any
+SuperBench ``results-summary.jsonl``. A malformed line (truncated JSON, a
+non-numeric value, a node seen twice) is reported with its line number and
+the rest of the file is analysed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sb_fleet.analysis.superbench.metric_names import Directions, MetricInfo, load_metrics_json
+from sb_fleet.errors import ResultsError
+from sb_fleet.safe_files import safe_name
+
+SUMMARY = "results-summary.jsonl"
+
+
+@dataclass(frozen=True)
+class LineProblem:
+    """One problem with one line of the results file; the line's good parts are still used."""
+
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """What the run directory knows about a host beyond its results."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+    outcome: str | None = None  # the spine's outcome word, when known
+    reason: str = ""
+    gpu_model: str | None = None
+
+
+@dataclass
+class Fleet:
+    """The results of one run. ``values[h, c]`` is host ``hosts[h]``'s value of ``columns[c]`` (NaN: absent)."""
+
+    source: str
+    hosts: list[str]  # hosts with a results line, in file order
+    columns: list[str]
+    values: np.ndarray
+    problems: list[LineProblem] = field(default_factory=list)
+    expected_hosts: list[HostInfo] = field(default_factory=list)  # the run's inventory, when known
+    expected_benchmarks: list[str] | None = None  # from plan.json
+    directions: Directions = field(default_factory=Directions)
+    run_dir: Path | None = None
+
+    def column_index(self) -> dict[str, int]:
+        return {c: i for i, c in enumerate(self.columns)}
+
+    def host_index(self) -> dict[str, int]:
+        return {h: i for i, h in enumerate(self.hosts)}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _loader() -> Callable[[bytes], Any]:
+    try:
+        import orjson
+
+        fast = orjson.loads
+    except ImportError:  # pragma: no cover - orjson is a dependency, this is a fallback
+        return json.loads
+
+    def loads(line: bytes) -> Any:
+        try:
+            return fast(line)
+        except ValueError:
+            return json.loads(line)  # accepts what orjson refuses (NaN, Infinity), or raises the same way
+
+    return loads
+
+
+_NUMERIC = {int, float}
+
+
+def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[LineProblem]]:
+    """Parse a results-summary.jsonl. Returns hosts, columns, matrix and per-line problems.
+
+    Lines written by one tool share their key order, so each distinct key
+    layout is resolved to column indexes once; a line with only numbers
+    then becomes a row in one step.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ResultsError(path, None, f"cannot read the results file ({exc.strerror})") from exc
+    name = str(path)
+    problems: list[LineProblem] = []
+    col_idx: dict[str, int] = {}
+    hosts: list[str] = []
+    first_line: dict[str, int] = {}
+    # keys -> (position of "node", column indexes, host rows, value lists)
+    layouts: dict[tuple[str, ...], tuple[int, np.ndarray, list[int], list[list[Any]]]] = {}
+    odd_rows: list[
+        tuple[int, np.ndarray, np.ndarray]
+    ] = []  # rows with a non-numeric value: (row, cols, values)
+    loads = _loader()
+
+    def columns_for(keys: list[str]) -> np.ndarray:
+        out = np.empty(len(keys), dtype=np.int64)
+        for j, key in enumerate(keys):
+            ci = col_idx.get(key)
+            if ci is None:
+                ci = col_idx[key] = len(col_idx)
+            out[j] = ci
+        return out
+
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems.append(LineProblem(name, lineno, f"not valid JSON ({exc}); line skipped"))
+            continue
+        if not isinstance(obj, dict):
+            problems.append(LineProblem(name, lineno, "not a JSON object; line skipped"))
+            continue
+        node = obj.get("node")
+        if not isinstance(node, str) or not node:
+            problems.append(LineProblem(name, lineno, 'no "node" name; line skipped'))
+            continue
+        if node in first_line:
+            problems.append(
+                LineProblem(
+                    name,
+                    lineno,
+                    f"duplicate node {node!r} (first seen on line {first_line[node]}); line skipped",
+                )
+            )
+            continue
+        first_line[node] = lineno
+        row = len(hosts)
+        hosts.append(node)
+        keys = tuple(obj)
+        vals = list(obj.values())
+        layout = layouts.get(keys)
+        if layout is None:
+            pos = keys.index("node")
+            layout = layouts[keys] = (pos, columns_for([k for k in keys if k != "node"]), [], [])
+        pos, cols, rows_of, vals_of = layout
+        del vals[pos]
+        if set(map(type, vals)) <= _NUMERIC:
+            rows_of.append(row)
+            vals_of.append(vals)
+            continue
+        # Slow path: some value is not a number. Keep the numbers, report the rest.
+        kk = keys_wo(keys, pos)
+        good_c: list[int] = []
+        good_v: list[float] = []
+        bad: list[tuple[str, Any]] = []
+        for j, v in enumerate(vals):
+            if v is None:
+                continue  # SuperBench writes null for a value it could not produce
+            if type(v) in _NUMERIC and not math.isinf(v):
+                good_c.append(int(cols[j]))
+                good_v.append(float(v))
+            else:
+                bad.append((kk[j], v))
+        if bad:
+            problems.append(_bad_values(name, lineno, node, bad))
+        odd_rows.append((row, np.array(good_c, dtype=np.int64), np.array(good_v, dtype=float)))
+    columns = list(col_idx)
+    matrix = np.full((len(hosts), len(columns)), np.nan)
+    for keys, (pos, cols, rows_of, vals_of) in layouts.items():
+        if not rows_of or not len(cols):
+            continue
+        block = np.array(vals_of, dtype=float)  # one conversion per layout, not one per line
+        inf = np.isinf(block)
+        if inf.any():
+            kk = keys_wo(keys, pos)
+            for r, j in zip(*np.nonzero(inf), strict=True):
+                host = hosts[rows_of[r]]
+                problems.append(_bad_values(name, first_line[host], host, [(kk[j], float(block[r, j]))]))
+            block[inf] = np.nan
+        matrix[np.ix_(np.asarray(rows_of), cols)] = block
+    for row, cols_h, vals_h in odd_rows:
+        if len(cols_h):
+            matrix[row, cols_h] = vals_h
+    problems.sort(key=lambda p: p.line)
+    return hosts, columns, matrix, problems
+
+
+def keys_wo(keys: tuple[str, ...], pos: int) -> list[str]:
+    return [k for j, k in enumerate(keys) if j != pos]
+
+
+def _bad_values(path: str, lineno: int, node: str, bad: list[tuple[str, Any]]) -> LineProblem:
+    shown = ", ".join(f"{k!r}={v!r}"[:80] for k, v in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return LineProblem(path, lineno, f"node {node!r}: non-numeric value(s) ignored: {shown}{more}")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ResultsError(path, None, f"cannot read ({exc})", "the run directory may be damaged") from exc
+
+
+def _load_hosts(run: Path) -> list[HostInfo]:
+    p = run / "hosts.json"
+    if not p.is_file():
+        return []
+    data = _read_json(p)
+    hosts = data.get("hosts") if isinstance(data, dict) else None
+    if not isinstance(hosts, list):
+        raise ResultsError(p, "hosts", "expected a list of {name, groups}")
+    outcomes = _load_outcomes(run)
+    facts = _fact_files(run)
+    out: list[HostInfo] = []
+    for i, h in enumerate(hosts):
+        if not isinstance(h, dict) or not isinstance(h.get("name"), str):
+            raise ResultsError(p, f"hosts[{i}]", "expected an object with a string 'name'")
+        name = h["name"]
+        oc = outcomes.get(name, {})
+        out.append(
+            HostInfo(
+                name=name,
+                groups=tuple(str(g) for g in h.get("groups") or ()),
+                outcome=oc.get("outcome"),
+                reason=str(oc.get("reason") or ""),
+                gpu_model=_gpu_model(run, name, facts),
+            )
+        )
+    return out
+
+
+def _load_outcomes(run: Path) -> dict[str, dict]:
+    p = run / "outcomes.json"
+    if not p.is_file():
+        return {}
+    data = _read_json(p)
+    hosts = data.get("hosts") if isinstance(data, dict) else None
+    if not isinstance(hosts, dict):
+        raise ResultsError(p, "hosts", "expected an object of host name -> {outcome, reason, stages}")
+    return {str(k): v for k, v in hosts.items() if isinstance(v, dict)}
+
+
+def _fact_files(run: Path) -> set[str]:
+    try:
+        return set(os.listdir(run / "facts"))
+    except OSError:
+        return set()
+
+
+def _gpu_model(run: Path, host: str, facts: set[str] | None = None) -> str | None:
+    fname = f"{safe_name(host)}.json"  # the spine's file name for a host
+    if facts is not None and fname not in facts:
+        return None
+    p = run / "facts" / fname
+    if not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    model = data.get("gpu_model") if isinstance(data, dict) else None
+    return str(model) if model else None
+
+
+def load_fleet(source: Path) -> Fleet:
+    """Load a run directory or a results-summary.jsonl."""
+    source = Path(source)
+    if source.is_dir():
+        if not (source / "manifest.json").is_file():
+            raise ResultsError(
+                source,
+                None,
+                "not a run directory (no manifest.json)",
+                f"give a run directory or a {SUMMARY} file",
+            )
+        return _load_run_dir(source)
+    if not source.exists():
+        raise ResultsError(
+            source, None, "no such file or directory", f"give a run directory or a {SUMMARY} file"
+        )
+    hosts, columns, values, problems = parse_summary(source)
+    return Fleet(source=str(source), hosts=hosts, columns=columns, values=values, problems=problems)
+
+
+def _load_run_dir(run: Path) -> Fleet:
+    summary = run / SUMMARY
+    if summary.is_file():
+        hosts, columns, values, problems = parse_summary(summary)
+    else:
+        hosts, columns, values, problems = [], [], np.full((0, 0), np.nan), []
+    expected = _load_hosts(run)
+    if not expected:
+        outcomes = _load_outcomes(run)
+        facts = _fact_files(run)
+        expected = [
+            HostInfo(
+                name=n,
+                outcome=o.get("outcome"),
+                reason=str(o.get("reason") or ""),
+                gpu_model=_gpu_model(run, n, facts),
+            )
+            for n, o in outcomes.items()
+        ]
+    benchmarks = None
+    plan = run / "plan.json"
+    if plan.is_file():
+        data = _read_json(plan)
+        b = data.get("benchmarks") if isinstance(data, dict) else None
+        if isinstance(b, list) and all(isinstance(x, str) for x in b):
+            benchmarks = list(b)
+    declared: dict[str, MetricInfo] = {}
+    if (run / "metrics.json").is_file():
+        declared = load_metrics_json(run / "metrics.json")
+    return Fleet(
+        source=str(run),
+        hosts=hosts,
+        columns=columns,
+        values=values,
+        problems=problems,
+        expected_hosts=expected,
+        expected_benchmarks=benchmarks,
+        directions=Directions(declared),
+        run_dir=run,
+    )

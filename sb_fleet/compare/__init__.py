@@ -1,0 +1,1 @@
+"""Layer 6, two fleets side by side: speedup per metric, per model and per model group."""

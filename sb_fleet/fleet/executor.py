@@ -1,0 +1,241 @@
+"""Execution: the one executor. It runs a rendered playbook with ansible-runner on a set of hosts and
+turns its events into per-host outcomes.
+
+This is one of the two modules that touch the network (the other is
+``collect``). ansible-runner's private data directory lives in the run
+directory (``ansible/<stage>/``), so its artifacts (job events, stdout) can
+be inspected afterwards. Ansible's errors are mapped here to sb-fleet's
+outcomes and exceptions; nothing above this module sees an ansible-runner type.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sb_fleet.config.inventory import Inventory
+from sb_fleet.errors import InfraError
+from sb_fleet.fleet.progress import RUNNING, Progress
+from sb_fleet.fleet.ssh import SshSettings
+from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.safe_files import atomic_write_text
+
+HOSTKEY_MARKERS = (
+    "Host key verification failed",
+    "REMOTE HOST IDENTIFICATION HAS CHANGED",
+    "No ED25519 host key is known",
+    "No ECDSA host key is known",
+    "No RSA host key is known",
+    "host key for",
+    "Host key for",
+)
+
+
+@dataclass
+class StageResult:
+    stage: str
+    outcomes: dict[str, HostOutcome]
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> task name -> module result
+    status: str = ""
+    rc: int | None = None
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run step that deploy started in the same exec (validate): each host's runner task result (``rc``, ``stdout``,
+    ``stderr``), and the signal when Ctrl-C/SIGTERM stopped the deploy (``unfinished``: its hosts)."""
+
+    step: str
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    interrupted: str | None = None
+    unfinished: tuple[str, ...] = ()
+
+
+def ansible_env(ssh: SshSettings, python: str) -> dict[str, str]:
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_PYTHON_INTERPRETER": python,
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+        "ANSIBLE_SYSTEM_WARNINGS": "False",
+        "ANSIBLE_COMMAND_WARNINGS": "False",
+        # raw tasks (run steps, deploy's fast path) without a tty: the command's stderr stays its own
+        # (a tty merges it into stdout and adds OpenSSH's "Shared connection ... closed." line)
+        "ANSIBLE_SSH_USETTY": "False",
+        # No per-host fact cache or logs outside the run directory.
+        "ANSIBLE_LOG_PATH": "",
+    }
+    env.update(ssh.ansible_env())
+    return env
+
+
+def classify(event: str, res: dict[str, Any]) -> tuple[Outcome, str]:
+    """A failed or unreachable event as an outcome and one-line reason."""
+    msg = str(res.get("msg") or "")
+    stderr = str(res.get("stderr") or "")
+    text = f"{msg} {stderr}"
+    if event == "runner_on_unreachable":
+        if any(m in text for m in HOSTKEY_MARKERS):
+            return Outcome.HOSTKEY, (
+                "host key unknown or changed: refused (check the host; if it was "
+                "re-imaged, update known_hosts; first contact: --accept-new-host-keys)"
+            )
+        return Outcome.UNREACHABLE, _one_line(msg or "unreachable")
+    if "timed out" in text.lower() and "task" in text.lower():
+        return Outcome.TIMEOUT, _one_line(msg)
+    reason = msg
+    out = str(res.get("stdout") or "")
+    if out.strip().startswith("{"):
+        # hostprep prints its facts with an "error" key when the host is not ready
+        import json
+
+        try:
+            err = json.loads(out.strip().splitlines()[-1]).get("error")
+            if err:
+                reason = err
+        except ValueError:
+            pass
+    if stderr and reason in ("non-zero return code", ""):
+        reason = f"{reason}: {stderr.strip().splitlines()[-1]}"
+    return Outcome.FAILED, _one_line(reason or "failed")
+
+
+def _one_line(s: str, n: int = 400) -> str:
+    return " ".join(str(s).split())[:n]
+
+
+def python_for_ansible() -> str:
+    """The Python Ansible runs its modules with on a local host."""
+    return "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Everything a stage needs to run a playbook on hosts: handed to every stage, never rebuilt by one."""
+
+    inventory: Inventory
+    ssh: SshSettings
+    forks: int
+    ansible_root: Path  # ansible/ of the run directory: one private data dir per stage below it
+    python: str = field(default_factory=python_for_ansible)
+    progress: Progress = field(default_factory=lambda: Progress(enabled=False))
+
+    def run(
+        self,
+        stage: str,
+        playbook: Path,
+        hosts: list[str],
+        *,
+        cancel: Callable[[], bool] | None = None,
+        extravars: dict[str, Any] | None = None,
+    ) -> StageResult:
+        """Run ``playbook`` on ``hosts``; an outcome for every one of them, whatever happens."""
+        return run_playbook(self, stage, playbook, hosts, cancel, extravars)
+
+
+def run_playbook(
+    ex: Executor,
+    stage: str,
+    playbook: Path,
+    hosts: list[str],
+    cancel: Callable[[], bool] | None,
+    extravars: dict[str, Any] | None,
+) -> StageResult:
+    import ansible_runner
+
+    private_dir = ex.ansible_root / stage
+    inventory, ssh, forks, python, progress = ex.inventory, ex.ssh, ex.forks, ex.python, ex.progress.update
+
+    private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    t0 = time.monotonic()
+    if not hosts:
+        return StageResult(stage, {}, status="nothing to do")
+    limit_file = private_dir / "limit.txt"
+    atomic_write_text(limit_file, "".join(f"{h}\n" for h in hosts))
+    seen: dict[str, HostOutcome] = {}
+    results: dict[str, dict[str, Any]] = {h: {} for h in hosts}
+    reached: set[str] = set()
+
+    def handler(ev: dict) -> bool:
+        name = ev.get("event", "")
+        data = ev.get("event_data") or {}
+        host = data.get("host")
+        if not host or host not in results:
+            return True
+        task = str(data.get("task") or "")
+        res = data.get("res") or {}
+        if name == "runner_on_start":
+            progress(host, RUNNING, task)
+        elif name in ("runner_on_ok", "runner_on_skipped"):
+            reached.add(host)
+            results[host][task] = _slim(res)
+        elif name in ("runner_on_failed", "runner_on_unreachable", "runner_on_async_failed"):
+            reached.add(host)
+            if name == "runner_on_failed" and data.get("ignore_errors"):
+                return True
+            outcome, reason = classify(name, res)
+            results[host][task] = _slim(res)
+            if host not in seen or seen[host].outcome == Outcome.OK:
+                seen[host] = HostOutcome(host, stage, outcome, f"{task}: {reason}" if task else reason)
+            progress(host, outcome, reason)
+        return True
+
+    try:
+        r = ansible_runner.run(
+            private_data_dir=str(private_dir),
+            playbook=str(Path(playbook).resolve()),
+            inventory=[str(Path(s).resolve()) for s in inventory.sources],
+            limit=f"@{limit_file.resolve()}",
+            forks=min(forks, max(len(hosts), 1)),
+            envvars=ansible_env(ssh, python),
+            quiet=True,
+            event_handler=handler,
+            cancel_callback=cancel,
+            extravars=extravars or {},
+            ident=stage,
+            rotate_artifacts=0,
+            settings={"suppress_ansible_output": True, "suppress_output_file": False},
+        )
+    except Exception as exc:  # ansible-runner's own failures (cannot start ansible-playbook, …)
+        raise InfraError(f"ansible-runner could not run {playbook.name}: {exc}") from exc
+    status, rc = r.status, r.rc
+    if status in ("failed", "error") and not seen and not reached:
+        tail = ""
+        try:
+            tail = _one_line((r.stdout.read() if hasattr(r.stdout, "read") else "")[-600:])
+        except Exception:
+            pass
+        if rc not in (2, 4):  # 2/4: some host failed/unreachable; anything else is ansible itself
+            raise InfraError(
+                f"ansible-playbook failed to run {playbook.name} (rc={rc}): {tail}; "
+                f"see {private_dir}/artifacts/{stage}/stdout"
+            )
+    outcomes: dict[str, HostOutcome] = {}
+    for h in hosts:
+        if h in seen:
+            outcomes[h] = seen[h]
+        elif h in reached:
+            outcomes[h] = HostOutcome(h, stage, Outcome.OK)
+            progress(h, Outcome.OK, "")
+        elif status == "canceled":
+            outcomes[h] = HostOutcome(h, stage, Outcome.PENDING, "interrupted before the host finished")
+        else:
+            outcomes[h] = HostOutcome(h, stage, Outcome.UNREACHABLE, "Ansible reported nothing for this host")
+    return StageResult(stage, outcomes, results, status, rc, time.monotonic() - t0)
+
+
+def _slim(res: dict) -> dict:
+    """The parts of a module result worth keeping (no invocation args: they may hold secrets)."""
+    keep = ("rc", "stdout", "stderr", "msg", "changed", "failed", "skipped", "unreachable")
+    return {k: res[k] for k in keep if k in res}

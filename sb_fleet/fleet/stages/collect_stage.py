@@ -1,0 +1,100 @@
+"""The collect stage: every host's result files over SSH into ``raw/<host>/`` (only what is missing), then
+the one normaliser over every host of the run into ``results-summary.jsonl``, ``metrics.json``,
+``problems.json`` and each host's ``benchmarks`` outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+from sb_fleet.analysis.crossnode.pattern_outputs import write_pattern_outputs
+from sb_fleet.config.traffic_patterns import base_key
+from sb_fleet.errors import InfraError
+from sb_fleet.fleet.executor import Executor
+from sb_fleet.fleet.fetch import CollectAborted, CollectTarget, collect_all, remove_partials
+from sb_fleet.fleet.stages.run_stage import remote_results
+from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.rundir.normalize import benchmark_outcome, summarize_host
+from sb_fleet.rundir.outcome_table import load_stage, save_stage
+from sb_fleet.rundir.rundir import RunDir
+from sb_fleet.rundir.runinputs import RunInputs
+from sb_fleet.rundir.runrecord import foreign_files
+from sb_fleet.safe_files import atomic_write_text, safe_name
+
+
+def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOutcome]:
+    prev = load_stage(run.rd, "run") or {}
+    # Every host that may hold results, including one that dropped off mid-run.
+    fetch = [h for h in hosts if h not in prev or prev[h].outcome != Outcome.SKIPPED]
+    outcomes: dict[str, HostOutcome] = {
+        h: HostOutcome(h, "collect", Outcome.SKIPPED, f"run skipped: {prev[h].reason}")
+        for h in hosts
+        if h not in fetch
+    }
+    targets = []
+    for h in fetch:
+        local = run.rd.raw_host(h) / "results"
+        remove_partials(local)  # what a killed collect left half-written
+        targets.append(CollectTarget(ex.inventory.get(h), remote_results(run, h), local))
+    try:
+        with ex.progress.stage("collect", fetch):
+            outcomes.update(
+                collect_all(targets, ex.ssh, ex.forks, run.config.fleet.collect_timeout, ex.progress.update)
+            )
+    except CollectAborted as exc:
+        # The control node's disk is full: record who was collected if the disk still takes it, then stop.
+        outcomes.update(exc.outcomes)
+        with contextlib.suppress(InfraError):
+            save_stage(run.rd, "collect", outcomes)
+        raise
+    save_stage(run.rd, "collect", outcomes)
+    expected = list(dict.fromkeys(base_key(e.key) for e in run.plan.entries()))  # a pattern's rounds: one key
+    normalize_run(run.rd, list(run.plan.hosts), expected)
+    write_pattern_outputs(run.rd, run.plan)  # mpi_pattern.txt, pairs/<entry>.json
+    return outcomes
+
+
+def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str, HostOutcome]:
+    """raw/ of every host of the run -> results-summary.jsonl, metrics.json, problems.json and each
+    collected host's benchmark outcome. Offline, and over the whole run whatever ``--limit`` said."""
+    lines: list[str] = []
+    meta: dict[str, dict] = {}
+    problems: dict[str, list[str]] = {}
+    outcomes: dict[str, HostOutcome] = {}
+    run_id = rd.run_id
+    for h in hosts:
+        raw = rd.path / "raw" / safe_name(h)
+        if not raw.is_dir():
+            continue
+        # Another host's (or run's) files are never taken as this host's data (hosts sharing a workspace).
+        foreign = foreign_files(h, run_id, collected_docs(raw / "results"))
+        if foreign:
+            problems[h] = foreign
+            outcomes[h] = HostOutcome(h, "benchmarks", Outcome.FAILED, f"results not taken: {foreign[0]}")
+            continue
+        rec = summarize_host(h, raw)
+        meta.update(rec.meta)
+        if rec.metrics:
+            lines.append(rec.summary_line())
+        if rec.problems:
+            problems[h] = rec.problems
+        outcomes[h] = benchmark_outcome(rec, expected)
+    atomic_write_text(rd.path / "results-summary.jsonl", "".join(ln + "\n" for ln in lines))
+    rd.write_json("metrics.json", meta)
+    rd.write_json("problems.json", problems)
+    save_stage(rd, "benchmarks", outcomes)
+    return outcomes
+
+
+def collected_docs(results: Path) -> list[tuple[str, Any]]:
+    """The collected ``status.json`` and rank files of one host, parsed (unreadable ones left to the
+    normaliser), each with its path under ``results``."""
+    docs: list[tuple[str, Any]] = []
+    for f in [results / "status.json", *sorted(results.rglob("rank*.json"))]:
+        if "logs" in f.parts or not f.is_file():
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            docs.append((str(f.relative_to(results)), json.loads(f.read_text())))
+    return docs

@@ -1,0 +1,264 @@
+"""The commands' orchestration: open or create the run, build the one executor, call the stages in order.
+
+Data flows one way: config + inventory -> plan -> rendered playbooks (written once, by
+:func:`sb_fleet.rundir.runinputs.create_run`) -> execution (per-host outcomes) -> raw artifacts -> results
+summary -> analysis -> report. Every later command reads the run's inputs back
+(:func:`sb_fleet.rundir.runinputs.open_run`); ``--limit`` narrows the hosts one command acts on and is
+recorded with it in the manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sb_fleet.errors import RunDirError
+from sb_fleet.exits import exit_for
+from sb_fleet.fleet.executor import Executor
+from sb_fleet.fleet.pattern_followup import follow_up
+from sb_fleet.fleet.progress import Progress
+from sb_fleet.fleet.ssh import SshSettings
+from sb_fleet.fleet.stages.cleanup_stage import cleanup as cleanup_stage
+from sb_fleet.fleet.stages.cleanup_stage import cleanup_playbook
+from sb_fleet.fleet.stages.collect_stage import collect as collect_stage
+from sb_fleet.fleet.stages.deploy_stage import can_start, deploy_then_start
+from sb_fleet.fleet.stages.deploy_stage import deploy as deploy_stage
+from sb_fleet.fleet.stages.image_stage import deploy_image
+from sb_fleet.fleet.stages.run_stage import run as run_stage
+from sb_fleet.outcome import Outcome
+from sb_fleet.rundir.outcome_table import merge, outcomes_of
+from sb_fleet.rundir.rundir import MANIFEST, utcnow
+from sb_fleet.rundir.runinputs import RunInputs, create_run, default_inputs, open_run
+
+if TYPE_CHECKING:
+    from sb_fleet.report.report_result import ReportResult
+
+log = logging.getLogger("sb_fleet")
+
+
+@dataclass(frozen=True)
+class Options:
+    config: Path | None = None
+    inventory: Path | None = None
+    run_dir: Path | None = None
+    dry_run: bool = False
+    accept_new_host_keys: bool = False
+    insecure_no_host_key_checking: bool = False
+    limit: str | None = None
+    forks: int | None = None
+    resume: bool = False
+    history: Path | None = None  # the history store to record into (else fleet.history of the config)
+    confirm: bool = False  # validate: run the flagged hosts' benchmarks again before the verdict
+    second_pass: bool = True  # validate: a pattern run's suspects re-paired, a failed all-nodes run bisected
+    rules: Path | None = None  # validate: SuperBench rules to judge the run with (as report --rules)
+    baseline: Path | None = None  # validate: SuperBench baseline (as report --baseline)
+    progress: bool = True
+    argv: tuple[str, ...] = field(default_factory=tuple)
+
+
+def inputs_for(opts: Options, create: bool = True) -> RunInputs:
+    """The run of ``--run-dir`` read back when it exists; else a new run (when ``create``)."""
+    path = Path(opts.run_dir) if opts.run_dir else None
+    if path is not None and (path / MANIFEST).exists():
+        return open_run(path, opts.config, opts.inventory)
+    if not create:
+        raise RunDirError(f"{path}: not a run directory (no {MANIFEST}); give the directory of a run")
+    cfg, inv = default_inputs(opts.config, opts.inventory)
+    return create_run(path, cfg, inv, opts.limit)
+
+
+def executor(run: RunInputs, opts: Options) -> Executor:
+    ssh = SshSettings.from_fleet(
+        run.config.fleet, opts.accept_new_host_keys, opts.insecure_no_host_key_checking
+    )
+    if ssh.policy == "off":
+        log.warning(
+            "HOST KEY CHECKING IS OFF (--insecure-no-host-key-checking): any host can impersonate "
+            "any other; never use this on a production fleet"
+        )
+        print("sb-fleet: WARNING: host key checking is OFF for this run", file=sys.stderr)
+    return Executor(
+        inventory=run.inventory,
+        ssh=ssh,
+        forks=opts.forks or run.config.fleet.forks,
+        ansible_root=run.rd.sub("ansible"),
+        progress=Progress(enabled=opts.progress),
+    )
+
+
+def dry_run(run: RunInputs, hosts: list[str]) -> str:
+    pb = run.rd.path / "playbooks"
+    narrowed = "" if len(hosts) == len(run.plan.hosts) else f"\nthis command would act on: {', '.join(hosts)}"
+    return f"{run.plan.describe()}{narrowed}\n\nrendered into {pb}:\n" + "\n".join(
+        f"  {p.name}" for p in sorted(pb.iterdir()) if p.suffix in (".yml", ".json")
+    )
+
+
+def finish(
+    run: RunInputs, opts: Options, start: str, hosts: list[str], gate_passed: bool | None = None
+) -> int:
+    """Merge the outcomes of every host of the run, record the command, and return its exit code."""
+    merged = merge(run.rd, list(run.plan.hosts))
+    code = exit_for([Outcome(merged[h]["outcome"]) for h in hosts], gate_passed)
+    run.rd.record_command(list(opts.argv), start, utcnow(), code, hosts)
+    return code
+
+
+def deploy_all(run: RunInputs, ex: Executor, hosts: list[str]) -> None:
+    """The deploy stage, then the benchmark image where the fleet runs in containers."""
+    deployed = deploy_stage(run, ex, hosts)
+    if run.config.fleet.runtime != "none":
+        deploy_image(run, ex, deployed)
+
+
+def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
+    """One stage (deploy, run or collect) on a new or existing run directory; (exit code, run)."""
+    start = utcnow()
+    run = inputs_for(opts, create=name != "collect")
+    hosts = run.select(opts.limit)
+    ex = executor(run, opts)
+    if name == "deploy":
+        deploy_all(run, ex, hosts)
+    elif name == "run":
+        run_stage(run, ex, hosts, resume=opts.resume)
+    else:
+        collect_stage(run, ex, hosts)
+    return finish(run, opts, start, hosts), run
+
+
+def analyse_run(run: RunInputs, opts: Options, confirmations: dict | None = None) -> ReportResult:
+    """The fleet analysis of the run directory. With a history store (``--history`` or fleet.history),
+    the run is judged against and recorded in it; with ``--rules``/``--baseline``, SuperBench's rules
+    and baseline judge it too."""
+    from sb_fleet.report.analyse import report as analyse
+
+    return analyse(
+        run.rd.path,
+        rules=opts.rules,
+        baseline=opts.baseline,
+        gates=run.config.gates,
+        history=opts.history or run.config.fleet.history,
+        confirmations=confirmations,
+    )
+
+
+def report(run: RunInputs, opts: Options, confirmations: dict | None = None) -> int:
+    """The fleet analysis (:func:`analyse_run`) written into the run directory; the gate's exit code."""
+    from sb_fleet.report.analyse import write_reports
+
+    result = analyse_run(run, opts, confirmations)
+    write_reports(result, run.rd.path)
+    for rule, patterns in result.rules_unmatched.items():
+        # loud whatever --quiet says: a rule that matches nothing passes every host silently
+        print(f"WARNING: rule {rule!r}: patterns match no metric in the results: {patterns}", file=sys.stderr)
+    return int(result.exit_code)
+
+
+def check_judges(opts: Options) -> None:
+    """Read the rules, baseline and history store given to validate now: a bad file fails before the run."""
+    if opts.rules is not None:
+        from sb_fleet.analysis.superbench.rules import load_rules
+
+        load_rules(Path(opts.rules))
+    if opts.baseline is not None:
+        from sb_fleet.analysis.superbench.baseline import load_baseline
+
+        load_baseline(Path(opts.baseline))
+
+
+def validate(opts: Options) -> tuple[int, RunInputs]:
+    """deploy, run, collect and report: every host of the run ends with an outcome and a verdict."""
+    start = utcnow()
+    check_judges(opts)
+    run = inputs_for(opts)
+    hosts = run.select(opts.limit)
+    if opts.history or run.config.fleet.history:  # a bad history file fails now, not after the run
+        from sb_fleet.history.history_store import check_store
+
+        check_store(opts.history or run.config.fleet.history or "")
+    ex = executor(run, opts)
+    first = can_start(run, opts.resume)  # deploy starts the first step in the same exec where it can
+    if first is not None:
+        _, started = deploy_then_start(run, ex, hosts, first)
+        result = run_stage(run, ex, hosts, started=started)
+    else:
+        deploy_all(run, ex, hosts)
+        result = run_stage(run, ex, hosts, resume=opts.resume)
+    if result.interrupted:
+        return finish(run, opts, start, hosts), run
+    collect_stage(run, ex, hosts)
+    merge(run.rd, list(run.plan.hosts))
+    if opts.second_pass and run.plan.patterns:
+        follow_up(run, lambda sub: sub_stages(sub, opts), lambda m: say(opts, m))
+    confirmations = confirm(run, opts) if opts.confirm else None
+    gate = report(run, opts, confirmations)
+    return finish(run, opts, start, hosts, gate_passed=gate == 0), run
+
+
+def say(opts: Options, message: str) -> None:
+    """A line for the operator on stderr (the log only, with --quiet)."""
+    log.info(message)
+    if opts.progress:
+        print(f"sb-fleet: {message}", file=sys.stderr, flush=True)
+
+
+def sub_stages(sub: RunInputs, opts: Options) -> None:
+    """deploy, run and collect a sub-run of validate (every host of it)."""
+    hosts, ex = sub.select(None), executor(sub, opts)
+    deploy_all(sub, ex, hosts)
+    run_stage(sub, ex, hosts)
+    collect_stage(sub, ex, hosts)
+
+
+def confirm(run: RunInputs, opts: Options) -> dict | None:
+    """validate --confirm: the benchmarks the failing hosts were flagged on run again, on them and on a
+    few passing control hosts, as a sub-run in ``<run>/confirm/``; each host's findings judged
+    reproduced or not (:mod:`sb_fleet.history.confirm`), written to ``confirm.json``."""
+    import yaml
+
+    from sb_fleet.analysis.fleet_results import load_fleet
+    from sb_fleet.history import confirm as cf
+    from sb_fleet.safe_files import atomic_write_text
+
+    # with a history store, its findings are confirmed too (the final report records the run again)
+    first = analyse_run(run, opts)
+    plan = cf.plan_confirmation(first.hosts)
+    cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), plan.all_benchmarks)
+    if not plan.benchmarks or cfg is None or len(run.inventory.sources) != 1:
+        return None
+    cfg_path = run.rd.path / "confirm-config.yaml"
+    atomic_write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
+    sub = create_run(run.rd.path / "confirm", cfg_path, Path(run.inventory.sources[0]), ",".join(plan.hosts))
+    sub_stages(sub, opts)
+    again, before = load_fleet(sub.rd.path), first.fleet
+    rerun = cf.rerun_values(again.hosts, again.columns, again.values)
+    firsts = cf.rerun_values(before.hosts, before.columns, before.values)
+    result = cf.judge_confirmation(
+        {h.name: h.issues for h in first.hosts if h.name in plan.benchmarks},
+        {h: rerun[h] for h in plan.benchmarks if h in rerun},
+        {c: firsts.get(c, {}) for c in plan.controls},
+        {c: rerun[c] for c in plan.controls if c in rerun},
+    )
+    run.rd.write_json("confirm.json", cf.confirmation_json(plan, result, sub.rd.path))
+    return result
+
+
+def cleanup(opts: Options, images: bool, workspaces: bool, cache: bool = False) -> tuple[int, str]:
+    """``sb-fleet cleanup``: (exit code, what to print)."""
+    start = utcnow()
+    run = inputs_for(opts)
+    hosts = run.select(opts.limit)
+    pb = cleanup_playbook(run, images, workspaces, cache)
+    if opts.dry_run:
+        return 0, pb.read_text()
+    outcomes = cleanup_stage(run, executor(run, opts), hosts, pb)
+    code = exit_for(o.outcome for o in outcomes.values())
+    run.rd.record_command(list(opts.argv), start, utcnow(), code, hosts)
+    lines = [f"{h}: {o.outcome.value}{' - ' + o.reason if o.reason else ''}" for h, o in outcomes.items()]
+    return code, "\n".join([*lines, f"run directory: {run.rd.path}"])
+
+
+__all__ = ["Options", "cleanup", "dry_run", "inputs_for", "outcomes_of", "report", "stage", "validate"]

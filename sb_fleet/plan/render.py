@@ -1,0 +1,199 @@
+"""Rendering: the plan as files Ansible and the on-host runner read, written once into ``playbooks/``.
+
+Pure apart from writing into the run directory; the values that reach the templates come from
+:mod:`sb_fleet.plan.templates`, the container playbooks from :mod:`sb_fleet.plan.render_container`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from sb_fleet.config.fleet_config import Config
+from sb_fleet.config.inventory import Inventory
+from sb_fleet.plan.render_container import render_container
+from sb_fleet.plan.resources import suite_dir
+from sb_fleet.plan.run_plan import Plan
+from sb_fleet.plan.tasks import NEED_SUITE
+from sb_fleet.plan.templates import run_env, runner_args, step_spec, template_env
+from sb_fleet.safe_files import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+INDEX = "index.json"  # playbooks/index.json: what was rendered, read back by later commands
+
+
+@dataclass(frozen=True)
+class Rendered:
+    deploy: Path
+    runs: dict[str, Path]  # step id -> playbook
+    suite_archive: Path
+    suite_digest: str
+    image_deploy: Path | None = None  # container-deploy.yml with fleet.runtime docker/podman/enroot
+
+    def to_json(self) -> dict:
+        return {
+            "deploy": self.deploy.name,
+            "runs": {k: v.name for k, v in self.runs.items()},
+            "suite_archive": self.suite_archive.name,
+            "suite_digest": self.suite_digest,
+            "image_deploy": self.image_deploy.name if self.image_deploy else None,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, out: Path) -> Rendered:
+        """The playbooks rendered into ``out`` (KeyError/TypeError on a foreign index)."""
+        return cls(
+            out / d["deploy"],
+            {str(k): out / v for k, v in d["runs"].items()},
+            out / d["suite_archive"],
+            str(d["suite_digest"]),
+            out / d["image_deploy"] if d.get("image_deploy") else None,
+        )
+
+
+def suite_archive_bytes(src: Path | None = None) -> tuple[bytes, str]:
+    """A reproducible tar.gz of the suite (sorted, fixed mtimes) and its digest, named by content."""
+    src = src or suite_dir()
+    files = sorted(
+        p
+        for p in src.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and not p.name.endswith((".pyc", ".egg-info"))
+        and ".egg-info" not in str(p)
+    )
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(src)).encode() + b"\0" + p.read_bytes())
+    digest = h.hexdigest()[:16]
+    buf = io.BytesIO()
+    import gzip
+
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for p in files:
+            info = tar.gettarinfo(str(p), arcname=f"suite-{digest}/{p.relative_to(src)}")
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = 0o755 if p.stat().st_mode & 0o100 else 0o644
+            with open(p, "rb") as f:
+                tar.addfile(info, f)
+    return buf.getvalue(), digest
+
+
+# Run on each host by the deploy task as ``sh -c BOOTSTRAP sb-fleet-deploy WS SUITE_DIR CMD...`` with
+# the suite archive (base64) on stdin: workspace (0700), unpack once per suite version (temp dir, then
+# rename), point ``suite`` at it, then exec the host preparation command.
+DEPLOY_BOOTSTRAP = """set -eu
+ws=$1 suite=$2
+shift 2
+case $ws in "~") ws=$HOME ;; "~/"*) ws=$HOME/${ws#"~/"} ;; esac
+umask 077
+mkdir -p -- "$ws"
+chmod 700 -- "$ws"
+cd -- "$ws"
+if [ -f "$suite/sb_bench/__init__.py" ]; then
+  cat >/dev/null
+else
+  tmp=$(mktemp -d ./.suite.XXXXXX)
+  if ! base64 -d | tar -xzf - -C "$tmp"; then
+    rm -rf -- "$tmp"
+    echo "cannot unpack the benchmark suite into $ws" >&2
+    exit 1
+  fi
+  # Hosts that share the workspace may unpack at once: the first rename wins, the others keep it.
+  if [ -e "$suite" ] && [ ! -f "$suite/sb_bench/__init__.py" ]; then rm -rf -- "$suite"; fi
+  if ! mv -T -- "$tmp/$suite" "$suite" 2>/dev/null && [ ! -f "$suite/sb_bench/__init__.py" ]; then
+    rm -rf -- "$tmp"
+    echo "cannot put the benchmark suite into $ws" >&2
+    exit 1
+  fi
+  rm -rf -- "$tmp"
+fi
+ln -sfn -- "$suite" suite
+exec "$@"
+"""
+assert not any(m in DEPLOY_BOOTSTRAP for m in ("{{", "{%", "{#")), "Ansible would template the bootstrap"
+
+
+def needs_torch(plan: Plan) -> bool:
+    """Whether a host needs PyTorch for this plan: False only when every benchmark runs on the host
+    alone (``device`` fixed to ``host``, e.g. ``noop``), so deploy then skips the torch checks."""
+    try:
+        from sb_bench.core import registry
+
+        for e in plan.entries():
+            dev = registry.get(e.benchmark).all_params().get("device")
+            if dev is None or tuple(dev.choices or ()) != ("host",):
+                return True
+        return False
+    except Exception:
+        return True
+
+
+def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: str, out: Path) -> Rendered:
+    """Write the deploy and run playbooks, step specs and the suite archive under ``out``."""
+    out = Path(out)
+    env = template_env()
+    data, digest = suite_archive_bytes()
+    archive = out / f"suite-{digest}.tar.gz"
+    if not archive.exists():
+        atomic_write_bytes(archive, data, 0o644)
+    b64 = out / f"suite-{digest}.tar.gz.b64"  # the deploy task sends it on stdin
+    if not b64.exists():
+        atomic_write_bytes(b64, base64.b64encode(data), 0o644)
+    fleet = config.fleet.model_dump()
+    if config.fleet.runtime != "none":  # the image brings torch: the host needs neither a venv nor torch
+        fleet["venv"] = False
+    deploy = out / "deploy.yml"
+    atomic_write_text(
+        deploy,
+        env.get_template("deploy.yml.j2").render(
+            run_id=run_id,
+            fleet=fleet,
+            suite_archive=str(archive.resolve()),
+            suite_digest=digest,
+            suite_b64=str(b64.resolve()),
+            bootstrap=DEPLOY_BOOTSTRAP,
+            need_suite=NEED_SUITE,
+            needs_torch=needs_torch(plan) and config.fleet.runtime == "none",
+        ),
+    )
+    runs = {}
+    for step in plan.steps:
+        spec = out / f"{step.id}.json"
+        atomic_write_json(spec, step_spec(run_id, step))
+        node_file = None
+        if step.multi_node:
+            node_args: dict[str, list[str]] = {}
+            for g in step.groups:
+                node_args.update(g.node_args(inventory, config.fleet.master_port))
+            node_file = out / f"{step.id}-nodes.yml"
+            atomic_write_text(node_file, yaml.safe_dump({"sb_node_args": node_args}, default_flow_style=None))
+        pb = out / f"{step.id}.yml"
+        atomic_write_text(
+            pb,
+            env.get_template("run.yml.j2").render(
+                run_id=run_id,
+                fleet=fleet,
+                step=step,
+                node_args_file=str(node_file.resolve()) if node_file else None,
+                runner_args=runner_args(run_id, step, config.fleet.master_port),
+                run_env=run_env(config),
+            ),
+        )
+        runs[step.id] = pb
+    image = None
+    if (
+        config.fleet.runtime != "none"
+    ):  # the steps run in the image; container-deploy.yml puts it on the hosts
+        image = render_container(plan, config, run_id, out, runs)
+    # Fail here, not on 500 hosts, if a template produced invalid YAML.
+    for p in [deploy, *runs.values(), *([image] if image else [])]:
+        yaml.safe_load(p.read_text())
+    rendered = Rendered(deploy, runs, archive, digest, image)
+    atomic_write_json(out / INDEX, rendered.to_json())
+    return rendered

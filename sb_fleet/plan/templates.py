@@ -1,0 +1,72 @@
+"""What the playbook templates and the on-host runner are given: the template environment, the step spec,
+the runner's arguments and the benchmark processes' environment. Pure.
+
+Templates live in ``playbooks/*.j2`` and use ``[[ ]]``/``[% %]`` so that Ansible's own ``{{ }}`` pass
+through untouched; every value sb-fleet fills in goes through ``tojson`` or ``yjson`` (a JSON literal is
+valid YAML), so config values cannot break or inject into the playbook.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import jinja2
+
+from sb_fleet.config.fleet_config import Config
+from sb_fleet.plan.resources import playbooks_dir
+from sb_fleet.plan.run_plan import Step
+from sb_fleet.plan.tasks import TASKS
+
+SPEC_VERSION = 1
+
+
+def template_env() -> jinja2.Environment:
+    """The Jinja2 environment of the playbook templates, with ``tasks`` and ``yjson`` (JSON, no HTML escaping)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(playbooks_dir())),
+        variable_start_string="[[",
+        variable_end_string="]]",
+        block_start_string="[%",
+        block_end_string="%]",
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["yjson"] = lambda v: json.dumps(v)
+    env.globals["tasks"] = dict(TASKS)
+    return env
+
+
+def step_spec(run_id: str, step: Step) -> dict:
+    return {
+        "schema_version": SPEC_VERSION,
+        "run_id": run_id,
+        "step": step.id,
+        "entries": [e.spec() for e in step.entries],
+    }
+
+
+def runner_args(run_id: str, step: Step, master_port: int) -> list[str]:
+    # The spec travels inline in argv (no secrets in it): one task per host and step, no file copy.
+    # Base64, so neither Ansible's templating nor any shell can read anything into it.
+    spec = json.dumps(step_spec(run_id, step), separators=(",", ":"), sort_keys=True)
+    return [
+        "-m",
+        "sb_bench.host.runner",
+        "--spec-b64",
+        base64.b64encode(spec.encode()).decode(),
+        "--results",
+        f"runs/{run_id}/results",
+        "--master-port",
+        str(master_port),
+    ]
+
+
+def run_env(config: Config) -> dict[str, str]:
+    """Environment of the benchmark processes: ``fleet.env``, plus the monitor's interval when enabled."""
+    env = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in config.fleet.env.items()}
+    mon = config.superbench.monitor
+    if mon is not None and mon.enable:
+        env.setdefault("SB_MONITOR_INTERVAL", str(mon.sample_interval))
+    return env

@@ -1,0 +1,283 @@
+"""The analysis as plain functions: ``report()`` judges a fleet, ``write_reports()`` writes the files.
+
+Used by the ``report`` command and by any other command (``validate``)
+that wants the analysis without the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sb_fleet.analysis.completeness import check_completeness
+from sb_fleet.analysis.crossnode.fabric import FabricView, load_fabric
+from sb_fleet.analysis.detect import Detection, detect
+from sb_fleet.analysis.fleet_results import Fleet, HostInfo, load_fleet
+from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
+from sb_fleet.analysis.issues import FAIL, Issue
+from sb_fleet.analysis.software import check_software
+from sb_fleet.analysis.stats import column_stats
+from sb_fleet.analysis.superbench.baseline import load_baseline
+from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary, apply_rules, load_rules
+from sb_fleet.analysis.verdict import FAILV, FLAKY, HostReport, judge
+from sb_fleet.config.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
+from sb_fleet.errors import ResultsError
+from sb_fleet.report.report_result import ReportResult
+
+if TYPE_CHECKING:
+    from sb_fleet.history.confirm import Confirmation
+
+REPORT_SCHEMA_VERSION = 1
+
+
+def _inventory_hosts(path: Path) -> list[HostInfo]:
+    from sb_fleet.config.inventory import (
+        load_inventory,  # the spine's parser; imported late, it pulls in ansible
+    )
+
+    inv = load_inventory(path, with_vars=False)
+    return [HostInfo(name=h.name, groups=tuple(getattr(h, "groups", ()) or ())) for h in inv.hosts]
+
+
+def _merge(bucket: dict[int, list[Issue]], more: dict[int, list[Issue]]) -> None:
+    for row, lst in more.items():
+        bucket.setdefault(row, []).extend(lst)
+
+
+def report(
+    source: Path | str,
+    inventory: Path | str | None = None,
+    rules: Path | str | None = None,
+    baseline: Path | str | None = None,
+    gates: Gates | None = None,
+    history: Path | str | None = None,
+    confirmations: Mapping[str, Confirmation] | None = None,
+) -> ReportResult:
+    """Judge every host of a run directory or results-summary.jsonl (and with ``history``, against
+    each host's own past; the run is recorded there)."""
+    t0 = time.perf_counter()
+    gates = gates or Gates()
+    fleet = load_fleet(Path(source))
+    warnings: list[str] = []
+
+    expected: list[HostInfo] = list(fleet.expected_hosts)
+    if inventory is not None:
+        inv = _inventory_hosts(Path(inventory))
+        known = {h.name: h for h in expected}
+        expected = [known.get(h.name, h) for h in inv]
+    host_index = fleet.host_index()
+    base = load_baseline(Path(baseline)) if baseline is not None else None
+    ruleset = load_rules(Path(rules)) if rules is not None else None
+
+    issues: dict[int, list[Issue]] = {}
+    _merge(issues, check_completeness(fleet.columns, fleet.values, fleet.expected_benchmarks))
+    sw_issues, sw_warnings = check_software(fleet)  # hosts that ran another container image
+    _merge(issues, sw_issues)
+    warnings.extend(sw_warnings)
+    gpu_by_name = {h.name: h.gpu_model for h in expected}
+    gpu_models = [gpu_by_name.get(h) for h in fleet.hosts]
+    partitions = partition_by_model(gpu_models)
+    detection = Detection(issues={})
+    if gates.fleet.enabled:
+        for label, rows in partitions.items():
+            part = detect(fleet.columns, fleet.values[rows], fleet.directions, gates.fleet.settings())
+            for r, lst in part.issues.items():
+                detection.issues.setdefault(int(rows[r]), []).extend(lst)
+            detection.flagged_cells |= {(int(rows[r]), c) for r, c in part.flagged_cells}
+            detection.families += [dataclasses.replace(f, partition=label) for f in part.families]
+            if len(rows) < gates.fleet.min_hosts:
+                who = f"with GPU model {label}" if label else "reported"
+                warnings.append(
+                    f"only {len(rows)} host(s) {who}: fleet-relative detection needs at least "
+                    f"{gates.fleet.min_hosts}; give rules and a baseline, or limits in the gates"
+                )
+        _merge(issues, detection.issues)
+    rule_summaries: list[RuleSummary] = []
+    rules_diagnosis: Diagnosis | None = None
+    rules_unmatched: dict[str, list[str]] = {}
+    if ruleset is not None:
+        ro = apply_rules(ruleset, fleet.columns, fleet.values, base)
+        _merge(issues, ro.issues)
+        rule_summaries = ro.summaries
+        rules_diagnosis, rules_unmatched = ro.diagnosis, ro.unmatched
+        warnings.extend(ro.warnings)
+    max_reg = gates.baseline.max_regression
+    if max_reg is None and base is not None and ruleset is None:
+        max_reg = DEFAULT_BASELINE_REGRESSION
+    if base is not None and max_reg is not None:
+        _merge(
+            issues,
+            apply_baseline_gate(
+                max_reg, gates.baseline.metrics, fleet.columns, fleet.values, base, fleet.directions
+            ),
+        )
+    if gates.limits:
+        _merge(issues, apply_limits(gates, fleet.columns, fleet.values, gpu_models))
+
+    hist = None
+    if history is not None:  # regressions against each component's own past: sb_fleet.history
+        from sb_fleet.history.assess import assess
+
+        hist = assess(
+            history,
+            source,
+            fleet.run_dir,
+            fleet.hosts,
+            fleet.columns,
+            fleet.values,
+            fleet.directions,
+            gates.history.settings(),
+        )
+        _merge(issues, hist.issues)
+        warnings.extend(hist.warnings)
+
+    fabric: FabricView | None = None
+    unreported: dict[str, list[Issue]] = {}  # culprits with no results line (their run failed): still judged
+    if fleet.run_dir is not None:  # a pattern run's culprits (pairs/, followup.json): analysis.fabric
+        fabric, unread = load_fabric(fleet.run_dir)
+        warnings.extend(unread)
+        if fabric is not None:
+            for name, lst in fabric.host_issues().items():
+                row = host_index.get(name)
+                if row is None:
+                    unreported[name] = lst
+                else:
+                    issues.setdefault(row, []).extend(lst)
+            warnings.extend(fabric.warnings())
+
+    hosts: list[HostReport] = []
+    seen: set[str] = set()
+    for info in expected:
+        row = host_index.get(info.name)
+        seen.add(info.name)
+        hosts.append(
+            judge(
+                info.name,
+                row is not None or info.name in unreported,
+                _dedupe(issues.get(row, [])) if row is not None else unreported.get(info.name, []),
+                info.outcome,
+                info.reason,
+                info.gpu_model,
+            )
+        )
+    extra = [h for h in fleet.hosts if h not in seen]
+    if expected and extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        warnings.append(f"{len(extra)} host(s) reported results but are not in the inventory: {shown}")
+    for name in extra:
+        row = host_index[name]
+        hosts.append(judge(name, True, _dedupe(issues.get(row, [])), None, "", None))
+
+    if not hosts:
+        first = f"; first problem: {fleet.problems[0]}" if fleet.problems else ""
+        raise ResultsError(
+            fleet.source,
+            None,
+            f"no host results and no inventory: nothing to judge{first}",
+            "a gate must not pass on an empty run; give -i INVENTORY or a results file with host lines",
+        )
+    if confirmations:  # validate --confirm: a failure that did not reproduce is flaky, not failed
+        hosts = [_confirmed(h, confirmations.get(h.name)) for h in hosts]
+    gate = decide(gates.policy, [h.verdict for h in hosts])
+    if fabric is not None and fabric.gate_failure:  # a bad link fails the fleet, not its two hosts
+        gate = dataclasses.replace(gate, passed=False, policy=f"{gate.policy}; {fabric.gate_failure}")
+    view = None
+    if hist is not None:
+        from sb_fleet.history.assess import conclude
+
+        view = conclude(hist, fleet.hosts, fleet.columns, fleet.values, hosts, gate.passed)
+        warnings.extend(view.warnings)
+        if view.gate_failure:
+            gate = dataclasses.replace(
+                gate, passed=False, policy=f"{gate.policy}; history: {view.gate_failure}"
+            )
+    return ReportResult(
+        source=str(source),
+        hosts=hosts,
+        gate=gate,
+        fleet=fleet,
+        stats=column_stats(fleet.values),
+        families=detection.families,
+        rule_summaries=rule_summaries,
+        problems=list(fleet.problems),
+        warnings=warnings,
+        inputs={
+            "source": str(source),
+            "inventory": str(inventory) if inventory is not None else None,
+            "rules": str(rules) if rules is not None else None,
+            "baseline": str(baseline) if baseline is not None else None,
+        },
+        gates=gates,
+        flagged_cells=detection.flagged_cells | _cells(issues, fleet),
+        partitions=partitions,
+        seconds=time.perf_counter() - t0,
+        rules_diagnosis=rules_diagnosis,
+        rules_unmatched=rules_unmatched,
+        history=view,
+        fabric=fabric,
+    )
+
+
+def _confirmed(h: HostReport, c: Confirmation | None) -> HostReport:
+    if c is None or h.verdict != FAILV:
+        return h
+    note = c.sentence()
+    if c.result == FLAKY:
+        return dataclasses.replace(h, verdict=FLAKY, reason=note)
+    return dataclasses.replace(h, reason=f"{h.reason}; {note}" if h.reason else note)
+
+
+def partition_by_model(gpu_models: list[str | None]) -> dict[str, np.ndarray]:
+    """Rows of the fleet by GPU model: different models are never compared with each other.
+
+    With one model (or none known) the whole fleet is one partition, labelled "". Hosts whose
+    model is unknown in a mixed fleet form their own partition, labelled "unknown".
+    """
+    known = {m for m in gpu_models if m}
+    if len(known) <= 1:
+        return {"": np.arange(len(gpu_models))}
+    out: dict[str, list[int]] = {}
+    for i, m in enumerate(gpu_models):
+        out.setdefault(m or "unknown", []).append(i)
+    return {k: np.asarray(v, dtype=np.int64) for k, v in sorted(out.items())}
+
+
+def _cells(issues: dict[int, list[Issue]], fleet: Fleet) -> set[tuple[int, int]]:
+    idx = fleet.column_index()
+    out = set()
+    for row, lst in issues.items():
+        for i in lst:
+            c = idx.get(i.metric)
+            if c is not None:
+                out.add((row, c))
+    return out
+
+
+def _dedupe(lst: list[Issue]) -> list[Issue]:
+    """Drop repeats of (metric, check); put failures first, the largest deviation first among them.
+
+    A failed return code a rule already reported is one finding, not two (SuperBench counts it once).
+    """
+    seen: set[tuple] = set()
+    by_rule = {i.metric for i in lst if i.check.startswith("rule:")}
+    out = []
+    for i in lst:
+        key = (i.metric, i.check)
+        if key in seen or (i.check == "return_code" and i.metric in by_rule):
+            continue
+        seen.add(key)
+        out.append(i)
+    out.sort(key=lambda i: (i.severity != FAIL, -abs(i.deviation or 0.0)))
+    return out
+
+
+def write_reports(result: ReportResult, out_dir: Path | str) -> list[Path]:
+    """Write report.json, report.md, report.html, junit.xml and quarantine.txt into ``out_dir``."""
+    from sb_fleet.report.writers import write_all
+
+    return write_all(result, Path(out_dir))

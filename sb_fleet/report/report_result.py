@@ -1,0 +1,65 @@
+"""The judged fleet as one value: what ``analysis.api.report()`` returns and the writers render.
+
+Its own module so that the writers depend on this value only, never on the analysis that makes it
+(``api`` imports the writers to write files; the writers import nothing back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sb_fleet.analysis.crossnode.fabric import FabricView
+from sb_fleet.analysis.detect import FamilyStats
+from sb_fleet.analysis.fleet_results import Fleet, LineProblem
+from sb_fleet.analysis.gates import GateResult
+from sb_fleet.analysis.stats import ColumnStats
+from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary
+from sb_fleet.analysis.verdict import VERDICTS, HostReport
+from sb_fleet.config.gatespec import Gates
+from sb_fleet.exits import exit_for
+
+if TYPE_CHECKING:
+    from sb_fleet.history.view import HistoryView
+
+
+@dataclass
+class ReportResult:
+    source: str
+    hosts: list[HostReport]
+    gate: GateResult
+    fleet: Fleet
+    stats: ColumnStats
+    families: list[FamilyStats]
+    rule_summaries: list[RuleSummary]
+    problems: list[LineProblem]
+    warnings: list[str]
+    inputs: dict[str, str | None]
+    gates: Gates
+    flagged_cells: set[tuple[int, int]] = field(default_factory=set)
+    partitions: dict[str, np.ndarray] = field(
+        default_factory=dict
+    )  # GPU model -> rows (see partition_by_model)
+    seconds: float = 0.0
+    rules_diagnosis: Diagnosis | None = None  # SuperBench's own view of the rules (analysis.sbdiagnosis)
+    rules_unmatched: dict[str, list[str]] = field(default_factory=dict)  # rule -> patterns matching nothing
+    history: HistoryView | None = None  # with --history: regressions against own past, offenders, trends
+    fabric: FabricView | None = None  # a pattern run: the node, NIC, link or path culprits (analysis.fabric)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_for([], gate_passed=self.gate.passed)
+
+    def counts(self) -> dict[str, int]:
+        c = dict.fromkeys(VERDICTS, 0)
+        for h in self.hosts:
+            c[h.verdict] = c.get(h.verdict, 0) + 1  # "flaky" only after validate --confirm
+        return c
+
+    def quarantine(self) -> list[str]:
+        """The hosts to drain: those the policy counts as failing."""
+        names = [h.name for h in self.hosts if h.verdict in self.gates.policy.count]
+        extra = self.history.quarantine if self.history is not None else []  # repeat offenders, by policy
+        return names + [h for h in extra if h not in set(names)]

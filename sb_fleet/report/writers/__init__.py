@@ -1,0 +1,40 @@
+"""The report files: one module per format, all written by :func:`write_all`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sb_fleet.safe_files import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from sb_fleet.report.report_result import ReportResult
+
+FILES = ("report.json", "report.md", "report.html", "junit.xml", "quarantine.txt")
+
+
+def write_all(result: ReportResult, out_dir: Path) -> list[Path]:
+    """Render every format first, then write each file atomically (temp file, rename)."""
+    from sb_fleet.analysis.figures.measured import figures_of
+    from sb_fleet.report.writers import quarantine
+    from sb_fleet.report.writers import report_html as html
+    from sb_fleet.report.writers import report_json as json_report
+    from sb_fleet.report.writers import report_junit as junit
+    from sb_fleet.report.writers import report_markdown as markdown
+
+    figs = figures_of(result.fleet)  # the measured figures: every report shows them
+    doc = json_report.build(result, figs)
+    rendered = {
+        "report.json": json_report.dumps(doc),
+        "report.md": markdown.render(result, figs).encode(),
+        "report.html": html.render(result, doc, figs).encode(),
+        "junit.xml": junit.render(result).encode(),
+        "quarantine.txt": quarantine.render(result).encode(),
+    }
+    out_dir = Path(out_dir)
+    paths = []
+    for name in FILES:
+        p = out_dir / name
+        atomic_write_bytes(p, rendered[name], mode=0o644)
+        paths.append(p)
+    return paths

@@ -1,0 +1,139 @@
+"""The results section of report.html: static markup (tables and matplotlib SVG plots), no script."""
+
+from __future__ import annotations
+
+import html
+import statistics
+
+import sb_fleet.report.writers.figure_plots as plots
+from sb_fleet.analysis.figures.figures import CV_LIMIT, Curve, Figures, RoofPoint
+from sb_fleet.report.writers.figures_md import MODEL_COLUMNS, cv_text, num, pct
+
+MAX_RANK_ROWS = 64
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _plot(svg: str, caption: str, more: str = "") -> str:
+    return (
+        f'<figure class="fig-plot">{svg}<figcaption class="muted">{_e(caption)}{more}</figcaption></figure>'
+    )
+
+
+def conv_summary(points: list[RoofPoint]) -> str:
+    """``36 convolutions: 20 compute-bound (median 45% of peak), 16 memory-bound (...)``."""
+    parts = []
+    for regime, against in (("compute-bound", "peak"), ("memory-bound", "the memory roof")):
+        effs = sorted(
+            p.efficiency for p in points if p.valid and p.regime == regime and p.efficiency is not None
+        )
+        if effs:
+            parts.append(f"{len(effs)} {regime} (median {statistics.median(effs):.0%} of {against})")
+    failed = sum(not p.valid for p in points)
+    if failed:
+        parts.append(f"{failed} with a failed result check, counted as 0 FLOPS (valid FLOPS)")
+    unknown = sum(p.valid and p.efficiency is None for p in points)
+    if unknown:
+        parts.append(f"{unknown} without a peak")
+    return f"{len(points)} convolution(s): " + ", ".join(parts)
+
+
+def render(figs: Figures) -> str:
+    """A ``<section id="figures">`` for the page; empty when nothing was measured."""
+    if not figs.metrics:
+        return ""
+    one = figs.hosts == 1
+    out = [
+        '<section id="figures"><h2>Measured figures</h2>',
+        f'<p class="muted">{"One host: its values" if one else f"{figs.hosts} hosts: fleet median, p5/p95, min/max"}'
+        " (GPUs/NICs pooled; open a row for each rank). % of peak = measured ÷ nominal peak. "
+        f"Run-to-run CV above {CV_LIMIT:.0%} is marked too noisy.</p>",
+    ]
+    plots_html: list[str] = []
+    by_bench: dict[str, list[Curve]] = {}
+    for c in figs.curves:
+        by_bench.setdefault(c.benchmark, []).append(c)
+    for _bench, curves in by_bench.items():
+        plots_html.append(
+            _plot(
+                plots.collective_svg(curves), "busbw (solid, p5–p95 band) and algbw (dashed) vs message size"
+            )
+        )
+    for rl in figs.rooflines:
+        convs = [p for p in rl.points if p.kind == "conv"]
+        said = [p.sentence for p in rl.points if p.kind != "conv"] + ([conv_summary(convs)] if convs else [])
+        caption = "; ".join(said) + f" — memory roof: {rl.bandwidth_source}"
+        more = ""
+        if convs:
+            more = (
+                f"<details><summary>{len(convs)} convolution(s)</summary><ul>"
+                + "".join(
+                    f"<li>{_e(p.sentence)}: {num(p.attained / 1e9)} GFLOPS, intensity {p.intensity:.3g} FLOP/byte</li>"
+                    for p in convs
+                )
+                + "</ul></details>"
+            )
+        plots_html.append(_plot(plots.roofline_svg(rl), caption, more))
+    if plots_html:
+        out.append('<div class="figplots" id="figure-plots">' + "".join(plots_html) + "</div>")
+    head = ["Metric", "Unit", "Better"]
+    head += ["Value"] if one else ["Median", "p5", "p95", "Min", "Max", "Hosts"]
+    head += ["% of peak", "Run-to-run CV"]
+    for bench, rows in figs.by_benchmark().items():
+        out.append(f'<h3>{_e(bench)}</h3><table class="figs"><thead><tr>')
+        out.append("".join(f"<th>{_e(h)}</th>" for h in head) + "</tr></thead><tbody>")
+        for f in rows:
+            leaf = f.metric[len(bench) + 1 :] if f.metric.startswith(bench + "/") else f.metric
+            cells = [
+                f'<td class="mono">{_e(leaf)}'
+                + (f" ({f.invalid_hosts} failed check: 0)" if f.invalid_hosts else "")
+            ]
+            if f.per_rank:
+                ranks = "".join(
+                    f"<tr><td>{_e(r)}</td><td>{num(v)}</td><td>{n}</td></tr>"
+                    for r, v, n in f.per_rank[:MAX_RANK_ROWS]
+                )
+                cells[0] += (
+                    f'<details><summary>{len(f.per_rank)} ranks</summary><table class="ranks">'
+                    f"<tr><th>Rank</th><th>{'Value' if one else 'Median'}</th><th>Hosts</th></tr>{ranks}</table></details>"
+                )
+            cells[0] += "</td>"
+            cells += [f"<td>{_e(f.unit or '-')}</td>", f"<td>{f.direction_word}</td>"]
+            stats = [f.median] if one else [f.median, f.p5, f.p95, f.min, f.max]
+            cells += [f"<td>{num(v)}</td>" for v in stats]
+            if not one:
+                cells.append(f"<td>{f.hosts}</td>")
+            title = (
+                f' title="{_e(f.peak_source)}: {num(f.peak)} {_e(f.peak_unit or "")}"'
+                if f.peak is not None
+                else ""
+            )
+            cells.append(f"<td{title}>{pct(f.efficiency)}</td>")
+            cls = ' class="v-fail"' if f.noisy else ""
+            cells.append(f"<td{cls}>{_e(cv_text(f))}</td>")
+            out.append("<tr>" + "".join(cells) + "</tr>")
+        out.append("</tbody></table>")
+    if figs.models:
+        present = [(k, t) for k, t in MODEL_COLUMNS if any(k in r.values for r in figs.models)]
+        out.append('<h3>Models (per model and precision)</h3><table class="figs"><thead><tr>')
+        out.append(
+            "".join(f"<th>{_e(h)}</th>" for h in ["Model", "Group", "Precision", *(t for _, t in present)])
+        )
+        out.append("</tr></thead><tbody>")
+        for r in figs.models:
+            vals = "".join(
+                f"<td>{num(r.values[k])} {_e(r.units.get(k) or '')}</td>" if k in r.values else "<td>-</td>"
+                for k, _ in present
+            )
+            out.append(
+                f'<tr><td class="mono">{_e(r.model)}</td><td>{_e(r.group)}</td><td>{_e(r.precision)}</td>{vals}</tr>'
+            )
+        out.append("</tbody></table>")
+    if figs.notes:
+        out.append(
+            "<h3>Notes on the figures</h3><ul>" + "".join(f"<li>{_e(n)}</li>" for n in figs.notes) + "</ul>"
+        )
+    out.append("</section>")
+    return "\n".join(out)

@@ -1,0 +1,52 @@
+"""junit.xml: one test case per host, for CI systems that run nightly gates.
+
+A host the gate policy counts as failing is a ``<failure>`` whose type is its
+verdict; a non-passing host the policy does not count is ``<skipped>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+from xml.sax.saxutils import escape, quoteattr
+
+if TYPE_CHECKING:
+    from sb_fleet.report.report_result import ReportResult
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _clean(text: str) -> str:
+    # XML 1.0 forbids most control characters, which a host name or value could carry.
+    return _CONTROL.sub("?", text)
+
+
+def render(result: ReportResult) -> str:
+    counted = set(result.gates.policy.count)
+    n = len(result.hosts)
+    failures = sum(1 for h in result.hosts if h.verdict in counted)
+    skipped = sum(1 for h in result.hosts if h.verdict != "pass" and h.verdict not in counted)
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>\n',
+        f'<testsuites name="sb-fleet" tests="{n}" failures="{failures}" errors="0" skipped="{skipped}">\n',
+        f'  <testsuite name="sb-fleet.hosts" tests="{n}" failures="{failures}" errors="0" skipped="{skipped}" '
+        f'time="{result.seconds:.3f}">\n',
+    ]
+    for h in result.hosts:
+        name = quoteattr(_clean(h.name))
+        if h.verdict == "pass":
+            out.append(f'    <testcase classname="sb-fleet.hosts" name={name}/>\n')
+            continue
+        first = h.issues[0].detail if h.issues else h.verdict
+        msg = quoteattr(_clean(f"{h.verdict}: {first}"[:300]))
+        body = escape(_clean("\n".join(f"[{i.check}] {i.category} {i.metric}: {i.detail}" for i in h.issues)))
+        tag = "failure" if h.verdict in counted else "skipped"
+        typ = f' type="{h.verdict}"' if tag == "failure" else ""
+        out.append(
+            f'    <testcase classname="sb-fleet.hosts" name={name}>\n'
+            f"      <{tag} message={msg}{typ}>{body}</{tag}>\n"
+            f"    </testcase>\n"
+        )
+    out.append("  </testsuite>\n</testsuites>\n")
+    return "".join(out)

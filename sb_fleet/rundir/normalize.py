@@ -1,0 +1,214 @@
+"""The one normaliser: raw per-rank result files into typed per-host records and SuperBench's
+``results-summary.jsonl``.
+
+One line per node, ``{"node": <inventory name>, "<key>/<metric>[:<rank>]": value, ...}``, where
+``<key>`` is the config entry (``gemm-flops``) or entry and model (``gpt_models/pytorch-gpt2-large``).
+SuperBench's rule (its runner's node summary), per metric and its ``reduce_op``:
+
+* ``None``: every rank keeps its value, as ``<key>/<metric>:<rank>`` when the node ran more than
+  one rank, plain ``<key>/<metric>`` when it ran one. ``return_code`` is such a metric (SuperBench
+  declares it with no reduce op), so a node of eight ranks has ``<key>/return_code:0`` … ``:7``;
+* ``max`` / ``min`` / ``sum`` / ``avg``: one ``<key>/<metric>`` for the node;
+* any other reduce op: the metric is left out and the host's record says why (SuperBench logs
+  "Unknown reduce type" and drops it too).
+
+Where sb-fleet differs on purpose: a rank's value is the mean of its ``run_count`` runs (SuperBench
+writes ``<key>/<run>/<metric>`` per run; the spread across runs stays in each result file), and
+``last`` (the highest rank's value) is accepted as a reduce op.
+
+Pure apart from reading the files it is given. A rank file that is unreadable, truncated, not a
+result object or without a return code is that entry's problem (return code 3, SuperBench's
+INVALID_BENCHMARK_RESULT), never an exception, so one corrupt file costs only its own benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sb_fleet.config.traffic_patterns import base_key
+from sb_fleet.outcome import HostOutcome, Outcome
+
+REDUCERS: dict[str, Callable[[list[float]], float]] = {
+    "max": max,
+    "min": min,
+    "sum": sum,
+    "avg": lambda xs: sum(xs) / len(xs),
+    "last": lambda xs: xs[-1],
+}
+CORRUPT_RC = 3  # SuperBench's INVALID_BENCHMARK_RESULT
+
+
+@dataclass(frozen=True)
+class EntryStatus:
+    """How one benchmark entry ended on one host."""
+
+    status: str  # ok | skipped | failed | timeout | … (the worst rank's word)
+    return_code: int
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "return_code": self.return_code, "reason": self.reason}
+
+
+@dataclass
+class HostRecord:
+    """Everything the normaliser made of one host's raw files."""
+
+    host: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    statuses: dict[str, EntryStatus] = field(default_factory=dict)  # entry key -> status
+    problems: list[str] = field(default_factory=list)
+    meta: dict[str, dict] = field(default_factory=dict)  # "<key>/<metric>" -> unit, higher_is_better
+
+    def summary_line(self) -> str:
+        return json.dumps({"node": self.host, **dict(sorted(self.metrics.items()))}, allow_nan=False)
+
+
+def _finite(v: object) -> bool:
+    try:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _mean(values: Iterable) -> float | None:
+    xs = [float(v) for v in values if _finite(v)]
+    m = sum(xs) / len(xs) if xs else None
+    return m if m is not None and math.isfinite(m) else None
+
+
+def _return_code(d: Mapping) -> int | None:
+    rc = d.get("return_code")
+    if rc is None:
+        res = d.get("result")
+        rc = res.get("return_code") if isinstance(res, dict) else None
+        if isinstance(rc, list):
+            rc = rc[0] if rc else None
+    try:
+        return None if rc is None or isinstance(rc, bool) else int(rc)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> None:
+    """Fold one entry's rank results (rank -> SuperBench result object) into ``out``. Pure."""
+    if not ranks:
+        return
+    multi = len(ranks) > 1
+    codes: dict[int, int] = {}
+    for rank, d in sorted(ranks.items()):
+        rc = _return_code(d)
+        if rc is None:
+            out.problems.append(f"{key}: rank {rank}: the result has no return code")
+            rc = CORRUPT_RC
+        codes[rank] = rc
+    for rank, rc in codes.items():
+        out.metrics[f"{key}/return_code:{rank}" if multi else f"{key}/return_code"] = rc
+    worst_rc = max(codes.values(), key=lambda c: (c != 0, c))  # a failing rank's code, even a negative one
+    bad = [(r, d) for r, d in sorted(ranks.items()) if codes[r] != 0]
+    if not bad and all(d.get("status") == "skipped" for d in ranks.values()):
+        status = "skipped"
+    elif not bad:
+        status = "ok"
+    else:
+        status = str(bad[0][1].get("status") or "failed")
+        if status in ("ok", "running", "skipped"):  # a non-zero return code is a failure
+            status = "failed"
+    first = bad[0][1] if bad else next(iter(ranks.values()))
+    reason = str(first.get("reason") or "")
+    if bad and not reason and codes[bad[0][0]] == CORRUPT_RC and out.problems:
+        reason = out.problems[-1]
+    prev = out.statuses.get(key)
+    if prev is None or prev.return_code <= worst_rc:
+        out.statuses[key] = EntryStatus(status, worst_rc, reason)
+    per_metric: dict[str, dict[int, float]] = {}
+    reduce_ops: dict[str, object] = {}
+    for rank, d in sorted(ranks.items()):
+        result = d.get("result")
+        ops = d.get("reduce_op")
+        for metric, values in result.items() if isinstance(result, dict) else ():
+            if metric == "return_code":
+                continue
+            v = _mean(values if isinstance(values, list) else [values])
+            if v is None:
+                continue
+            per_metric.setdefault(metric, {})[rank] = v
+            reduce_ops.setdefault(metric, ops.get(metric) if isinstance(ops, dict) else None)
+        metas = d.get("metrics")
+        for metric, meta in metas.items() if isinstance(metas, dict) else ():
+            if isinstance(meta, dict):
+                out.meta.setdefault(f"{key}/{metric}", {k: meta.get(k) for k in ("unit", "higher_is_better")})
+    for metric, by_rank in per_metric.items():
+        op = reduce_ops.get(metric)
+        if op is None:
+            for r, v in sorted(by_rank.items()):
+                out.metrics[f"{key}/{metric}:{r}" if multi else f"{key}/{metric}"] = v
+        elif isinstance(op, str) and op in REDUCERS:
+            v = REDUCERS[op]([by_rank[r] for r in sorted(by_rank)])
+            if math.isfinite(v):  # a sum can overflow
+                out.metrics[f"{key}/{metric}"] = v
+        else:
+            out.problems.append(f"{key}/{metric}: unknown reduce op {op!r}: left out")
+
+
+def read_entry(key: str, files: Iterable[Path], out: HostRecord) -> None:
+    """Read one entry's ``rank<N>.json`` files and fold them into ``out``."""
+    ranks: dict[int, dict] = {}
+    for f in files:
+        try:
+            rank = int(f.stem[4:])
+        except ValueError:
+            continue
+        try:
+            data = json.loads(f.read_text())
+            if not isinstance(data, dict) or not isinstance(data.get("result", {}), dict):
+                raise ValueError("not a result object")
+        except (OSError, ValueError) as exc:
+            out.problems.append(f"{key}: {f.name}: corrupt or truncated result file ({str(exc)[:120]})")
+            data = {"return_code": CORRUPT_RC, "status": "failed", "reason": "corrupt result file"}
+        ranks[rank] = data
+    reduce_entry(key, ranks, out)
+
+
+def entry_dirs(root: Path) -> list[Path]:
+    """Every directory under ``root`` that holds rank files (one per benchmark entry)."""
+    return sorted({p.parent for p in root.rglob("rank*.json") if "logs" not in p.parts})
+
+
+def summarize_host(host: str, raw_dir: Path, merge_rounds: bool = True) -> HostRecord:
+    """The record of one host from its ``raw/<host>/`` directory. The rounds of a pattern entry
+    (``nccl-bw@3``) are summarised under the entry's key (their metric names carry the round), unless
+    ``merge_rounds`` is False."""
+    out = HostRecord(host)
+    results = raw_dir / "results"
+    root = results if results.is_dir() else raw_dir
+    if not root.is_dir():
+        return out
+    for d in entry_dirs(root):
+        key = str(d.relative_to(root))
+        read_entry(base_key(key) if merge_rounds else key, sorted(d.glob("rank*.json")), out)
+    return out
+
+
+def benchmark_outcome(rec: HostRecord, expected: Iterable[str]) -> HostOutcome:
+    """The host's ``benchmarks`` outcome: timeout beats failed beats missing entries beats ok."""
+    details = {"entries": {k: st.to_json() for k, st in rec.statuses.items()}}
+    bad = [(k, st) for k, st in rec.statuses.items() if st.status not in ("ok", "skipped")]
+    timed_out = [(k, st) for k, st in bad if st.status == "timeout"]
+    absent = [k for k in expected if k not in rec.statuses]
+    h = rec.host
+    if timed_out:
+        k, st = timed_out[0]
+        return HostOutcome(h, "benchmarks", Outcome.TIMEOUT, f"{k}: {st.reason}", details=details)
+    if bad or rec.problems:
+        reason = f"{bad[0][0]}: {bad[0][1].reason}" if bad else rec.problems[0]
+        return HostOutcome(h, "benchmarks", Outcome.FAILED, reason, details=details)
+    if absent:
+        return HostOutcome(
+            h, "benchmarks", Outcome.FAILED, f"no result for {', '.join(absent)}", details=details
+        )
+    return HostOutcome(h, "benchmarks", Outcome.OK, details=details)

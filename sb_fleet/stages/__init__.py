@@ -1,5 +1,0 @@
-"""The stages of a run: deploy, image, run, collect, cleanup. Each is a function handed the run's inputs
-(:class:`sb_fleet.runinputs.RunInputs`), the one :class:`sb_fleet.execute.Executor` and the hosts to act
-on; it records one outcome per host in the run directory and returns them. Stages never import each
-other: :mod:`sb_fleet.workflow` calls them in order.
-"""
