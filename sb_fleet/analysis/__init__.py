@@ -1,11 +1,10 @@
-"""Fleet analysis: judge every host of a run from its benchmark results.
+"""The pure judgement of a fleet's results (layer 4; the report in ``sb_fleet.report`` strings it together).
 
-Data flows one way through small modules:
-
-``results`` (load a run directory or a results-summary.jsonl into a host x
-metric matrix) -> ``rules`` (SuperBench rules, with ``criteria`` parsed
-safely) and ``detect`` (fleet-relative detection, no rules needed) and
-``gates`` (floors, ceilings, baseline) -> ``verdict`` (one verdict per host)
--> ``writers`` (report.json, report.md, report.html, junit.xml,
-quarantine.txt). ``api`` strings them together.
+- flat core: ``fleet_results`` (a run directory or a results-summary.jsonl as a host x metric matrix),
+  ``detect`` and ``stats`` (fleet-relative detection, no rules needed), ``gates`` (floors, ceilings,
+  baseline), ``completeness``, ``software``, ``issues`` and ``verdict`` (one verdict per host);
+- ``superbench/``: SuperBench's metric names, rules (criteria parsed safely, never evaluated), baseline,
+  diagnosis and summary tables;
+- ``figures/``: the measured figures with unit, direction and % of peak;
+- ``crossnode/``: pair results of traffic patterns and the localisation of a bad node, NIC, link or path.
 """
