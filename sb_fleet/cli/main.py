@@ -25,13 +25,19 @@ PathArg = click.Path(path_type=Path)
 def _common(f: Callable) -> Callable:
     opts = [
         click.option(
-            "-i", "--inventory", type=PathArg, help="Ansible inventory (INI or YAML). Default: this machine."
+            "-i",
+            "--inventory",
+            type=PathArg,
+            help="Ansible inventory (INI or YAML), or slurm:partition=P,state=S,nodes=HOSTLIST. Default: this machine.",
         ),
         click.option(
             "-c", "--config", type=PathArg, help="benchmark config (SuperBench format + fleet/gates)."
         ),
         click.option("--run-dir", type=PathArg, help="run directory (default: a new runs/<run-id>/)."),
-        click.option("--limit", help="only these hosts or groups (comma-separated, globs allowed)."),
+        click.option(
+            "--limit",
+            help="only these hosts or groups (comma-separated, globs and Slurm hostlists like gpu[001-004]).",
+        ),
         click.option(
             "--forks", type=click.IntRange(1, 5000), help="hosts handled at once (default: fleet.forks)."
         ),
@@ -160,6 +166,12 @@ def collect(**kw: Any) -> int:
     help="pattern runs: skip the follow-ups (re-pairing each suspect with known-good hosts, bisecting a "
     "failed all-nodes run); the culprits are then judged on their confidence alone.",
 )
+@click.option(
+    "--drain",
+    is_flag=True,
+    help="Slurm: after the report, drain the failing hosts and resume those sb-fleet drained that now "
+    "pass (as sb-fleet drain RUN --resume); nodes drained for another reason are left alone.",
+)
 @guarded
 def validate(**kw: Any) -> int:
     """deploy, run, collect and report in one command."""
@@ -175,6 +187,12 @@ def validate(**kw: Any) -> int:
     click.echo(report.read_text() if report.exists() else "")
     click.echo(f"report: {report} (also report.json, report.html, junit.xml)")
     click.echo(f"run directory: {run.rd.path}")
+    if kw.get("drain") and (run.rd.path / "report.json").exists():
+        from sb_fleet.fleet.slurm_drain import drain_run
+
+        drained, text = drain_run(run.rd.path, resume=True, dry_run=False)
+        click.echo(text)
+        code = max(code, drained)
     return code
 
 
@@ -219,6 +237,7 @@ def bench_list(as_json: bool) -> int:
 
 def _register_commands() -> None:
     from sb_fleet.cli.compare_command import compare_cmd
+    from sb_fleet.cli.drain_command import drain_cmd
     from sb_fleet.cli.history_command import history_cmd
     from sb_fleet.cli.report_command import baseline_cmd, report_cmd
     from sb_fleet.cli.summary_command import summary_cmd
@@ -228,6 +247,7 @@ def _register_commands() -> None:
     main.add_command(history_cmd)
     main.add_command(summary_cmd)
     main.add_command(compare_cmd)
+    main.add_command(drain_cmd)
 
 
 _register_commands()

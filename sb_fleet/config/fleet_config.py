@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sb_fleet.config.container_settings import ContainerSettings
 from sb_fleet.config.gatespec import Gates
+from sb_fleet.config.slurm_inventory import SlurmSettings
 from sb_fleet.config.traffic_patterns import PatternSpec
 from sb_fleet.config.yamlsrc import load_yaml, pydantic_error
 from sb_fleet.errors import ConfigError
@@ -139,6 +140,7 @@ class Config(_Strict):
     fleet: FleetSettings = Field(default_factory=lambda: FleetSettings.model_validate({}))
     superbench: SuperBenchSection
     gates: Gates = Field(default_factory=Gates)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)  # -i slurm:..., sb-fleet drain
 
 
 def load_config(path: Path) -> Config:

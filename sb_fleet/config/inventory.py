@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sb_fleet.config.hostlist import expand, is_hostlist, split_top
 from sb_fleet.config.inventory_ini import read_names_and_groups
 from sb_fleet.errors import InventoryError
 
@@ -223,14 +224,18 @@ def _check_host(source: str, h: Host) -> None:
 
 
 def _limit_names(inv: Inventory, pattern: str) -> set[str]:
+    """Host names, group names and globs separated by ``,`` or ``:`` (Ansible's way), and Slurm hostlists
+    (``gpu[001-004,010]``: a bracket with a range or a list; :mod:`sb_fleet.config.hostlist`)."""
     import fnmatch
 
     out: set[str] = set()
-    for part in re.split(r"[,:]", pattern):
-        part = part.strip()
-        if not part:
-            continue
-        for h in inv.hosts:
-            if fnmatch.fnmatchcase(h.name, part) or part in h.groups:
-                out.add(h.name)
+    for top in split_top(pattern):
+        parts = expand(top) if is_hostlist(top) else re.split(r"[,:]", top)
+        for part in parts:
+            part = part.strip()
+            if not part:
+                continue
+            for h in inv.hosts:
+                if fnmatch.fnmatchcase(h.name, part) or part in h.groups:
+                    out.add(h.name)
     return out

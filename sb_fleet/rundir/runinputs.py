@@ -11,7 +11,9 @@ is a :class:`RunDirError` naming the file.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from pydantic import ValidationError
 from sb_fleet import __version__
 from sb_fleet.config.fleet_config import Config, load_config
 from sb_fleet.config.inventory import Inventory, load_inventory
+from sb_fleet.config.slurm_inventory import Resolved, is_slurm_source, resolve
 from sb_fleet.errors import InventoryError, RunDirError, UsageError
 from sb_fleet.plan.render import INDEX, Rendered, render_playbooks
 from sb_fleet.plan.resources import default_config, default_inventory, root
@@ -73,8 +76,30 @@ def plan_inputs(
     """Load, validate and plan, touching nothing on disk (the first half of :func:`create_run`).
     A new run with ``--limit`` is a run of those hosts only; ``given``: rounds that replace a pattern
     entry's own (a follow-up pass, :mod:`sb_fleet.fleet.pattern_followup`)."""
+    config, inventory, plan, _ = _plan_inputs(cfg_path, inv_path, limit, given)
+    return config, inventory, plan
+
+
+def _load_fleet(config: Config, inv_path: Path) -> tuple[Inventory, Resolved | None]:
+    """The inventory file as given, or the fleet Slurm names for ``slurm:...`` (resolved with sinfo into a
+    YAML inventory, read by Ansible like any other; :mod:`sb_fleet.config.slurm_inventory`)."""
+    if not is_slurm_source(inv_path):
+        return load_inventory(inv_path), None
+    res = resolve(str(inv_path), config.slurm.host_vars, config.slurm.sinfo)
+    tmp = Path(tempfile.mkdtemp(prefix="sb-fleet-slurm-"))  # 0700, ours
+    try:
+        (tmp / "slurm.yml").write_text(res.text)
+        inv = load_inventory(tmp / "slurm.yml")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return inv, res
+
+
+def _plan_inputs(
+    cfg_path: Path, inv_path: Path, limit: str | None, given: Mapping[str, GivenRounds] | None
+) -> tuple[Config, Inventory, Plan, Resolved | None]:
     config = load_config(cfg_path)
-    inventory = load_inventory(inv_path)
+    inventory, slurm = _load_fleet(config, inv_path)
     if not inventory.hosts:
         raise InventoryError(inv_path, None, "the inventory has no host", "add the hosts to validate")
     inventory = inventory.limit(limit)
@@ -85,7 +110,7 @@ def plan_inputs(
     if not plan.steps:
         why = "; ".join(f"{k}: {v}" for k, v in plan.unsupported.items()) or "no benchmark is enabled"
         raise UsageError(f"{cfg_path}: nothing to run ({why})")
-    return config, inventory, plan
+    return config, inventory, plan, slurm
 
 
 def create_run(
@@ -96,13 +121,19 @@ def create_run(
     given: Mapping[str, GivenRounds] | None = None,
 ) -> RunInputs:
     """A new run directory with every input written once."""
-    config, inventory, plan = plan_inputs(cfg_path, inv_path, limit, given)
+    config, inventory, plan, slurm = _plan_inputs(cfg_path, inv_path, limit, given)
     rd = RunDir.create(run_dir)
     atomic_write_bytes(rd.path / "config.yaml", cfg_path.read_bytes())
     rd.write_json("config.json", config.model_dump(mode="json"))
     inv_dir = rd.sub("inventory")
+    if slurm is not None:
+        # The fleet Slurm named is this run's inventory: later commands and sub-runs read the snapshot.
+        snap = inv_dir / "slurm.yml"
+        atomic_write_bytes(snap, slurm.text.encode())
+        atomic_write_bytes(inv_dir / "slurm-query.json", slurm.record_json().encode())
+        inventory = Inventory((str(snap),), inventory.hosts)
     # An inventory holding secrets is not copied; hosts.json keeps the hosts with secrets masked.
-    if not any(h.has_secrets() for h in inventory.hosts) and inv_path.is_file():
+    elif not any(h.has_secrets() for h in inventory.hosts) and inv_path.is_file():
         atomic_write_bytes(inv_dir / inv_path.name, inv_path.read_bytes())
     rd.write_json("inventory/hosts.json", inventory.to_json())
     rd.write_json(
@@ -165,7 +196,11 @@ def _run_inventory(rd: RunDir, sources: list[str], plan: Plan) -> Inventory:
     """The inventory the run was created with: its sources where they still exist (they may hold
     connection variables and secrets that the run directory does not keep), else the snapshot."""
     present = [s for s in sources if Path(s).exists()]
-    snap = [p for p in sorted((rd.path / "inventory").glob("*")) if p.is_file() and p.name != "hosts.json"]
+    snap = [
+        p
+        for p in sorted((rd.path / "inventory").glob("*"))
+        if p.is_file() and p.name not in ("hosts.json", "slurm-query.json")
+    ]
     if present and len(present) == len(sources):
         inv = load_inventory(list(present))
     elif snap:
