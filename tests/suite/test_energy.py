@@ -17,7 +17,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from fleetlib.powercap import make_tree, write_counter  # noqa: E402
-
 from sb_bench.core import energy  # noqa: E402
 
 CPU = SimpleNamespace(type="cpu")
@@ -38,7 +37,10 @@ def sysfs(tmp_path, monkeypatch):
 def test_names_follow_the_figure():
     assert energy.energy_names("fp16_tc_flops") == ("fp16_tc_flops_per_watt", "fp16_tc_power")
     assert energy.energy_names("int8_tc_iops") == ("int8_tc_iops_per_watt", "int8_tc_power")
-    assert energy.energy_names("fp32_train_throughput") == ("fp32_train_throughput_per_watt", "fp32_train_power")
+    assert energy.energy_names("fp32_train_throughput") == (
+        "fp32_train_throughput_per_watt",
+        "fp32_train_power",
+    )
     assert energy.energy_names("burn_gflops") == ("burn_gflops_per_watt", "burn_power")
     from sb_bench.core.metric import Metric
 
@@ -84,7 +86,9 @@ def test_wraps_between_polls_are_seen_by_the_thread(tmp_path, monkeypatch):
     # A counter with a 10 J range advanced at 40 W by a separate process: it wraps every 0.25 s, so
     # only the meter's polling thread sees every wrap of a 1.5 s window.
     root = tmp_path / "sys"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), "40", "10000000"])
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), "40", "10000000"]
+    )
     try:
         counter = zone(root, "intel-rapl:0") / "energy_uj"
         deadline = time.monotonic() + 30
@@ -129,7 +133,9 @@ def test_unreadable_counter_says_why(sysfs):
     assert "cannot read" in meter.reason and "intel-rapl:0/energy_uj" in meter.reason
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a 0400 file anyway: the permission case needs a user")
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root reads a 0400 file anyway: the permission case needs a user"
+)
 def test_root_only_counter_names_the_fix(sysfs):
     (zone(sysfs, "intel-rapl:0") / "energy_uj").chmod(0)
     meter = energy.meter_for(CPU)

@@ -265,7 +265,7 @@ class SampledPowerMeter(Meter):
             self._thread = None
         self._sample()
         s = self._samples
-        joules = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(s, s[1:]))
+        joules = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(s, s[1:], strict=False))
         return Reading(joules, s[-1][0] - s[0][0], self.source)
 
 
@@ -425,7 +425,9 @@ def _amd_meter(device: Any) -> Meter:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     visible = [
         v.strip()
-        for v in (os.environ.get("HIP_VISIBLE_DEVICES") or os.environ.get("ROCR_VISIBLE_DEVICES") or "").split(",")
+        for v in (
+            os.environ.get("HIP_VISIBLE_DEVICES") or os.environ.get("ROCR_VISIBLE_DEVICES") or ""
+        ).split(",")
         if v.strip()
     ]
     phys = int(visible[idx % len(visible)]) if visible and visible[0].isdigit() else idx

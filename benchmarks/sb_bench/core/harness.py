@@ -40,7 +40,9 @@ class Harness:
         h.figures, h.meter, h.energy = self.figures, self.meter, self.energy
         return h
 
-    def measure(self, key: str, figures: dict[str, float], reading: energy.Reading | None) -> dict[str, float]:
+    def measure(
+        self, key: str, figures: dict[str, float], reading: energy.Reading | None
+    ) -> dict[str, float]:
         """The efficiency and power values of ``figures`` (those declared) over ``reading``, recorded under
         ``key`` in the result's ``energy`` section; none without a reading."""
         wanted = {f: v for f, v in figures.items() if f in self.figures}
