@@ -1,0 +1,123 @@
+"""Energy efficiency on a real loopback fleet (issue 31): gemm-flops on CPU reads each host's powercap
+counter through its ``sb_path_sysfs``; the counters are fake sysfs trees that a writer process per host
+advances at a fixed power. One host's counter draws 30% more for the same work: it is flagged on its
+efficiency and power, and the others pass. A fifth host has no counter: its figures come with the reason.
+
+Hosts run one at a time (``forks: 1``) so that each host's GEMM gets the same share of this machine; the
+fleet check's practical floor is 10% (``min_deviation``), the run-to-run noise of a CPU GEMM on a shared
+two-core machine, well below the planted 23% efficiency drop and 30% power rise."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import SB_FLEET, started_fleet
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+WATTS = 50.0
+EXCESS = 1.3
+
+CONFIG = """\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  python: /usr/bin/python3
+  venv: true
+  install_requirements: never
+  default_timeout: 180
+  forks: 1
+superbench:
+  benchmarks:
+    gemm-flops:
+      enable: true
+      timeout: 180
+      modes: [{name: local, proc_num: 1, env: {OMP_NUM_THREADS: 1}}]
+      parameters: {m: 128, n: 128, k: 128, num_warmup: 2, duration: 1.0, precision: [fp64, fp32]}
+gates:
+  fleet: {min_hosts: 3, min_deviation: 0.10}
+"""
+
+
+@pytest.fixture(scope="module")
+def efleet():
+    with started_fleet(5, "127.0.31") as f:
+        yield f
+
+
+def _start_counters(fleet, watts: dict[str, float]) -> list[subprocess.Popen]:  # noqa: ANN001
+    procs = []
+    for name, w in watts.items():
+        root = fleet.dir / f"sysfs-{name}"
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), str(w)]))
+    deadline = time.monotonic() + 60
+    for name in watts:
+        counter = fleet.dir / f"sysfs-{name}" / "class/powercap/intel-rapl:0/energy_uj"
+        while not (counter.exists() and counter.read_text().strip() not in ("", "0")):
+            assert time.monotonic() < deadline, f"the fake counter of {name} never started"
+            time.sleep(0.02)
+    return procs
+
+
+def test_a_host_drawing_30_percent_more_for_the_same_work_is_flagged(efleet, tmp_path: Path) -> None:
+    hosts = [h.name for h in efleet.hosts]
+    hungry, bare = hosts[1], hosts[4]
+    watts = {h: WATTS * (EXCESS if h == hungry else 1.0) for h in hosts if h != bare}
+    host_vars = {h: {"sb_path_sysfs": str(efleet.dir / f"sysfs-{h}")} for h in hosts}
+    # the bare host's sysfs root has no powercap at all
+    (efleet.dir / f"sysfs-{bare}").mkdir(exist_ok=True)
+    procs = _start_counters(efleet, watts)
+    run_dir = tmp_path / "run"
+    try:
+        r = subprocess.run(
+            [
+                SB_FLEET,
+                "validate",
+                "-i",
+                str(efleet.inventory(host_vars=host_vars)),
+                "-c",
+                str(efleet.config(CONFIG, "energy.yaml")),
+                "--run-dir",
+                str(run_dir),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        for p in procs:
+            os.kill(p.pid, signal.SIGTERM)
+            p.wait()
+    doc = json.loads((run_dir / "report.json").read_text())
+    verdicts = {h["name"]: h["verdict"] for h in doc["hosts"]}
+    issues = {h["name"]: {i["metric"] for i in h["issues"]} for h in doc["hosts"]}
+    assert verdicts[hungry] == "fail", (r.stdout[-3000:], r.stderr[-3000:], issues)
+    flagged = {m.split(":")[0] for m in issues[hungry]}
+    assert flagged & {"gemm-flops/fp32_flops_per_watt", "gemm-flops/fp64_flops_per_watt"}, issues[hungry]
+    assert flagged & {"gemm-flops/fp32_power", "gemm-flops/fp64_power"}, issues[hungry]
+    for h in hosts:
+        if h != hungry:
+            assert verdicts[h] == "pass", (h, issues[h], r.stdout[-3000:])
+    # The measured power is the planted one (the counters advance at a known rate).
+    summary = [json.loads(line) for line in (run_dir / "results-summary.jsonl").read_text().splitlines()]
+    by_node = {row["node"]: row for row in summary}
+    for h, w in watts.items():
+        assert by_node[h]["gemm-flops/fp32_power:0"] == pytest.approx(w, rel=0.05)
+        eff = by_node[h]["gemm-flops/fp32_flops:0"] / by_node[h]["gemm-flops/fp32_power:0"]
+        assert by_node[h]["gemm-flops/fp32_flops_per_watt:0"] == pytest.approx(eff)
+    # No counter: the figure is there, the efficiency is not, and the host's result says why.
+    assert by_node[bare]["gemm-flops/fp32_flops:0"] > 0
+    assert "gemm-flops/fp32_power:0" not in by_node[bare]
+    raw = run_dir / "raw" / bare / "results" / "gemm-flops" / "rank0.json"
+    reason = json.loads(raw.read_text())["reason"]
+    assert "no energy counter on this host" in reason, reason
