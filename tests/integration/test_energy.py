@@ -32,8 +32,9 @@ version: v0.4
 fleet:
   known_hosts: @KNOWN_HOSTS@
   python: /usr/bin/python3
-  venv: true
+  venv: false
   install_requirements: never
+  min_free_disk_gb: 0
   default_timeout: 180
   forks: 1
 superbench:
@@ -98,6 +99,7 @@ def test_a_host_drawing_30_percent_more_for_the_same_work_is_flagged(efleet, tmp
         for p in procs:
             os.kill(p.pid, signal.SIGTERM)
             p.wait()
+    assert (run_dir / "report.json").is_file(), (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
     doc = json.loads((run_dir / "report.json").read_text())
     verdicts = {h["name"]: h["verdict"] for h in doc["hosts"]}
     issues = {h["name"]: {i["metric"] for i in h["issues"]} for h in doc["hosts"]}
