@@ -99,6 +99,7 @@ class Reading:
     joules: float
     seconds: float
     source: str
+    start: float = 0.0  # time.monotonic() when the window began (this host's clock)
 
     @property
     def watts(self) -> float:
@@ -110,6 +111,7 @@ class Reading:
             "seconds": round(self.seconds, 6),
             "watts": round(self.watts, 4),
             "source": self.source,
+            "start_monotonic": round(self.start, 6),
         }
 
 
@@ -230,7 +232,7 @@ class CounterMeter(Meter):
         self._update()
         if self._error:
             raise EnergyUnavailable(self._error)
-        return Reading(sum(c.total for c in self.counters), seconds, self.source)
+        return Reading(sum(c.total for c in self.counters), seconds, self.source, self._t0)
 
 
 class SampledPowerMeter(Meter):
@@ -266,7 +268,7 @@ class SampledPowerMeter(Meter):
         self._sample()
         s = self._samples
         joules = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(s, s[1:], strict=False))
-        return Reading(joules, s[-1][0] - s[0][0], self.source)
+        return Reading(joules, s[-1][0] - s[0][0], self.source, s[0][0])
 
 
 # -- CPUs: powercap ----------------------------------------------------------------------------------
