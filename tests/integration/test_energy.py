@@ -1,11 +1,14 @@
 """Energy efficiency on a real loopback fleet (issue 31): gemm-flops on CPU reads each host's powercap
-counter through its ``sb_path_sysfs``; the counters are fake sysfs trees that a writer process per host
-advances at a fixed power. One host's counter draws 30% more for the same work: it is flagged on its
-efficiency and power, and the others pass. A fifth host has no counter: its figures come with the reason.
+counter through its ``sb_path_sysfs``; the counters are fake sysfs trees whose package counter a
+process per host answers with the energy at a fixed power (tests/fleetlib/powercap.py). One host's
+counter reports 30% more energy for the same work: it is flagged, the others pass. One host has no
+counter: its figures come with the reason.
 
-Hosts run one at a time (``forks: 1``) so that each host's GEMM gets the same share of this machine; the
-fleet check's practical floor is 10% (``min_deviation``), the run-to-run noise of a CPU GEMM on a shared
-two-core machine, well below the planted 23% efficiency drop and 30% power rise."""
+Twelve hosts (one sshd answering them all) and the default gates: the fleet-relative detector sets a
+single outlier aside from its spread estimate only with ten other values in the family. The power is
+exact here, so it is the power that must flag the host; the efficiency's spread is the CPU GEMM's
+throughput spread on a shared two-core machine (up to 2x under load), which the planted 23% drop
+may or may not leave."""
 
 from __future__ import annotations
 
@@ -35,23 +38,21 @@ fleet:
   venv: false
   install_requirements: never
   min_free_disk_gb: 0
-  default_timeout: 180
-  forks: 1
+  default_timeout: 300
+  forks: 12
 superbench:
   benchmarks:
     gemm-flops:
       enable: true
-      timeout: 180
+      timeout: 300
       modes: [{name: local, proc_num: 1, env: {OMP_NUM_THREADS: 1}}]
       parameters: {m: 128, n: 128, k: 128, num_warmup: 2, duration: 1.0, precision: [fp64, fp32]}
-gates:
-  fleet: {min_hosts: 3, min_deviation: 0.10}
 """
 
 
 @pytest.fixture(scope="module")
 def efleet():
-    with started_fleet(5, "127.0.31") as f:
+    with started_fleet(12, "127.0.31", shared_sshd=True) as f:
         yield f
 
 
@@ -59,19 +60,20 @@ def _start_counters(fleet, watts: dict[str, float]) -> list[subprocess.Popen]:  
     procs = []
     for name, w in watts.items():
         root = fleet.dir / f"sysfs-{name}"
-        procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), str(w)]))
-    deadline = time.monotonic() + 60
+        procs.append(
+            subprocess.Popen([sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), str(w)])
+        )
+    deadline = time.monotonic() + 120
     for name in watts:
-        counter = fleet.dir / f"sysfs-{name}" / "class/powercap/intel-rapl:0/energy_uj"
-        while not (counter.exists() and counter.read_text().strip() not in ("", "0")):
+        while not (fleet.dir / f"sysfs-{name}" / "ready").exists():
             assert time.monotonic() < deadline, f"the fake counter of {name} never started"
-            time.sleep(0.02)
+            time.sleep(0.05)
     return procs
 
 
 def test_a_host_drawing_30_percent_more_for_the_same_work_is_flagged(efleet, tmp_path: Path) -> None:
     hosts = [h.name for h in efleet.hosts]
-    hungry, bare = hosts[1], hosts[4]
+    hungry, bare = hosts[1], hosts[-1]
     watts = {h: WATTS * (EXCESS if h == hungry else 1.0) for h in hosts if h != bare}
     host_vars = {h: {"sb_path_sysfs": str(efleet.dir / f"sysfs-{h}")} for h in hosts}
     # the bare host's sysfs root has no powercap at all
@@ -105,11 +107,13 @@ def test_a_host_drawing_30_percent_more_for_the_same_work_is_flagged(efleet, tmp
     issues = {h["name"]: {i["metric"] for i in h["issues"]} for h in doc["hosts"]}
     assert verdicts[hungry] == "fail", (r.stdout[-3000:], r.stderr[-3000:], issues)
     flagged = {m.split(":")[0] for m in issues[hungry]}
-    assert flagged & {"gemm-flops/fp32_flops_per_watt", "gemm-flops/fp64_flops_per_watt"}, issues[hungry]
-    assert flagged & {"gemm-flops/fp32_power", "gemm-flops/fp64_power"}, issues[hungry]
+    assert {"gemm-flops/fp32_power", "gemm-flops/fp64_power"} <= flagged, issues[hungry]
     for h in hosts:
-        if h != hungry:
+        if h not in (hungry, bare):
             assert verdicts[h] == "pass", (h, issues[h], r.stdout[-3000:])
+    # Without a counter among peers that have one: incomplete (its energy metrics are missing), not failed.
+    assert verdicts[bare] == "incomplete", (issues[bare], r.stdout[-3000:])
+    assert issues[bare] and all(m.endswith(("_power:0", "_per_watt:0")) for m in issues[bare]), issues[bare]
     # The measured power is the planted one (the counters advance at a known rate).
     summary = [json.loads(line) for line in (run_dir / "results-summary.jsonl").read_text().splitlines()]
     by_node = {row["node"]: row for row in summary}

@@ -22,6 +22,13 @@ from sb_bench.core import energy  # noqa: E402
 CPU = SimpleNamespace(type="cpu")
 
 
+def wait_ready(root: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not (root / "ready").exists():
+        assert time.monotonic() < deadline, "the fake counter never started"
+        time.sleep(0.02)
+
+
 def zone(root: Path, name: str) -> Path:
     return root / "class" / "powercap" / name
 
@@ -83,31 +90,27 @@ def test_wrapping_counter_counts_across_the_wrap(sysfs):
 
 
 def test_wraps_between_polls_are_seen_by_the_thread(tmp_path, monkeypatch):
-    # A counter with a 10 J range advanced at 40 W by a separate process: it wraps every 0.25 s, so
-    # only the meter's polling thread sees every wrap of a 1.5 s window.
+    # A counter with a 40 J range advanced at 40 W by a separate process: it wraps every second, so
+    # only the meter's polling thread sees every wrap of a 2.5 s window.
     root = tmp_path / "sys"
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), "40", "10000000"]
+        [sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), "40", "40000000"]
     )
     try:
-        counter = zone(root, "intel-rapl:0") / "energy_uj"
-        deadline = time.monotonic() + 30
-        while not (counter.exists() and counter.read_text().strip() not in ("", "0")):
-            assert time.monotonic() < deadline, "the fake counter never started"
-            time.sleep(0.01)
+        wait_ready(root)
         meter = energy.powercap_meter(root)
         assert isinstance(meter, energy.CounterMeter) and 0 < meter.poll_s < 0.25
         meter.start()
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 1.5:
+        while time.monotonic() - t0 < 2.5:
             time.sleep(0.05)
         reading = meter.stop()
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait()
     assert reading is not None
-    # Under load the poller may miss a wrap only if it stalls > 0.25 s: a miss shows as ~10 J short.
-    assert reading.watts == pytest.approx(40, rel=0.1)
+    # The poller misses a wrap only if it stalls for a second (a miss shows as 40 J short: -40%).
+    assert reading.watts == pytest.approx(40, rel=0.05)
 
 
 def test_missing_tree_says_why(tmp_path, monkeypatch):
@@ -237,11 +240,7 @@ def powered_sysfs(tmp_path, monkeypatch):
     root = tmp_path / "sys"
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), "60"])
     try:
-        counter = zone(root, "intel-rapl:0") / "energy_uj"
-        deadline = time.monotonic() + 30
-        while not (counter.exists() and counter.read_text().strip() not in ("", "0")):
-            assert time.monotonic() < deadline, "the fake counter never started"
-            time.sleep(0.01)
+        wait_ready(root)
         monkeypatch.setenv("SB_PATH_SYSFS", str(root))
         yield root
     finally:
@@ -258,7 +257,7 @@ def test_gemm_flops_reports_power_and_efficiency_per_precision(powered_sysfs):
     r = env["result"]
     for p in ("fp64", "fp32"):
         power = r[f"{p}_power"][0]
-        assert power == pytest.approx(60, rel=0.1)
+        assert power == pytest.approx(60, rel=0.05)
         assert r[f"{p}_flops_per_watt"][0] == pytest.approx(r[f"{p}_flops"][0] / power)
         assert env["metrics"][f"{p}_flops_per_watt"]["unit"] == "GFLOPS/W"
         assert env["metrics"][f"{p}_power"]["higher_is_better"] is False

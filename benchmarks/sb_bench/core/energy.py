@@ -224,12 +224,13 @@ class CounterMeter(Meter):
             self._thread.start()
 
     def stop(self) -> Reading | None:
-        seconds = time.monotonic() - self._t0
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._thread = None
         self._update()
+        # Both ends stamped right after their reads, so a slow read does not shift the window.
+        seconds = time.monotonic() - self._t0
         if self._error:
             raise EnergyUnavailable(self._error)
         return Reading(sum(c.total for c in self.counters), seconds, self.source, self._t0)
@@ -322,7 +323,8 @@ def powercap_meter(sysfs: Path | None = None) -> Meter:
 
 def _read_uj(path: Path) -> int:
     try:
-        text = path.read_text().strip()
+        with open(path) as f:
+            text = f.readline().strip()  # a sysfs attribute is one line
     except PermissionError:
         raise EnergyUnavailable(
             f"{path} is not readable by this user (root only since Linux 5.10; grant read access "
