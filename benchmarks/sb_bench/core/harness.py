@@ -56,15 +56,23 @@ class Harness:
         return out
 
     def energy_window(self) -> energy.Meter:
-        """The meter to read around a window whose figures get an efficiency (a NoMeter when none do)."""
+        """The meter to read around a window whose figures get an efficiency (a NoMeter when none do);
+        ``start()`` it just before the window and end it with :meth:`end_window`."""
         return self.meter if self.figures else energy.NoMeter("")
+
+    def end_window(self, meter: energy.Meter, key: str) -> energy.Reading | None:
+        """Stop ``meter``: its reading, or None (a counter that failed is recorded under ``key``)."""
+        try:
+            return meter.stop()
+        except energy.EnergyUnavailable as exc:
+            self.energy[key] = {"error": str(exc)}
+            return None
 
     def time_case(self, ctx: RankContext, case: Case) -> dict[str, float]:
         """Warm up, time ``case.step``, check it, and return its metric values."""
         step = case.step
         for _ in range(self.num_warmup):
             step()
-        reading, why = None, ""
         meter = self.energy_window()
         meter.start()
         try:
@@ -77,12 +85,7 @@ class Harness:
                         step()
                 seconds = t.seconds
         finally:
-            try:
-                reading = meter.stop()
-            except energy.EnergyUnavailable as exc:
-                why = str(exc)
-        if why:
-            self.energy[case.key] = {"error": why}
+            reading = self.end_window(meter, case.key)
         if case.check is not None:
             err = case.check()
             if err:
