@@ -268,7 +268,7 @@ class SampledPowerMeter(Meter):
             self._thread = None
         self._sample()
         s = self._samples
-        joules = sum((t1 - t0) * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(s, s[1:], strict=False))
+        joules = sum((s[i][0] - s[i - 1][0]) * (s[i][1] + s[i - 1][1]) / 2 for i in range(1, len(s)))
         return Reading(joules, s[-1][0] - s[0][0], self.source, s[0][0])
 
 
