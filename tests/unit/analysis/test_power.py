@@ -109,3 +109,32 @@ def test_power_limit_issues_from_the_run_directory(tmp_path):
     (tmp_path / "facts" / "n2.json").write_text("{not json")
     found = load_power_limit_issues(tmp_path, ["n1", "n2", "n3"])
     assert list(found) == ["n1"]
+
+
+def test_superbench_rule_and_baseline_judge_efficiency_like_any_metric(tmp_path):
+    import yaml
+
+    from sb_fleet.analysis.superbench.rules import apply_rules, load_rules
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        yaml.safe_dump(
+            {
+                "superbench": {
+                    "rules": {
+                        "gemm_efficiency": {
+                            "categories": "Energy",
+                            "criteria": "lambda x: x < -0.1",
+                            "function": "variance",
+                            "metrics": ["gemm-flops/fp16_tc_flops_per_watt:\\d+"],
+                        }
+                    }
+                }
+            }
+        )
+    )
+    hosts, cols, values = _fleet()
+    base = {c: 1400.0 for c in cols if c.startswith("gemm-flops/fp16_tc_flops_per_watt")}
+    out = apply_rules(load_rules(rules), cols, values, base)
+    flagged = {hosts[r] for r in out.issues}
+    assert flagged == {"c"}  # 700e3 / 650 W is 23% below the baseline's 1400 GFLOPS/W
