@@ -307,7 +307,9 @@ class ModelBenchmark(Benchmark):
                 out.append(
                     Metric(f"{p}_{a}_step_time", "ms", False, "max", f"mean {a} step time (slowest rank)")
                 )
-                tput = Metric(f"{p}_{a}_throughput", "samples/s", True, "min", f"{a} samples per second per GPU")
+                tput = Metric(
+                    f"{p}_{a}_throughput", "samples/s", True, "min", f"{a} samples per second per GPU"
+                )
                 out += [tput, *energy_metrics(tput)]  # <p>_<a>_throughput_per_watt, <p>_<a>_power
                 if a == "inference":
                     for q in PERCENTILES:
