@@ -214,10 +214,13 @@ class CounterMeter(Meter):
 
     def start(self) -> None:
         self._error = None
+        # Each end of the window is stamped at the middle of its reads: a read that is slow to
+        # return (a busy host) shifts neither end.
+        before = time.monotonic()
         with self._lock:
             for c in self.counters:
                 c.reset()
-        self._t0 = time.monotonic()
+        self._t0 = (before + time.monotonic()) / 2
         if self.poll_s:
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="sb-energy", daemon=True)
@@ -228,9 +231,9 @@ class CounterMeter(Meter):
             self._stop.set()
             self._thread.join()
             self._thread = None
+        before = time.monotonic()
         self._update()
-        # Both ends stamped right after their reads, so a slow read does not shift the window.
-        seconds = time.monotonic() - self._t0
+        seconds = (before + time.monotonic()) / 2 - self._t0
         if self._error:
             raise EnergyUnavailable(self._error)
         return Reading(sum(c.total for c in self.counters), seconds, self.source, self._t0)
