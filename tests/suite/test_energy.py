@@ -277,3 +277,33 @@ def test_gemm_flops_without_counter_reports_the_figure_and_the_reason(tmp_path, 
     assert "fp32_power" not in env["result"] and "fp32_flops_per_watt" not in env["result"]
     assert "skipped fp32_flops_per_watt, fp32_power: no energy counter on this host" in env["reason"]
     assert env["energy"]["reason"].startswith(energy.NO_COUNTER)
+
+
+def test_gpu_burn_reports_power_over_the_whole_load(powered_sysfs):
+    pytest.importorskip("torch")
+    from suite_helpers import run_bench
+
+    env = run_bench("gpu-burn", duration=1.0, m=64, device="cpu")
+    assert env["status"] == "ok", env["reason"]
+    r = env["result"]
+    assert r["burn_power"][0] == pytest.approx(60, rel=0.05)
+    assert r["burn_gflops_per_watt"][0] == pytest.approx(r["burn_gflops"][0] / r["burn_power"][0])
+    assert env["energy"]["windows"]["burn"]["seconds"] >= 1.0
+
+
+def test_model_reports_throughput_per_watt_per_action(powered_sysfs):
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(ROOT / "tests" / "suite" / "model"))
+    from model_tiny import tiny_params
+    from suite_helpers import run_bench
+
+    params = tiny_params("pytorch-lstm", input_size=16, hidden_size=32, num_layers=2, seq_len=6)
+    env = run_bench("pytorch-lstm", **{**params, "num_steps": 1, "duration": 0.5})
+    assert env["status"] == "ok", env["reason"]
+    r = env["result"]
+    for action in ("train", "inference"):
+        power = r[f"fp32_{action}_power"][0]
+        assert power == pytest.approx(60, rel=0.1)
+        tput = r[f"fp32_{action}_throughput"][0]
+        assert r[f"fp32_{action}_throughput_per_watt"][0] == pytest.approx(tput / power)
+        assert env["metrics"][f"fp32_{action}_throughput_per_watt"]["unit"] == "samples/s/W"
