@@ -307,3 +307,16 @@ def test_model_reports_throughput_per_watt_per_action(powered_sysfs):
         tput = r[f"fp32_{action}_throughput"][0]
         assert r[f"fp32_{action}_throughput_per_watt"][0] == pytest.approx(tput / power)
         assert env["metrics"][f"fp32_{action}_throughput_per_watt"]["unit"] == "samples/s/W"
+
+
+def test_a_sysfs_that_cannot_be_listed_costs_only_the_efficiency(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from suite_helpers import run_bench
+
+    # powercap is a file, not a directory: listing it fails inside the meter's set-up
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "powercap").write_text("not a directory\n")
+    monkeypatch.setenv("SB_PATH_SYSFS", str(tmp_path))
+    env = run_bench("gemm-flops", m=32, n=32, k=32, num_warmup=1, num_steps=2, precision=["fp32"])
+    assert env["status"] == "ok" and env["result"]["fp32_flops"][0] > 0
+    assert "fp32_power" not in env["result"] and "no energy counter on this host" in env["reason"]

@@ -213,7 +213,10 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         harness = Harness(args)
         harness.figures = {m.energy_of for m in metrics if m.energy_of}
         if harness.figures:
-            harness.meter = energy.meter_for(ctx.device, ctx.local_world_size)
+            try:
+                harness.meter = energy.meter_for(ctx.device, ctx.local_world_size)
+            except Exception as exc:  # noqa: BLE001 - an odd sysfs or driver costs the efficiency, not the run
+                harness.meter = energy.NoMeter(f"{energy.NO_COUNTER}: {type(exc).__name__}: {exc}")
         bench.setup(ctx)
         raw: dict[str, list[float]] = {m.name: [] for m in metrics}
         try:
