@@ -26,7 +26,7 @@ SECRET_VAR = re.compile(
 )
 
 # Variables sb-fleet reads from an inventory (documented in the README).
-SB_VARS = ("sb_workspace", "sb_python")
+SB_VARS = ("sb_workspace", "sb_python", "sb_path_sysfs")
 
 
 @dataclass(frozen=True)
@@ -221,6 +221,15 @@ def _check_host(source: str, h: Host) -> None:
             raise InventoryError(
                 source, f"host {h.name}", f"{var} must be a one-line path", "fix the variable"
             )
+    sysfs = h.vars.get("sb_path_sysfs")
+    # Reaches the benchmark's environment through Ansible, which would expand template syntax in it.
+    if sysfs is not None and (not str(sysfs).startswith("/") or re.search(r"[{}%#]", str(sysfs))):
+        raise InventoryError(
+            source,
+            f"host {h.name}",
+            f"sb_path_sysfs {str(sysfs)[:80]!r} is not a plain absolute path",
+            "give the directory where the host's sysfs is mounted, e.g. /sys or /host/sys",
+        )
 
 
 def _limit_names(inv: Inventory, pattern: str) -> set[str]:

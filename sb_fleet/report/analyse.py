@@ -20,6 +20,7 @@ from sb_fleet.analysis.detect import Detection, detect
 from sb_fleet.analysis.fleet_results import Fleet, HostInfo, load_fleet
 from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
 from sb_fleet.analysis.issues import FAIL, Issue
+from sb_fleet.analysis.power_limits import load_power_limit_issues
 from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import column_stats
 from sb_fleet.analysis.superbench.baseline import load_baseline
@@ -76,6 +77,9 @@ def report(
 
     issues: dict[int, list[Issue]] = {}
     _merge(issues, check_completeness(fleet.columns, fleet.values, fleet.expected_benchmarks))
+    if fleet.run_dir is not None:  # a GPU power limit below its default (hostprep's facts)
+        for name, found in load_power_limit_issues(fleet.run_dir, fleet.hosts).items():
+            issues.setdefault(host_index[name], []).extend(found)
     sw_issues, sw_warnings = check_software(fleet)  # hosts that ran another container image
     _merge(issues, sw_issues)
     warnings.extend(sw_warnings)

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from sb_bench.core import registry
+from sb_bench.core import energy, registry
 from sb_bench.core.benchmark import Benchmark, Case, CheckFailed, SkipBenchmark
 from sb_bench.core.context import RankContext, clean_benchmark_env
 from sb_bench.core.result import ReturnCode, envelope, failure, now_iso
@@ -28,20 +28,64 @@ class Harness:
         self.num_warmup = int(args["num_warmup"])
         self.num_steps = int(args["num_steps"])
         self.duration = float(args["duration"])
+        # Energy over each timed window (sb_bench.core.energy): the figures that get an efficiency,
+        # the meter, and per case the reading (or why there is none).
+        self.figures: set[str] = set()
+        self.meter: energy.Meter = energy.NoMeter("")
+        self.energy: dict[str, dict] = {}
+
+    def with_steps(self, steps: int) -> Harness:
+        """A harness that times exactly ``steps`` steps without warm-up, measuring energy like this one."""
+        h = Harness({"num_warmup": 0, "num_steps": steps, "duration": 0.0})
+        h.figures, h.meter, h.energy = self.figures, self.meter, self.energy
+        return h
+
+    def measure(
+        self, key: str, figures: dict[str, float], reading: energy.Reading | None
+    ) -> dict[str, float]:
+        """The efficiency and power values of ``figures`` (those declared) over ``reading``, recorded under
+        ``key`` in the result's ``energy`` section; none without a reading."""
+        wanted = {f: v for f, v in figures.items() if f in self.figures}
+        if not wanted:
+            return {}
+        if reading is not None:
+            self.energy[key] = reading.to_json()
+        out: dict[str, float] = {}
+        for f, v in wanted.items():
+            out.update(energy.figure_values(f, v, reading))
+        return out
+
+    def energy_window(self) -> energy.Meter:
+        """The meter to read around a window whose figures get an efficiency (a NoMeter when none do);
+        ``start()`` it just before the window and end it with :meth:`end_window`."""
+        return self.meter if self.figures else energy.NoMeter("")
+
+    def end_window(self, meter: energy.Meter, key: str) -> energy.Reading | None:
+        """Stop ``meter``: its reading, or None (a counter that failed is recorded under ``key``)."""
+        try:
+            return meter.stop()
+        except energy.EnergyUnavailable as exc:
+            self.energy[key] = {"error": str(exc)}
+            return None
 
     def time_case(self, ctx: RankContext, case: Case) -> dict[str, float]:
         """Warm up, time ``case.step``, check it, and return its metric values."""
         step = case.step
         for _ in range(self.num_warmup):
             step()
-        if self.duration > 0:
-            seconds, steps = self._time_for_duration(ctx, step)
-        else:
-            steps = self.num_steps
-            with ctx.timer() as t:
-                for _ in range(steps):
-                    step()
-            seconds = t.seconds
+        meter = self.energy_window()
+        meter.start()
+        try:
+            if self.duration > 0:
+                seconds, steps = self._time_for_duration(ctx, step)
+            else:
+                steps = self.num_steps
+                with ctx.timer() as t:
+                    for _ in range(steps):
+                        step()
+                seconds = t.seconds
+        finally:
+            reading = self.end_window(meter, case.key)
         if case.check is not None:
             err = case.check()
             if err:
@@ -49,7 +93,8 @@ class Harness:
         per_step = seconds / steps
         if not per_step > 0:
             raise CheckFailed(f"{case.key}: measured a non-positive time ({per_step!r} s per step)")
-        return case.metrics(per_step)
+        values = case.metrics(per_step)
+        return {**values, **self.measure(case.key, values, reading)}
 
     def _time_for_duration(self, ctx: RankContext, step: Any) -> tuple[float, int]:
         # Time in chunks that double, so the clock is read rarely and the loop stays tight.
@@ -166,6 +211,12 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
                 )
         metrics = bench.metrics()
         harness = Harness(args)
+        harness.figures = {m.energy_of for m in metrics if m.energy_of}
+        if harness.figures:
+            try:
+                harness.meter = energy.meter_for(ctx.device, ctx.local_world_size)
+            except Exception as exc:  # noqa: BLE001 - an odd sysfs or driver costs the efficiency, not the run
+                harness.meter = energy.NoMeter(f"{energy.NO_COUNTER}: {type(exc).__name__}: {exc}")
         bench.setup(ctx)
         raw: dict[str, list[float]] = {m.name: [] for m in metrics}
         try:
@@ -177,6 +228,8 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
                     raw.setdefault(key, []).append(float(value))
         finally:
             bench.teardown(ctx)
+            harness.meter.close()
+        _energy_reasons(bench, metrics, harness, raw)
     except SkipBenchmark as exc:
         return fail(ReturnCode.SUCCESS, str(exc), status="skipped")
     except CheckFailed as exc:
@@ -203,6 +256,8 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
     failed: dict[str, str] = getattr(bench, "failed", {})
     missing = [m for m in declared if not raw.get(m) and m not in failed]
     # A declared metric a run did not produce is dropped, not invented; one measured wrong too.
+    # The efficiency and power of a figure measured wrong go with it.
+    failed.update({k: failed[m.energy_of] for k, m in declared.items() if m.energy_of in failed})
     result = {k: v for k, v in raw.items() if v and k not in failed}
     skipped: dict[str, str] = getattr(bench, "skipped", {})
     reason = _missing_reason(missing, skipped)
@@ -230,11 +285,37 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         world_size=ctx.world_size,
         params=args,
     )
+    if harness.figures:
+        env["energy"] = {
+            "source": harness.meter.source or None,
+            "reason": harness.meter.reason or None,
+            "windows": harness.energy,
+        }
     # A benchmark's own record of how the run went (e.g. gpu-burn's per-window series).
     details = getattr(bench, "details", None)
     if details:
         env["details"] = details
     return env
+
+
+def _energy_reasons(bench: Benchmark, metrics: list, harness: Harness, raw: dict[str, list[float]]) -> None:
+    """Why each declared efficiency or power metric has no value: its figure's own skip, or the meter's."""
+    skipped: dict[str, str] = getattr(bench, "skipped", {})
+    errors = sorted({w["error"] for w in harness.energy.values() if "error" in w})
+    for m in metrics:
+        if not m.energy_of or raw.get(m.name) or m.name in skipped:
+            continue
+        if m.energy_of in skipped:
+            why = skipped[m.energy_of]
+        elif harness.meter.reason:
+            why = harness.meter.reason
+        elif errors:
+            why = f"energy counter failed: {errors[0]}"
+        elif not raw.get(m.energy_of):
+            continue  # the figure itself is missing: reported for it
+        else:
+            why = f"{energy.NO_COUNTER} reading for this window"
+        bench.skip_metric(m.name, why)
 
 
 def _failed_reason(failed: Mapping[str, str]) -> str:

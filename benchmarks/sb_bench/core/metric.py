@@ -24,6 +24,8 @@ class Metric:
     higher_is_better: bool
     reduce: str | None = None
     description: str = ""
+    # The compute figure this metric is the efficiency or window power of (sb_bench.core.energy).
+    energy_of: str = ""
 
     def __post_init__(self) -> None:
         if self.reduce not in REDUCE_OPS:
@@ -36,6 +38,7 @@ class Metric:
             "higher_is_better": self.higher_is_better,
             "reduce_op": self.reduce,
             "description": self.description,
+            **({"energy_of": self.energy_of} if self.energy_of else {}),
         }
 
 

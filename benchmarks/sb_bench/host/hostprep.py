@@ -184,6 +184,40 @@ def gpu_facts() -> dict:
     }
 
 
+# NVML's enforced power limit (nvmlDeviceGetEnforcedPowerLimit) and its default
+# (nvmlDeviceGetPowerManagementDefaultLimit), through nvidia-smi's names for them.
+POWER_QUERY = [
+    "nvidia-smi",
+    "--query-gpu=index,enforced.power.limit,power.default_limit",
+    "--format=csv,noheader,nounits",
+]
+
+
+def parse_power_limits(text: str) -> list[dict]:
+    """Per GPU ``{index, enforced_w, default_w}`` from :data:`POWER_QUERY`'s output ("[N/A]": None)."""
+
+    def watts(cell: str) -> float | None:
+        try:
+            v = float(cell)
+        except ValueError:
+            return None
+        return v if v > 0 else None
+
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 3 or not cells[0].isdigit():
+            continue
+        out.append({"index": int(cells[0]), "enforced_w": watts(cells[1]), "default_w": watts(cells[2])})
+    return out
+
+
+def power_facts() -> dict:
+    """The GPUs' power limits in force and their defaults (none without nvidia-smi)."""
+    limits = parse_power_limits(run(POWER_QUERY))
+    return {"gpu_power_limits": limits} if limits else {}
+
+
 def parse_gpu_ids(text: str) -> list[dict]:
     """GPU identities from ``nvidia-smi --query-gpu=index,uuid,serial,pci.bus_id --format=csv,noheader``:
     the keys that let sb-fleet follow a GPU across hosts ("[N/A]" fields become empty)."""
@@ -576,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     facts.update(cpu_facts())
     facts.update(gpu_facts())
+    facts.update(power_facts())
     facts.update(component_facts())
     facts.update(pcie_facts())
     facts["free_disk_gb"] = round(shutil.disk_usage(".").free / 1e9, 2)

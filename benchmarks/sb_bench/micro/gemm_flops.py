@@ -55,6 +55,7 @@ from typing import Any
 
 from sb_bench.core.benchmark import Benchmark, Case
 from sb_bench.core.context import RankContext
+from sb_bench.core.energy import energy_metrics
 from sb_bench.core.harness import Harness
 from sb_bench.core.metric import Metric, Param
 from sb_bench.core.registry import register
@@ -374,13 +375,18 @@ class GemmFlops(Benchmark):
 
     def metrics(self) -> list[Metric]:
         out = []
-        for p in self.args["precision"]:
-            spec = PRECISIONS[p]
-            out.append(Metric(spec.metric, spec.unit, True, None, f"{p} GEMM throughput"))
+        figures = [
+            Metric(PRECISIONS[p].metric, PRECISIONS[p].unit, True, None, f"{p} GEMM throughput")
+            for p in self.args["precision"]
+        ]
+        out += figures
         for p in self.args["precision"]:
             out.append(
                 Metric(efficiency_name(p), "%", True, None, f"{p} throughput / the device's dense peak")
             )
+        # <figure>_per_watt and <precision>_power over each precision's timed window (docs/energy.md).
+        for f in figures:
+            out += energy_metrics(f)
         return out
 
     def _sizes(self, ctx: RankContext) -> tuple[int, int, int]:
@@ -430,7 +436,7 @@ class GemmFlops(Benchmark):
                     for _ in range(probe):
                         case.step()
                 steps = steps_for(t.seconds / probe, self.args["min_time"], harness.num_steps)
-                h = Harness({"num_warmup": 0, "num_steps": steps, "duration": 0.0})
+                h = harness.with_steps(steps)
             values.update(h.time_case(ctx, case))
         return values
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from sb_bench.core.benchmark import Benchmark, SkipBenchmark
 from sb_bench.core.context import RankContext
+from sb_bench.core.energy import energy_metrics
 from sb_bench.core.metric import Metric, Param
 from sb_bench.core.registry import register
 
@@ -79,7 +80,8 @@ class GpuBurn(Benchmark):
 
     def metrics(self) -> list[Metric]:
         return [
-            Metric("burn_gflops", "GFLOPS", True, None, "mean GEMM rate under sustained load"),
+            burn := Metric("burn_gflops", "GFLOPS", True, None, "mean GEMM rate under sustained load"),
+            *energy_metrics(burn),  # burn_gflops_per_watt, burn_power: over the whole load (docs/energy.md)
             Metric("burn_gflops_min", "GFLOPS", True, None, "the slowest window's GEMM rate"),
             Metric("burn_rate_drop", "%", False, None, "slowest window's rate below the fastest's"),
             Metric("burn_errors", "count", False, None, "wrong product entries over all windows"),
@@ -146,6 +148,8 @@ class GpuBurn(Benchmark):
         batch = max(1, int(self.window / per))
         deadline = time.monotonic() + self.duration
         start = time.monotonic()
+        meter = harness.energy_window()
+        meter.start()
         while True:
             with ctx.timer() as t:
                 for _ in range(batch):
@@ -162,6 +166,7 @@ class GpuBurn(Benchmark):
                 break
             # Re-aim the next window from this one's GEMM time (clocks and load change).
             batch = max(1, int(self.window / (t.seconds / batch)))
+        reading = harness.end_window(meter, "burn")
         self.details = {"windows": windows, "m": self.m, "precision": self.args["precision"]}
         bad = [w["t"] for w in windows if w["errors"]]
         if bad:
@@ -171,6 +176,7 @@ class GpuBurn(Benchmark):
                 "the GPU computes wrongly under sustained load",
             )
         values = summarize_windows(windows)
+        values.update(harness.measure("burn", {"burn_gflops": values["burn_gflops"]}, reading))
         if self.nvml is None:
             values.pop("burn_max_temperature", None)
             values.pop("burn_min_sm_clock", None)

@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 
 from sb_bench.core.benchmark import Benchmark, CheckFailed, SkipBenchmark
 from sb_bench.core.context import RankContext
+from sb_bench.core.energy import energy_metrics
 from sb_bench.core.metric import Metric, Param
 from sb_bench.model.catalog import PERCENTILES, PRECISION_ALIASES
 
@@ -306,9 +307,10 @@ class ModelBenchmark(Benchmark):
                 out.append(
                     Metric(f"{p}_{a}_step_time", "ms", False, "max", f"mean {a} step time (slowest rank)")
                 )
-                out.append(
-                    Metric(f"{p}_{a}_throughput", "samples/s", True, "min", f"{a} samples per second per GPU")
+                tput = Metric(
+                    f"{p}_{a}_throughput", "samples/s", True, "min", f"{a} samples per second per GPU"
                 )
+                out += [tput, *energy_metrics(tput)]  # <p>_<a>_throughput_per_watt, <p>_<a>_power
                 if a == "inference":
                     for q in PERCENTILES:
                         out.append(
@@ -431,6 +433,7 @@ class ModelBenchmark(Benchmark):
 
     # -- running -----------------------------------------------------------------------------------
     def run_once(self, ctx: RankContext, harness: Any) -> dict[str, float]:
+        self._harness = harness  # its energy meter is read around every timed loop
         values: dict[str, float] = {}
         with oom_as_memory_error():
             for p in self.args["precision"]:
@@ -623,6 +626,9 @@ class ModelBenchmark(Benchmark):
             raise CheckFailed(f"{p} {action}: measured a non-positive step time ({step_ms!r} ms)")
         tput = self.args["batch_size"] * 1000.0 / step_ms
         out = {f"{p}_{action}_step_time": step_ms, f"{p}_{action}_throughput": tput}
+        harness = getattr(self, "_harness", None)
+        if harness is not None:  # the timed loop's power and the throughput per watt
+            out.update(harness.measure(f"{p}_{action}", out, getattr(self, "_reading", None)))
         if self.reports_tflops:
             out[f"{p}_{action}_tflops"] = flops_factor * self.forward_flops(model) * tput / 1e12
         return out
@@ -640,6 +646,10 @@ class ModelBenchmark(Benchmark):
         marks: list[Any] = []
         cuda = ctx.is_cuda
         ctx.sync()
+        harness = getattr(self, "_harness", None)
+        meter = harness.energy_window() if harness is not None else None
+        if meter is not None:
+            meter.start()
         i = 0
         while True:
             batch = self._next_batch()
@@ -671,6 +681,7 @@ class ModelBenchmark(Benchmark):
             times = [s.elapsed_time(e) for s, e in marks]
         else:
             times = [t * 1000.0 for t in marks]
+        self._reading = harness.end_window(meter, "model") if harness is not None and meter else None
         return times, results
 
     def _comm_device(self, ctx: RankContext) -> Any:

@@ -46,6 +46,7 @@ from sb_fleet.analysis.figures.peaks import (
     peak_for_metric,
     unit_scale,
 )
+from sb_fleet.analysis.figures.power import EnergyFigure, PowerPlot, energy_figures, power_plot
 from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
 
 CV_LIMIT = 0.05  # run-to-run coefficient of variation above which a figure is not trusted
@@ -195,6 +196,8 @@ class Figures:
     curves: tuple[Curve, ...] = ()
     rooflines: tuple[Roofline, ...] = ()
     notes: tuple[str, ...] = ()
+    energy: tuple[EnergyFigure, ...] = ()  # each compute figure's window power and efficiency
+    power_plot: PowerPlot | None = None  # power against throughput per host, main GEMM precision
 
     def by_benchmark(self) -> dict[str, list[MetricFigure]]:
         """Metrics per benchmark; benchmarks measured against a peak first, then in the results' order."""
@@ -220,17 +223,20 @@ class Figures:
             d["direction"] = m.direction_word
             d["per_rank"] = [{"rank": r, "median": v, "hosts": n} for r, v, n in m.per_rank]
             metrics.append(d)
-        return clean(
-            {
-                "hosts": self.hosts,
-                "cv_limit": CV_LIMIT,
-                "metrics": metrics,
-                "models": [asdict(r) for r in self.models],
-                "collectives": [asdict(c) for c in self.curves],
-                "rooflines": [asdict(r) for r in self.rooflines],
-                "notes": list(self.notes),
-            }
-        )
+        doc: dict[str, Any] = {
+            "hosts": self.hosts,
+            "cv_limit": CV_LIMIT,
+            "metrics": metrics,
+            "models": [asdict(r) for r in self.models],
+            "collectives": [asdict(c) for c in self.curves],
+            "rooflines": [asdict(r) for r in self.rooflines],
+            "notes": list(self.notes),
+        }
+        if self.energy:
+            doc["energy"] = [asdict(e) for e in self.energy]
+        if self.power_plot is not None:
+            doc["power_plot"] = asdict(self.power_plot)
+        return clean(doc)
 
 
 @dataclass
@@ -438,6 +444,10 @@ def _figures(
         )
     by_name = {f.metric: f for f in figures}
     rooflines = _rooflines(host_list, columns, values, directions, by_name, peaks, gemm_shapes or {})
+    energy = energy_figures(
+        [(f.metric, f.unit, f.median) for f in figures], {f.metric: (f.unit, f.median) for f in figures}
+    )
+    pplot = power_plot(host_list, columns, values, {f.metric: f.unit for f in figures}) if energy else None
     return Figures(
         hosts=len(host_list),
         metrics=tuple(figures),
@@ -445,6 +455,8 @@ def _figures(
         curves=tuple(_curves(figures, peaks)),
         rooflines=tuple(rooflines),
         notes=tuple(notes),
+        energy=tuple(energy),
+        power_plot=pplot,
     )
 
 

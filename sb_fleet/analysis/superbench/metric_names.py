@@ -87,6 +87,7 @@ _LOWER = [
         r"disabled",
         r"(^|_)fail",
         r"mem_allocated$",  # GPU memory a model benchmark holds (GiB)
+        r"(^|_)power$",  # mean power of a compute figure's window (W; docs/energy.md)
     )
 ]
 _HIGHER = [
@@ -107,6 +108,7 @@ _HIGHER = [
         r"ops$",
         r"score",
         r"efficiency",
+        r"_per_watt$",
     )
 ]
 

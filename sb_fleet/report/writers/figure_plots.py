@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sb_fleet.analysis.figures.figures import Curve, Roofline
+    from sb_fleet.analysis.figures.power import PowerPlot
+
+MAX_POWER_LABELS = 12  # more hosts: only those furthest below the fleet's line are named
 
 _COLORS = ("#1f5fa8", "#d9730d", "#2e8540", "#8e44ad", "#b3261e", "#5b5b9a", "#00838f", "#6d4c41")
 
@@ -149,4 +152,33 @@ def roofline_svg(rl: Roofline) -> str:
     ax.set_title(f"{rl.host}: {rl.device}"[:70], fontsize=9)
     if handles:
         ax.legend(handles, labels, fontsize=7)
+    return _svg(fig)
+
+
+def power_svg(pp: PowerPlot) -> str:
+    """Each host's mean power (x) against its throughput (y) for one GEMM precision, with the fleet's
+    median efficiency as a line through the origin: a host that needs more power for the same work
+    sits right of (below) the line."""
+    fig, ax = _figure()
+    xs = [p.power for p in pp.points]
+    ys = [p.throughput for p in pp.points]
+    top = max(xs) * 1.15
+    ax.plot(
+        [0, top],
+        [0, top * pp.median_per_watt],
+        color="#5a6270",
+        linewidth=1,
+        linestyle="--",
+        label=f"fleet median {pp.median_per_watt:.4g} {pp.unit or ''}/W".replace(" /W", "/W"),
+    )
+    ax.plot(xs, ys, marker="o", markersize=5, linestyle="none", color=_COLORS[0], label="host")
+    worst = sorted(pp.points, key=lambda p: p.throughput / p.power)[:MAX_POWER_LABELS]
+    for p in worst:
+        ax.annotate(p.host, (p.power, p.throughput), textcoords="offset points", xytext=(5, -9), fontsize=7)
+    ax.set_xlim(min(xs) * 0.8, top)
+    ax.set_ylim(min(ys) * 0.8, max(ys) * 1.15)
+    ax.set_xlabel("mean power of the timed window (W)", fontsize=8)
+    ax.set_ylabel(pp.unit or "throughput", fontsize=8)
+    ax.set_title(f"{pp.metric}: power vs throughput per host"[:70], fontsize=9)
+    ax.legend(fontsize=7)
     return _svg(fig)

@@ -7,7 +7,7 @@ import statistics
 
 import sb_fleet.report.writers.figure_plots as plots
 from sb_fleet.analysis.figures.figures import CV_LIMIT, Curve, Figures, RoofPoint
-from sb_fleet.report.writers.figures_md import MODEL_COLUMNS, cv_text, num, pct
+from sb_fleet.report.writers.figures_md import ENERGY_NOTE, MODEL_COLUMNS, cv_text, num, pct
 
 MAX_RANK_ROWS = 64
 
@@ -76,6 +76,14 @@ def render(figs: Figures) -> str:
                 + "</ul></details>"
             )
         plots_html.append(_plot(plots.roofline_svg(rl), caption, more))
+    if figs.power_plot is not None:
+        plots_html.append(
+            _plot(
+                plots.power_svg(figs.power_plot),
+                f"{figs.power_plot.metric}: each host's window power against its throughput; the dashed "
+                "line is the fleet's median efficiency (a host right of it needs more power for the same work)",
+            )
+        )
     if plots_html:
         out.append('<div class="figplots" id="figure-plots">' + "".join(plots_html) + "</div>")
     head = ["Metric", "Unit", "Better"]
@@ -114,6 +122,22 @@ def render(figs: Figures) -> str:
             cls = ' class="v-fail"' if f.noisy else ""
             cells.append(f"<td{cls}>{_e(cv_text(f))}</td>")
             out.append("<tr>" + "".join(cells) + "</tr>")
+        out.append("</tbody></table>")
+    if figs.energy:
+        out.append(
+            f'<h3>Power and efficiency</h3><p class="muted">{_e(ENERGY_NOTE)}</p><table class="figs"><thead><tr>'
+        )
+        out.append(
+            "".join(
+                f"<th>{_e(h)}</th>" for h in ("Figure", "Median", "Unit", "Power (W)", "Per watt", "Unit")
+            )
+        )
+        out.append("</tr></thead><tbody>")
+        for e in figs.energy:
+            out.append(
+                f'<tr><td class="mono">{_e(e.metric)}</td><td>{num(e.median)}</td><td>{_e(e.unit or "-")}</td>'
+                f"<td>{num(e.power)}</td><td>{num(e.per_watt)}</td><td>{_e(e.per_watt_unit or '-')}</td></tr>"
+            )
         out.append("</tbody></table>")
     if figs.models:
         present = [(k, t) for k, t in MODEL_COLUMNS if any(k in r.values for r in figs.models)]

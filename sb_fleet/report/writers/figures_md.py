@@ -55,6 +55,36 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+ENERGY_NOTE = (
+    "Each compute figure with the mean power of its own timed window (energy counter read just before "
+    "and after it: NVML, amdsmi or powercap; docs/energy.md) and its efficiency = figure ÷ power."
+)
+
+
+def energy_lines(figs: Figures) -> list[str]:
+    """The "Power and efficiency" table: each compute figure beside its window's power and efficiency."""
+    if not figs.energy:
+        return []
+    lines = ["### Power and efficiency", "", ENERGY_NOTE, ""]
+    lines += ["| Figure | Median | Unit | Power (W) | Per watt | Unit |", "|---|---|---|---|---|---|"]
+    for e in figs.energy:
+        lines.append(
+            f"| `{_cell(e.metric)}` | {num(e.median)} | {_cell(e.unit or '-')} | {num(e.power)} | "
+            f"{num(e.per_watt)} | {_cell(e.per_watt_unit or '-')} |"
+        )
+    pp = figs.power_plot
+    if pp is not None:
+        worst = min(pp.points, key=lambda p: p.throughput / p.power)
+        lines += [
+            "",
+            f"Power against throughput per host for `{_cell(pp.metric)}` (plot in report.html): fleet median "
+            f"{num(pp.median_per_watt)} {_cell(pp.unit or '')}/W; least efficient `{_cell(worst.host)}` at "
+            f"{num(worst.throughput / worst.power)} ({num(worst.throughput)} at {num(worst.power)} W).",
+        ]
+    lines.append("")
+    return lines
+
+
 def render(figs: Figures) -> str:
     """The "Measured figures" section (markdown), empty when nothing was measured."""
     if not figs.metrics:
@@ -91,6 +121,7 @@ def render(figs: Figures) -> str:
             cells += [pct(f.efficiency), cv_text(f), _cell(ranks_text(f))]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    lines += energy_lines(figs)
     if figs.models:
         present = [(k, t) for k, t in MODEL_COLUMNS if any(k in r.values for r in figs.models)]
         lines += [
