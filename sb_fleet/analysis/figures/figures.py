@@ -41,6 +41,7 @@ from sb_fleet.analysis.figures.convshapes import ConvCall, conv_call, is_conv_be
 from sb_fleet.analysis.figures.peaks import (
     PRECISION_BYTES,
     HostPeaks,
+    above_peak_reason,
     default_unit,
     gemm_precision,
     peak_for_metric,
@@ -125,6 +126,7 @@ class MetricFigure:
     peak_source: str = ""
     peak_unit: str | None = None  # the metric's unit, or SuperBench's where the results do not say
     efficiency: float | None = None  # measured / peak (median over hosts with a peak)
+    above_peak: str = ""  # why the figure is above its peak (efficiency > 1), never a bare >100%
     cv: float | None = None  # run-to-run coefficient of variation (median over hosts and ranks)
     cv_max: float | None = None
     runs: int = 0  # most runs seen per value
@@ -410,6 +412,7 @@ def _figures(
                 peak_source=peak_src,
                 peak_unit=peak_unit,
                 efficiency=eff,
+                above_peak=_above_peak(g.metric, eff, peak_src, peak_rows),
                 cv=cv_med,
                 cv_max=cv_max,
                 runs=most,
@@ -430,6 +433,9 @@ def _figures(
                 f"{bench}: the result check failed on {int(bad.sum())} host(s); their convolutions count as "
                 "zero FLOPS on the roofline (valid FLOPS)"
             )
+    for f in figures:
+        if f.above_peak:
+            notes.append(f"{f.metric}: {f.efficiency:.0%} of peak, {f.above_peak}")
     noisy = [f.metric for f in figures if f.noisy]
     if noisy:
         notes.append(
@@ -483,6 +489,16 @@ def _efficiency(
     if len(sources) > 1:
         source += f" (and {len(sources) - 1} other peak(s) in a mixed fleet)"
     return float(np.median(peak_of[ok])), source, eff, used
+
+
+def _above_peak(metric: str, eff: float | None, source: str, peak_rows: list[HostPeaks | None]) -> str:
+    if eff is None or eff <= 1.0:
+        return ""
+    for hp in peak_rows:
+        pk = peak_for_metric(metric, hp) if hp is not None else None
+        if pk is not None and pk.source and pk.source in source:
+            return above_peak_reason(metric, pk)
+    return ""
 
 
 def _models(figures: list[MetricFigure]) -> list[ModelRow]:

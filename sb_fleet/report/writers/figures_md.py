@@ -88,7 +88,8 @@ def render(figs: Figures) -> str:
                 cells.append(num(f.median))
             else:
                 cells += [num(f.median), num(f.p5), num(f.p95), num(f.min), num(f.max), str(f.hosts)]
-            cells += [pct(f.efficiency), cv_text(f), _cell(ranks_text(f))]
+            eff = pct(f.efficiency) + (" (above peak: see notes)" if f.above_peak else "")
+            cells += [eff, cv_text(f), _cell(ranks_text(f))]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if figs.models:
