@@ -291,14 +291,14 @@ def test_megatron_world_of_one_needs_no_port():
 
 
 # -- kernel-launch ----------------------------------------------------------------------------------------------------
-def test_kernel_launch_metrics_and_per_launch_timing():
-    from sb_bench.micro.kernel_launch import per_launch_event_ms
+def test_kernel_launch_torch_round_trip_timing():
+    from sb_bench.micro.kernel_launch import torch_round_trip_ms
 
     calls = []
-    ms = per_launch_event_ms(RankContext(0, 0, 1, 1, 0, CPU), lambda: calls.append(1), 50)
-    assert len(calls) == 50 and 0 < ms < 5
+    ms = torch_round_trip_ms(RankContext(0, 0, 1, 1, 0, CPU), lambda: calls.append(1), 5, 50)
+    assert len(calls) == 55 and 0 < ms < 5
     env = run_bench("kernel-launch", num_warmup=2, num_steps=20)
-    assert_metrics(env, {"event_time": "ms", "wall_time": "ms", "back_to_back_time": "ms"})
+    assert_metrics(env, {"torch_launch_time": "ms", "back_to_back_time": "ms"})
 
 
 # -- gpu-stream, gpu-burn -------------------------------------------------------------------------------------------------
