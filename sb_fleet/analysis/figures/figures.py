@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from sb_fleet.analysis.figures.convshapes import ConvCall, conv_call, is_conv_benchmark
+from sb_fleet.analysis.figures.model_checks import busy_figures, expected_for, host_bound
 from sb_fleet.analysis.figures.peaks import (
     PRECISION_BYTES,
     HostPeaks,
@@ -145,6 +146,9 @@ class ModelRow:
     precision: str
     values: dict[str, float]  # column (ModelMetric.column) -> fleet median
     units: dict[str, str | None]
+    busy: dict[str, float] = field(default_factory=dict)  # action -> device busy % (fleet median)
+    host_bound: dict[str, str] = field(default_factory=dict)  # action -> why its figures measure the host
+    expected: dict[str, tuple[float, str]] = field(default_factory=dict)  # column -> (published, source)
 
 
 @dataclass(frozen=True)
@@ -447,7 +451,7 @@ def _figures(
     return Figures(
         hosts=len(host_list),
         metrics=tuple(figures),
-        models=tuple(_models(figures)),
+        models=tuple(_models(figures, peaks)),
         curves=tuple(_curves(figures, peaks)),
         rooflines=tuple(rooflines),
         notes=tuple(notes),
@@ -501,7 +505,7 @@ def _above_peak(metric: str, eff: float | None, source: str, peak_rows: list[Hos
     return ""
 
 
-def _models(figures: list[MetricFigure]) -> list[ModelRow]:
+def _models(figures: list[MetricFigure], peaks: Mapping[str, HostPeaks] | None = None) -> list[ModelRow]:
     rows: dict[tuple[str, str], tuple[dict[str, float], dict[str, str | None]]] = {}
     for f in figures:
         mm = model_metric(f.metric)
@@ -510,10 +514,29 @@ def _models(figures: list[MetricFigure]) -> list[ModelRow]:
         vals, units = rows.setdefault((mm.model, mm.precision), ({}, {}))
         vals[mm.column] = f.median
         units[mm.column] = f.unit
-    return [
-        ModelRow(model, model_group(model.rpartition("/")[2] or model), prec, vals, units)
-        for (model, prec), (vals, units) in sorted(rows.items())
-    ]
+    busy = busy_figures((f.metric, f.median) for f in figures)
+    bound = {(h.model, h.precision, h.action): h.reason for h in host_bound(busy)}
+    gpus = [p.device for p in (peaks or {}).values() if p.gpu]
+    out = []
+    for (model, prec), (vals, units) in sorted(rows.items()):
+        expected = {}
+        for action in ("train", "inference"):
+            e = expected_for(model, prec, action, gpus)
+            if e is not None and f"{action}_throughput" in vals:
+                expected[f"{action}_throughput"] = (e.value, e.source)
+        out.append(
+            ModelRow(
+                model,
+                model_group(model.rpartition("/")[2] or model),
+                prec,
+                vals,
+                units,
+                busy={a: v for (m, p, a), v in busy.items() if m == model and p == prec},
+                host_bound={a: r for (m, p, a), r in bound.items() if m == model and p == prec},
+                expected=expected,
+            )
+        )
+    return out
 
 
 def _curves(figures: list[MetricFigure], peaks: Mapping[str, HostPeaks]) -> list[Curve]:
