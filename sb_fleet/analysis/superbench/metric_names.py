@@ -107,6 +107,7 @@ _HIGHER = [
         r"ops$",
         r"score",
         r"efficiency",
+        r"_device_busy$",  # share of a model loop's wall time the device worked (%)
     )
 ]
 
