@@ -371,3 +371,37 @@ def test_mem_bw_bidirectional_is_opt_in_and_skipped_on_a_cpu():
     env = run_bench("mem-bw", mem_type=["bidir", "dtod"], size="1M", **SMALL)
     assert env["status"] == "ok" and "bidir_bw" not in env["result"]
     assert "skipped bidir_bw" in env["reason"] and "no host-device link" in env["reason"]
+
+
+# -- the TF32 probe on every fp32 GEMM path ------------------------------------------------------------------
+def test_fp32_gemm_probe_names_the_benchmark_and_passes_exact_float32():
+    from sb_bench.micro.tf32_probe import fp32_gemm_runs_as_tf32
+
+    ctx = RankContext(0, 0, 1, 1, 0, CPU)
+    assert fp32_gemm_runs_as_tf32(ctx, 64, 48, 32, "x") is None  # a CPU: no TF32, not probed
+    assert fp32_gemm_runs_as_tf32(ctx, 64, 48, 32, "x", cpu=True) is None  # exact float32
+    why = fp32_gemm_runs_as_tf32(ctx, 64, 48, 32, "pytorch-matmul float32", _tf32_matmul, cpu=True)
+    assert why and why.startswith("pytorch-matmul float32: float32 GEMMs run as TF32") and "OVERRIDE" in why
+
+
+@pytest.mark.parametrize(
+    "module, bench, params",
+    [
+        ("matmul", "pytorch-matmul", {"m": 64, "n": 48, "k": 32}),
+        ("gpu_burn", "gpu-burn", {"precision": "fp32", "m": 64, "duration": 0.2}),
+    ],
+)
+def test_fp32_gemm_benchmarks_skip_when_the_probe_finds_tf32(monkeypatch, module, bench, params):
+    import importlib
+
+    mod = importlib.import_module(f"sb_bench.micro.{module}")
+    seen = []
+
+    def probe(ctx, m, n, k, what, matmul=None, cpu=False):
+        seen.append((m, n, k, what))
+        return f"{what}: float32 GEMMs run as TF32 on this host (planted)"
+
+    monkeypatch.setattr(mod, "fp32_gemm_runs_as_tf32", probe)
+    env = run_bench(bench, **params, **SMALL)
+    assert env["status"] == "skipped" and "run as TF32" in env["reason"], env
+    assert seen and seen[0][3].startswith(bench.split("-")[0] if module == "gpu_burn" else bench)
