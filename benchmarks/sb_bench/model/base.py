@@ -322,8 +322,11 @@ class ModelBenchmark(Benchmark):
         if args["batch_size"] < 0:
             raise ValueError("parameter batch_size: must be >= 1, or 0 for the model's default")
         given_keys = {str(k).replace("-", "_") for k in (given or {})}
+        superbench_data = bool(given_keys & {"pin_memory", "num_workers"})
         if args["data"] == "auto":
-            args["data"] = "loader" if given_keys & {"pin_memory", "num_workers"} else "device"
+            args["data"] = "loader" if superbench_data else "device"
+        if args["channels_last"] == "auto" and superbench_data:
+            args["channels_last"] = "false"  # SuperBench's data parameters: SuperBench's NCHW too
         if args["num_workers"] < 0:
             raise ValueError("parameter num_workers: must be >= 0")
         if not args["lr"] > 0:

@@ -178,6 +178,8 @@ def test_batch_size_zero_is_the_models_default_and_superbench_parameters_select_
     assert cls.gpu_batch == 256 and cls.image_input
     assert cls.parse_params({})["batch_size"] == 0 and cls.parse_params({})["data"] == "device"
     assert cls.parse_params({"pin_memory": True})["data"] == "loader"
+    assert cls.parse_params({"pin_memory": True})["channels_last"] == "false"  # SuperBench's NCHW
+    assert cls.parse_params({})["channels_last"] == "auto"
     assert cls.parse_params({"num_workers": 8, "data": "device"})["data"] == "device"  # explicit wins
     env = run_benchmark("pytorch-lstm", {**HOST_BOUND, "batch_size": 0, "num_steps": 1, "data": "device"})
     assert env["status"] == "ok"
