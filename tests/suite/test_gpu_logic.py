@@ -291,14 +291,14 @@ def test_megatron_world_of_one_needs_no_port():
 
 
 # -- kernel-launch ----------------------------------------------------------------------------------------------------
-def test_kernel_launch_metrics_and_per_launch_timing():
-    from sb_bench.micro.kernel_launch import per_launch_event_ms
+def test_kernel_launch_torch_round_trip_timing():
+    from sb_bench.micro.kernel_launch import torch_round_trip_ms
 
     calls = []
-    ms = per_launch_event_ms(RankContext(0, 0, 1, 1, 0, CPU), lambda: calls.append(1), 50)
-    assert len(calls) == 50 and 0 < ms < 5
+    ms = torch_round_trip_ms(RankContext(0, 0, 1, 1, 0, CPU), lambda: calls.append(1), 5, 50)
+    assert len(calls) == 55 and 0 < ms < 5
     env = run_bench("kernel-launch", num_warmup=2, num_steps=20)
-    assert_metrics(env, {"event_time": "ms", "wall_time": "ms", "back_to_back_time": "ms"})
+    assert_metrics(env, {"torch_launch_time": "ms", "back_to_back_time": "ms"})
 
 
 # -- gpu-stream, gpu-burn -------------------------------------------------------------------------------------------------
@@ -371,3 +371,37 @@ def test_mem_bw_bidirectional_is_opt_in_and_skipped_on_a_cpu():
     env = run_bench("mem-bw", mem_type=["bidir", "dtod"], size="1M", **SMALL)
     assert env["status"] == "ok" and "bidir_bw" not in env["result"]
     assert "skipped bidir_bw" in env["reason"] and "no host-device link" in env["reason"]
+
+
+# -- the TF32 probe on every fp32 GEMM path ------------------------------------------------------------------
+def test_fp32_gemm_probe_names_the_benchmark_and_passes_exact_float32():
+    from sb_bench.micro.tf32_probe import fp32_gemm_runs_as_tf32
+
+    ctx = RankContext(0, 0, 1, 1, 0, CPU)
+    assert fp32_gemm_runs_as_tf32(ctx, 64, 48, 32, "x") is None  # a CPU: no TF32, not probed
+    assert fp32_gemm_runs_as_tf32(ctx, 64, 48, 32, "x", cpu=True) is None  # exact float32
+    why = fp32_gemm_runs_as_tf32(ctx, 64, 48, 32, "pytorch-matmul float32", _tf32_matmul, cpu=True)
+    assert why and why.startswith("pytorch-matmul float32: float32 GEMMs run as TF32") and "OVERRIDE" in why
+
+
+@pytest.mark.parametrize(
+    "module, bench, params",
+    [
+        ("matmul", "pytorch-matmul", {"m": 64, "n": 48, "k": 32}),
+        ("gpu_burn", "gpu-burn", {"precision": "fp32", "m": 64, "duration": 0.2}),
+    ],
+)
+def test_fp32_gemm_benchmarks_skip_when_the_probe_finds_tf32(monkeypatch, module, bench, params):
+    import importlib
+
+    mod = importlib.import_module(f"sb_bench.micro.{module}")
+    seen = []
+
+    def probe(ctx, m, n, k, what, matmul=None, cpu=False):
+        seen.append((m, n, k, what))
+        return f"{what}: float32 GEMMs run as TF32 on this host (planted)"
+
+    monkeypatch.setattr(mod, "fp32_gemm_runs_as_tf32", probe)
+    env = run_bench(bench, **params, **SMALL)
+    assert env["status"] == "skipped" and "run as TF32" in env["reason"], env
+    assert seen and seen[0][3].startswith(bench.split("-")[0] if module == "gpu_burn" else bench)

@@ -82,21 +82,38 @@ SIMD_FLAGS = ("sse2", "avx", "avx2", "fma", "avx512f", "asimd", "neon", "sve", "
 
 
 def parse_cpuinfo(text: str, max_khz: str = "") -> dict:
-    """cpu_flags (the SIMD subset), cpu_mhz (cpufreq's maximum, else /proc/cpuinfo's), cpu_cores
-    (physical: distinct (package, core) pairs) and cpu_vendor from /proc/cpuinfo's text."""
+    """The CPU facts a nominal FLOPS peak needs, from /proc/cpuinfo's text (and cpufreq's
+    ``cpuinfo_max_freq`` in kHz when the host has it):
+
+    * cpu_vendor, cpu_family, cpu_model_number (x86), cpu_implementer, cpu_part (Arm, as written:
+      "0x41", "0xd4f") and cpu_model (the model name): which core it is (sb_fleet's cpu_uarch);
+    * cpu_mhz and cpu_mhz_source: cpufreq's maximum ("cpuinfo_max_freq"), else the highest
+      current clock in /proc/cpuinfo ("cpu MHz");
+    * cpu_cores (physical: distinct (package, core) pairs) and cpu_flags (the SIMD subset)."""
     flags: set[str] = set()
     mhz = 0.0
     cores: set[tuple[str, str]] = set()
-    vendor = ""
+    ident: dict = {}
+    keys = {
+        "vendor_id": "cpu_vendor",
+        "cpu family": "cpu_family",
+        "model": "cpu_model_number",
+        "model name": "cpu_model",
+        "CPU implementer": "cpu_implementer",
+        "CPU part": "cpu_part",
+    }
     phys = core = ""
     for line in text.splitlines() + [""]:
         key, _, val = (x.strip() for x in line.partition(":"))
         if key in ("flags", "Features"):
             flags |= set(val.split()) & set(SIMD_FLAGS)
         elif key == "cpu MHz":
-            mhz = max(mhz, float(val or 0))
-        elif key == "vendor_id":
-            vendor = val
+            try:
+                mhz = max(mhz, float(val or 0))
+            except ValueError:
+                pass
+        elif key in keys and keys[key] not in ident and val:
+            ident[keys[key]] = int(val) if key in ("cpu family", "model") and val.isdigit() else val
         elif key == "physical id":
             phys = val
         elif key == "core id":
@@ -104,11 +121,13 @@ def parse_cpuinfo(text: str, max_khz: str = "") -> dict:
         elif not line.strip() and core:
             cores.add((phys, core))
             phys = core = ""
-    out: dict = {"cpu_flags": sorted(flags), "cpu_vendor": vendor}
-    if max_khz.strip().isdigit():
-        mhz = int(max_khz.strip()) / 1000
-    if mhz:
+    out: dict = {"cpu_flags": sorted(flags), "cpu_vendor": "", **ident}
+    if max_khz.strip().isdigit() and int(max_khz.strip()) > 0:
+        out["cpu_mhz"] = round(int(max_khz.strip()) / 1000, 1)
+        out["cpu_mhz_source"] = "cpuinfo_max_freq"
+    elif mhz:
         out["cpu_mhz"] = round(mhz, 1)
+        out["cpu_mhz_source"] = "cpu MHz"
     if cores:
         out["cpu_cores"] = len(cores)
     return out

@@ -17,6 +17,14 @@ Metric names follow SuperBench's: ``name_<function lowercased>_<key>_<value>..._
 parameter keys sorted and lowercased, e.g. ``name_cublassgemm_k_1024_m_64_n_4096_transa_0_transb_0_time``.
 The first matrix of each product is checked against float64 / complex128 on sampled entries.
 On a CPU the same calls run on the CPU's BLAS under the same names.
+
+Every float32 configuration that must not use TF32 (``cublasSgemm``, ``cublasSgemmStridedBatched``,
+``cublasGemmEx`` float without ``use_tensor_core``) first runs the TF32 probe
+(:mod:`sb_bench.micro.tf32_probe`) through the same torch call at its own shape: NVIDIA's containers set
+``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``, which turns these into TF32 GEMMs behind the code's back (the
+harness clears it, a launcher may not). A configuration whose probe comes out inexact is skipped with
+the reason, not timed as fp32. On a CPU the probe runs where its inputs stay under
+``PROBE_CPU_ELEMENTS`` (a CPU BLAS has no TF32; the probe there checks the probe).
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from sb_bench.core.benchmark import Benchmark, Case
 from sb_bench.core.context import RankContext
 from sb_bench.core.metric import Metric, Param
 from sb_bench.core.registry import register
+from sb_bench.micro.tf32_probe import runs_as_tf32
+
+PROBE_CPU_ELEMENTS = 4 * 2**20  # m·k + k·n + m·n float32 entries a CPU probe may allocate
 
 FUNCTIONS = (
     "cublasSgemm",
@@ -240,12 +251,21 @@ class CublasFunction(Benchmark):
             if ctx.is_cuda:
                 torch.backends.cuda.matmul.allow_tf32 = tf32
             fn = torch.bmm if batch else torch.matmul
+            name = metric_name(cfg)
+            if dtype_name == "float32" and not tf32:
+                inexact = self._probe(ctx, fn, m, n, k, batch)
+                if inexact:
+                    self.skip_metric(
+                        name,
+                        f"{cfg['name']}: float32 GEMMs run as TF32 on this host although allow_tf32 is off "
+                        f"({inexact}); is TORCH_ALLOW_TF32_CUBLAS_OVERRIDE set by the launcher?",
+                    )
+                    continue
 
             def step(a=a, b=b, c=c, fn=fn):
                 fn(a, b, out=c)
 
             tol = _DT_TOL["tf32" if tf32 and ctx.is_cuda else dtype_name]
-            name = metric_name(cfg)
 
             def check(a=a, b=b, c=c, batch=batch, tol=tol):
                 if batch:
@@ -253,6 +273,17 @@ class CublasFunction(Benchmark):
                 return sampled_check(a, b, c, self.args["check_samples"], tol)
 
             yield Case(name, step, lambda s, name=name: {name: s * 1e6}, check)
+
+    @staticmethod
+    def _probe(ctx: RankContext, fn, m: int, n: int, k: int, batch: int) -> str | None:
+        """The TF32 probe through ``fn`` (matmul, or bmm on one batch entry) at this shape; None when exact."""
+        if not ctx.is_cuda and m * k + k * n + m * n > PROBE_CPU_ELEMENTS:
+            return None  # no TF32 on a CPU BLAS: not worth the memory at this size
+
+        def product(a, b, fn=fn, batch=batch):
+            return fn(a.unsqueeze(0), b.unsqueeze(0))[0] if batch else fn(a, b)
+
+        return runs_as_tf32(product, m, n, k, ctx.device)
 
 
 def sampled_check(a, b, c, samples: int, rtol: float) -> str | None:

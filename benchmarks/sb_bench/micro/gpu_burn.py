@@ -31,6 +31,7 @@ from sb_bench.core.context import RankContext
 from sb_bench.core.energy import energy_metrics
 from sb_bench.core.metric import Metric, Param
 from sb_bench.core.registry import register
+from sb_bench.micro.tf32_probe import fp32_gemm_runs_as_tf32
 
 DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 RTOL = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 2e-2, "bf16": 5e-2, "fp64": 1e-9}
@@ -110,6 +111,10 @@ class GpuBurn(Benchmark):
         if ctx.is_cuda:
             self._tf32 = torch.backends.cuda.matmul.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+        if prec == "fp32":
+            why = fp32_gemm_runs_as_tf32(ctx, m, m, m, "gpu-burn fp32")
+            if why:
+                raise SkipBenchmark(why)
         torch.matmul(self.a, self.b, out=self.c)
         ctx.sync()
         err = check_product(self.a, self.b, self.c, 64, RTOL[prec])

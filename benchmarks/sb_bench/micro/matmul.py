@@ -8,12 +8,13 @@ see what splitting the work over the ranks costs or gains. The product is checke
 
 from __future__ import annotations
 
-from sb_bench.core.benchmark import Benchmark, Case
+from sb_bench.core.benchmark import Benchmark, Case, SkipBenchmark
 from sb_bench.core.context import RankContext
 from sb_bench.core.metric import Metric
 from sb_bench.core.registry import register
 from sb_bench.micro.gemm_flops import check_product
 from sb_bench.micro.sharding_matmul import DTYPES, full_inputs, matmul_params, matmul_sizes
+from sb_bench.micro.tf32_probe import fp32_gemm_runs_as_tf32
 
 
 @register
@@ -29,6 +30,10 @@ class Matmul(Benchmark):
         import torch
 
         m, n, k = matmul_sizes(self.args, ctx)
+        if self.args["dtype"] == "float32":
+            why = fp32_gemm_runs_as_tf32(ctx, m, n, k, "pytorch-matmul float32")
+            if why:
+                raise SkipBenchmark(why)
         self.a, self.b = full_inputs(m, n, k, self.args["dtype"], ctx.device)
         self.c = torch.empty(m, n, device=ctx.device, dtype=self.a.dtype)
 

@@ -24,6 +24,7 @@ from sb_bench.core.metric import Metric, Param
 from sb_bench.core.registry import register
 from sb_bench.micro._collective import run_cases_together
 from sb_bench.micro.gemm_flops import check_product
+from sb_bench.micro.tf32_probe import fp32_gemm_runs_as_tf32
 
 DTYPES = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 5e-2}
 MODES = {"allreduce": "allreduce_time", "allgather": "allgather_time"}
@@ -87,6 +88,10 @@ class ShardingMatmul(Benchmark):
         if k < ctx.world_size or n < ctx.world_size:
             raise ValueError(f"k={k} and n={n} must be at least the world size {ctx.world_size}")
         self.mnk = (m, n, k)
+        if self.args["dtype"] == "float32":
+            why = fp32_gemm_runs_as_tf32(ctx, m, n, k, "sharding-matmul float32")
+            if why:
+                raise SkipBenchmark(why)
         self.a, self.b = full_inputs(m, n, k, self.args["dtype"], ctx.device)
 
     def teardown(self, ctx: RankContext) -> None:

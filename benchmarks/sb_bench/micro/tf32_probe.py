@@ -49,3 +49,29 @@ def runs_as_tf32(matmul: Callable[[Any, Any], Any], m: int, n: int, k: int, devi
         f"{count} of {got.numel()} probe entries inexact, e.g. ({i},{j}) = {float(got[i, j]):.9g}, "
         f"exactly {float(want[i, j]):.9g}"
     )
+
+
+def fp32_gemm_runs_as_tf32(
+    ctx: Any,
+    m: int,
+    n: int,
+    k: int,
+    what: str,
+    matmul: Callable[[Any, Any], Any] | None = None,
+    cpu: bool = False,
+) -> str | None:
+    """The skip reason of an fp32 GEMM benchmark (``what``) whose float32 ``matmul`` (default
+    ``torch.matmul``) is not exact float32 at this shape; None when it is, and on CPUs (no TF32
+    there) unless ``cpu``. The probe is capped at 4096 per side so it never outweighs the benchmark's own
+    memory."""
+    if not (ctx.is_cuda or cpu):
+        return None
+    import torch
+
+    found = runs_as_tf32(matmul or torch.matmul, min(m, 4096), min(n, 4096), min(k, 4096), ctx.device)
+    if found is None:
+        return None
+    return (
+        f"{what}: float32 GEMMs run as TF32 on this host although allow_tf32 is off ({found}); "
+        "is TORCH_ALLOW_TF32_CUBLAS_OVERRIDE set by the launcher?"
+    )

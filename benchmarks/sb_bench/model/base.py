@@ -15,7 +15,27 @@ synthetic samples; this module owns the rest, the same way for all of them:
   stalling the host; read once the loop has finished), ``perf_counter`` on the
   CPU. A training step is host-to-device copy, forward, loss, backward and
   optimizer step; an inference step is copy and forward without gradients.
-  Warm-up steps are not timed.
+  Warm-up steps are not timed. Nothing in the timed loop waits for the GPU
+  except what the figure needs (fp16's ``GradScaler`` reads its overflow flag
+  back every step, as in any fp16 training).
+* **Loading the GPU** (defaults; SuperBench's parameters, given, give SuperBench's
+  behaviour). ``batch_size: 0`` (the default) is a per-model batch that keeps a
+  large GPU busy (``gpu_batch``: ResNet-50 256 as NVIDIA's published runs, scaled
+  down on GPUs with less than 80 GiB), 32 (SuperBench's) on CPUs. ``data: auto``
+  keeps a pool of synthetic batches resident on the device (no host copy in the
+  timed loop), unless ``pin_memory`` or ``num_workers`` is given, which selects
+  SuperBench's DataLoader of host batches (``data: loader``; copies are
+  ``non_blocking`` from pinned memory when ``pin_memory`` is on). CNNs run
+  ``channels_last`` on GPUs (``channels_last: auto``), the layout tensor cores want.
+* **Device busy** (``p_a_device_busy``, %): the share of the timed loop's wall time
+  the device spent on the steps' work. On a GPU the work of a step is timed with
+  CUDA events after a sleep kernel has held the stream long enough for the host to
+  queue the whole step, so no host gap is counted; on a CPU it is the time inside
+  the steps over the loop's wall time (what is left went to fetching and copying
+  batches). Below 90% the host, not the device, set the pace: the report marks the
+  figure ``host-bound``.
+* **fp32** on NVIDIA GPUs allows TF32 (``allow_tf32`` on, as SuperBench does): the
+  figure is a TF32 tensor-core figure. ``force_fp32: true`` gives IEEE fp32.
 * **Distributed.** Under torchrun, training wraps the model in
   DistributedDataParallel (NCCL on GPUs, gloo on CPU). The step time every rank
   reports is the slowest rank's mean step time (a straggler is what slows a
@@ -55,17 +75,22 @@ from sb_bench.model.catalog import PERCENTILES, PRECISION_ALIASES
 ACTIONS = ("train", "inference")
 FP8 = ("fp8_hybrid", "fp8_e4m3")
 CHECK_SEED = 20240611
+BUSY_LIMIT = 90.0  # % device busy below which a figure measures the host (report: host-bound)
+DEVICE_POOL_BATCHES = 4  # distinct synthetic batches kept on the device (data: device)
+REFERENCE_GPU_GIB = 80.0  # GPU memory the per-model GPU batches are sized for
 # A data set keeps at most this many distinct samples (indexed modulo) so a
 # large sample_count of big images does not fill the host's memory.
 SAMPLE_POOL = 128
 
 
-def model_params(*, optimizer: str, lr: float, batch_size: int = 32) -> dict[str, Param]:
+def model_params(*, optimizer: str, lr: float, batch_size: int = 0) -> dict[str, Param]:
     """The parameters every model benchmark has (SuperBench's names and defaults)."""
     return {
         "num_warmup": Param("int", 64, "untimed steps before timing (the training check's steps count)"),
         "num_steps": Param("int", 2048, "timed steps per action (ignored when duration > 0)"),
-        "batch_size": Param("int", batch_size, "samples per step on each rank"),
+        "batch_size": Param(
+            "int", batch_size, "samples per step on each rank; 0: the model's GPU default (32 on CPUs)"
+        ),
         "sample_count": Param("int", 1024, "samples in the synthetic data set (rounded up to whole batches)"),
         "precision": Param(
             "list[str]",
@@ -75,7 +100,15 @@ def model_params(*, optimizer: str, lr: float, batch_size: int = 32) -> dict[str
         ),
         "model_action": Param("list[str]", ["train"], "what to measure: train and/or inference", ACTIONS),
         "pin_memory": Param("bool", False, "pin host batches so the copy to the GPU is asynchronous"),
-        "num_workers": Param("int", 8, "DataLoader worker processes preparing batches"),
+        "num_workers": Param("int", 8, "DataLoader worker processes preparing batches (data: loader)"),
+        "data": Param(
+            "str",
+            "auto",
+            "batches from 'device' (a resident pool) or 'loader' (SuperBench's DataLoader); auto: loader "
+            "when pin_memory or num_workers is given, else device",
+            ("auto", "device", "loader"),
+        ),
+        "channels_last": Param("str", "auto", "CNNs: NHWC layout (auto: on GPUs)", ("auto", "true", "false")),
         "optimizer": Param("str", optimizer, "optimizer of the training action", ("sgd", "adam", "adamw")),
         "lr": Param("float", lr, "learning rate"),
         "check_steps": Param("int", 3, "optimizer steps of the training check on a fixed batch (>= 1)"),
@@ -241,6 +274,8 @@ class ModelBenchmark(Benchmark):
     params: ClassVar[dict[str, Param]] = model_params(optimizer="sgd", lr=0.01)
     supported_precisions: ClassVar[tuple[str, ...]] = ("fp32", "fp16", "bf16")
     reports_tflops: ClassVar[bool] = False
+    gpu_batch: ClassVar[int] = 32  # batch_size 0 on a GPU with REFERENCE_GPU_GIB of memory
+    image_input: ClassVar[bool] = False  # 4-D image batches (CNNs): channels_last applies
 
     # -- what a family provides -------------------------------------------------------------------
     def build_model(self) -> Any:
@@ -282,9 +317,17 @@ class ModelBenchmark(Benchmark):
         args["model_action"] = list(dict.fromkeys(args["model_action"]))
         if not precisions or not args["model_action"]:
             raise ValueError("parameters precision and model_action must not be empty")
-        for k in ("batch_size", "sample_count", "check_steps"):
+        for k in ("sample_count", "check_steps"):
             if args[k] < 1:
                 raise ValueError(f"parameter {k}: must be >= 1")
+        if args["batch_size"] < 0:
+            raise ValueError("parameter batch_size: must be >= 1, or 0 for the model's default")
+        given_keys = {str(k).replace("-", "_") for k in (given or {})}
+        superbench_data = bool(given_keys & {"pin_memory", "num_workers"})
+        if args["data"] == "auto":
+            args["data"] = "loader" if superbench_data else "device"
+        if args["channels_last"] == "auto" and superbench_data:
+            args["channels_last"] = "false"  # SuperBench's data parameters: SuperBench's NCHW too
         if args["num_workers"] < 0:
             raise ValueError("parameter num_workers: must be >= 0")
         if not args["lr"] > 0:
@@ -333,6 +376,15 @@ class ModelBenchmark(Benchmark):
                         )
                 if self.reports_tflops:
                     out.append(Metric(f"{p}_{a}_tflops", "TFLOPS", True, "min", f"achieved {a} TFLOPS"))
+                out.append(
+                    Metric(
+                        f"{p}_{a}_device_busy",
+                        "%",
+                        True,
+                        "min",
+                        f"share of the {a} loop's wall time the device spent on the steps' work",
+                    )
+                )
                 if gpu:
                     out.append(
                         Metric(
@@ -379,26 +431,57 @@ class ModelBenchmark(Benchmark):
             torch.backends.cudnn.benchmark = True
             torch.backends.cuda.matmul.allow_tf32 = not self.args["force_fp32"]
             torch.backends.cudnn.allow_tf32 = not self.args["force_fp32"]
+        self.batch = self.args["batch_size"] or self.default_batch(ctx)
+        cl = self.args["channels_last"]
+        self.channels_last = self.image_input and (cl == "true" or (cl == "auto" and ctx.is_cuda))
         with oom_as_memory_error():
             torch.manual_seed(1234)  # the same initial weights on every rank
             with torch.device(ctx.device):
                 self.model = self.build_model()
+            if self.channels_last:
+                self.model = self.model.to(memory_format=torch.channels_last)
             self.models: dict[str, Any] = {}
             self.ddp: dict[int, Any] = {}
             self._make_data(ctx)
+
+    def default_batch(self, ctx: RankContext) -> int:
+        """batch_size 0: ``gpu_batch`` on a GPU (halved per halving of memory below
+        REFERENCE_GPU_GIB), SuperBench's 32 on a CPU."""
+        if not ctx.is_cuda:
+            return 32
+        import torch
+
+        gib = torch.cuda.get_device_properties(ctx.device).total_memory / 2**30
+        batch = self.gpu_batch
+        while gib < REFERENCE_GPU_GIB / 1.5 and batch > 1:
+            batch //= 2
+            gib *= 2
+        return batch
 
     def _make_data(self, ctx: RankContext) -> None:
         import torch
         from torch.utils.data import DataLoader, DistributedSampler
 
-        bs, world = self.args["batch_size"], ctx.world_size
+        bs, world = self.batch, ctx.world_size
         count = math.ceil(self.args["sample_count"] / (bs * world)) * bs * world
         gen = torch.Generator().manual_seed(5678 + ctx.rank)
+        self._iter: Iterator | None = None
+        self._checks = 0
+        self.pin = bool(self.args["pin_memory"] and ctx.is_cuda)
+        self.loader = None
+        if self.args["data"] == "device":
+            # A few distinct batches, made once and kept on the device: the timed loop copies nothing.
+            pool = self.make_samples(bs * DEVICE_POOL_BATCHES, gen)
+            pool = tuple(self._device_tensor(t, ctx) for t in pool)
+            self.device_batches = [
+                tuple(t[i * bs : (i + 1) * bs] for t in pool) for i in range(DEVICE_POOL_BATCHES)
+            ]
+            self._pool_i = 0
+            return
         pool = self.make_samples(min(count, max(bs, SAMPLE_POOL)), gen)
         data = SyntheticSamples(pool, count)
         sampler = DistributedSampler(data, world, ctx.rank, shuffle=False) if ctx.distributed else None
         workers = self.args["num_workers"]
-        self.pin = bool(self.args["pin_memory"] and ctx.is_cuda)
         self.loader = DataLoader(
             data,
             batch_size=bs,
@@ -409,10 +492,19 @@ class ModelBenchmark(Benchmark):
             pin_memory=self.pin,
             persistent_workers=workers > 0,
         )
-        self._iter: Iterator | None = None
-        self._checks = 0
+
+    def _device_tensor(self, t: Any, ctx: RankContext) -> Any:
+        import torch
+
+        t = t.to(ctx.device, non_blocking=self.pin)
+        if self.channels_last and t.dim() == 4:
+            t = t.contiguous(memory_format=torch.channels_last)
+        return t
 
     def _next_batch(self) -> tuple:
+        if self.loader is None:
+            self._pool_i = (self._pool_i + 1) % len(self.device_batches)
+            return self.device_batches[self._pool_i]
         while True:
             if self._iter is None:
                 self._iter = iter(self.loader)
@@ -422,7 +514,7 @@ class ModelBenchmark(Benchmark):
                 self._iter = None
 
     def teardown(self, ctx: RankContext) -> None:
-        for attr in ("model", "models", "ddp", "loader", "_iter"):
+        for attr in ("model", "models", "ddp", "loader", "_iter", "device_batches"):
             if hasattr(self, attr):
                 delattr(self, attr)
         gc.collect()
@@ -490,7 +582,9 @@ class ModelBenchmark(Benchmark):
         return torch.optim.AdamW(model.parameters(), lr=lr)
 
     def _to_device(self, batch: tuple, ctx: RankContext) -> tuple:
-        return tuple(t.to(ctx.device, non_blocking=self.pin) for t in batch)
+        """The batch on the device: a no-op for the resident pool; a copy (asynchronous from pinned
+        memory) for the loader's host batches."""
+        return tuple(self._device_tensor(t, ctx) for t in batch)
 
     def _train_step_fn(
         self, ctx: RankContext, module: Any, opt: Any, prec: Precision
@@ -525,7 +619,7 @@ class ModelBenchmark(Benchmark):
         # one), the same on every rank so DDP's averaged gradient descends on it.
         self._checks += 1
         gen = torch.Generator().manual_seed(CHECK_SEED + self._checks)
-        fixed = tuple(t.to(ctx.device) for t in self.make_samples(self.args["batch_size"], gen))
+        fixed = tuple(self._device_tensor(t, ctx) for t in self.make_samples(self.batch, gen))
         want = self.args["check_steps"]
         seen: list[float] = []
         done = attempts = 0
@@ -572,7 +666,7 @@ class ModelBenchmark(Benchmark):
         warm = self._check_trains(ctx, model, step, prec)
         for _ in range(max(0, self.args["num_warmup"] - warm)):
             step(self._next_batch())
-        times, losses = self._timed_loop(ctx, step, collective=ctx.distributed)
+        times, losses, wall_ms = self._timed_loop(ctx, step, collective=ctx.distributed)
         bad = [i for i, v in enumerate(torch.stack(losses).float().cpu().tolist()) if not math.isfinite(v)]
         if bad:
             raise CheckFailed(
@@ -584,6 +678,7 @@ class ModelBenchmark(Benchmark):
             step_ms = self._all_reduce_max(ctx, step_ms)
             self._check_replicas(ctx, model, prec.name)
         out = self._rates(prec.name, "train", step_ms, model, 3.0)
+        out.update(self._busy(ctx, prec.name, "train", step, times, wall_ms))
         out.update(self._memory(ctx, prec.name, "train"))
         del opt
         return out
@@ -605,17 +700,19 @@ class ModelBenchmark(Benchmark):
             with torch.no_grad():
                 for _ in range(self.args["num_warmup"]):
                     step(self._next_batch())
-                times, last = self._timed_loop(ctx, step, collective=False, keep_last=True)
+                times, last, wall_ms = self._timed_loop(ctx, step, collective=False, keep_last=True)
+                busy = self._busy(ctx, prec.name, "inference", step, times, wall_ms)
         finally:
             model.train()
         if not bool(torch.isfinite(last[-1].float()).all()):
             raise CheckFailed(f"{prec.name} inference: the model's output is not finite")
-        bs = self.args["batch_size"]
+        bs = self.batch
         out = self._rates(prec.name, "inference", sum(times) / len(times), model, 1.0)
         tput = [bs * 1000.0 / t for t in times]
         for q in PERCENTILES:
             out[f"{prec.name}_inference_step_time_{q}"] = percentile(times, float(q))
             out[f"{prec.name}_inference_throughput_{q}"] = percentile(tput, float(q))
+        out.update(busy)
         out.update(self._memory(ctx, prec.name, "inference"))
         return out
 
@@ -624,7 +721,7 @@ class ModelBenchmark(Benchmark):
     ) -> dict[str, float]:
         if not step_ms > 0:
             raise CheckFailed(f"{p} {action}: measured a non-positive step time ({step_ms!r} ms)")
-        tput = self.args["batch_size"] * 1000.0 / step_ms
+        tput = self.batch * 1000.0 / step_ms
         out = {f"{p}_{action}_step_time": step_ms, f"{p}_{action}_throughput": tput}
         harness = getattr(self, "_harness", None)
         if harness is not None:  # the timed loop's power and the throughput per watt
@@ -635,8 +732,9 @@ class ModelBenchmark(Benchmark):
 
     def _timed_loop(
         self, ctx: RankContext, step: Callable, *, collective: bool, keep_last: bool = False
-    ) -> tuple[list[float], list[Any]]:
-        """Per-step times (ms) and the steps' results (or only the last one)."""
+    ) -> tuple[list[float], list[Any], float]:
+        """Per-step times (ms), the steps' results (or only the last one), and the loop's wall time
+        (ms, from the first batch fetched to the device idle after the last step)."""
         import torch
 
         duration = float(self.args["duration"])
@@ -650,6 +748,7 @@ class ModelBenchmark(Benchmark):
         meter = harness.energy_window() if harness is not None else None
         if meter is not None:
             meter.start()
+        wall0 = time.perf_counter()
         i = 0
         while True:
             batch = self._next_batch()
@@ -678,11 +777,73 @@ class ModelBenchmark(Benchmark):
                 break
         if cuda:
             torch.cuda.synchronize(ctx.device)
+            wall_ms = (time.perf_counter() - wall0) * 1000.0
             times = [s.elapsed_time(e) for s, e in marks]
         else:
+            wall_ms = (time.perf_counter() - wall0) * 1000.0
             times = [t * 1000.0 for t in marks]
         self._reading = harness.end_window(meter, "model") if harness is not None and meter else None
-        return times, results
+        return times, results, wall_ms
+
+    def _busy(
+        self, ctx: RankContext, p: str, action: str, step: Callable, times: list[float], wall_ms: float
+    ) -> dict[str, float]:
+        """``p_action_device_busy``: the device's work over the loop's wall time (%), at most 100."""
+        if not wall_ms > 0:
+            return {}
+        if ctx.is_cuda:
+            work = self._device_step_ms(ctx, step)
+            if work is None:
+                skip = getattr(self, "skip_metric", None)
+                if skip is not None:
+                    skip(
+                        f"{p}_{action}_device_busy",
+                        "the step's device time could not be isolated (no torch.cuda._sleep, or the host "
+                        "took longer to queue a step than the longest hold)",
+                    )
+                return {}
+            work_ms = work * len(times)
+        else:
+            work_ms = sum(times)  # the host is the device: the loop's time not spent in the steps
+        return {f"{p}_{action}_device_busy": min(100.0, 100.0 * work_ms / wall_ms)}
+
+    def _device_step_ms(self, ctx: RankContext, step: Callable, probes: int = 3) -> float | None:
+        """Device time of one step with every host gap removed (ms; median of ``probes``): a sleep
+        kernel holds the stream while the host queues the step, then CUDA events time the queued
+        work back to back. A host synchronisation inside the step (fp16's GradScaler) lets the part
+        after it be queued only as it runs, so that part keeps its gaps: an upper bound there."""
+        import torch
+
+        sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None:
+            return None
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(ctx.device)
+        a.record()
+        sleep(1_000_000)
+        b.record()
+        b.synchronize()
+        cycles_per_ms = 1_000_000 / max(a.elapsed_time(b), 1e-3)
+        hold_ms, out = 20.0, []
+        grad = torch.is_grad_enabled()
+        for _ in range(probes + 2):
+            batch = self._next_batch()  # (a loader's batch: its copy is part of the step's work)
+            torch.cuda.synchronize(ctx.device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            sleep(int(hold_ms * cycles_per_ms))
+            t0 = time.perf_counter()
+            start.record()
+            with torch.set_grad_enabled(grad):
+                step(batch)
+            end.record()
+            host_ms = (time.perf_counter() - t0) * 1000.0
+            end.synchronize()
+            # Always the same number of probe steps: under DDP every rank must take as many.
+            if host_ms < 0.8 * hold_ms:
+                out.append(start.elapsed_time(end))
+            else:
+                hold_ms = min(4 * host_ms + 10.0, 5000.0)  # the host outran the hold: hold longer
+        return sorted(out[-probes:])[len(out[-probes:]) // 2] if out else None
 
     def _comm_device(self, ctx: RankContext) -> Any:
         import torch
@@ -749,13 +910,24 @@ def transformer_forward_flops(
     return 2.0 * seq_len * per_token_weights + 2.0 * per_sample_weights + 4.0 * layers * seq_len**2 * hidden
 
 
+# batch_size 0 on an 80 GiB GPU: big enough to keep it busy at seq_len 512, small enough to fit in fp32.
+TRANSFORMER_GPU_BATCH = {
+    "bert-base": 64,
+    "bert-large": 32,
+    "gpt2-small": 32,
+    "gpt2-medium": 16,
+    "gpt2-large": 8,
+    "gpt2-xl": 4,
+}
+
+
 def transformer_class(
     base: type, name: str, size: tuple[int, int, int], class_name: str, head: str, module: str
 ) -> type:
     """A registered-ready class for one published size of a transformer family (GPT-2, BERT)."""
     hidden, layers, heads = size
     params = {
-        **model_params(optimizer="adamw", lr=1e-4, batch_size=32),
+        **model_params(optimizer="adamw", lr=1e-4),
         "seq_len": Param("int", 512, "tokens per sample"),
         "num_classes": Param("int", 100, f"classes of the classifier on {head}"),
     }
@@ -765,6 +937,7 @@ def transformer_class(
         "description": f"{name} (hidden {hidden}, {layers} layers, {heads} heads): training/inference on "
         "synthetic tokens",
         "params": params,
+        "gpu_batch": TRANSFORMER_GPU_BATCH.get(name, 16),
         "__module__": module,
     }
     return type(class_name, (base,), attrs)

@@ -19,11 +19,22 @@ from sb_bench.model.catalog import CNN_MODELS
 DEFAULT_IMAGE = {"inception_v3": 299}
 MIN_IMAGE = {"inception_v3": 299, "alexnet": 63}
 AUX_WEIGHT = {"googlenet": 0.3, "inception_v3": 0.4}
+# batch_size 0 on an 80 GiB GPU: 256 as NVIDIA's published ResNet-50 training (DeepLearningExamples);
+# the heavier networks half that so fp32 fits.
+GPU_BATCH = {
+    "resnet152": 128,
+    "resnext101_32x8d": 128,
+    "wide_resnet101_2": 128,
+    "inception_v3": 128,
+    "densenet161": 128,
+    **{v: 128 for v in ("vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19_bn", "vgg19")},
+}
 
 
 class TorchvisionCNN(ModelBenchmark):
     arch: ClassVar[str] = ""
     reports_tflops = False
+    image_input = True
 
     @classmethod
     def validate(cls, args: dict[str, Any]) -> None:
@@ -73,6 +84,7 @@ def _cnn_class(arch: str) -> type[TorchvisionCNN]:
     attrs = {
         "name": f"pytorch-{arch}",
         "arch": arch,
+        "gpu_batch": GPU_BATCH.get(arch, 256),
         "description": f"torchvision {arch}: image-classification training/inference on synthetic images",
         "params": params,
         "__module__": __name__,

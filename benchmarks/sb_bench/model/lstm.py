@@ -19,6 +19,7 @@ from sb_bench.model.base import ModelBenchmark, model_params
 class PytorchLSTM(ModelBenchmark):
     name = "pytorch-lstm"
     description = "stacked LSTM sequence classifier: training/inference on synthetic sequences"
+    gpu_batch = 256
     params = {
         **model_params(optimizer="sgd", lr=0.01),
         "seq_len": Param("int", 512, "time steps per sample"),

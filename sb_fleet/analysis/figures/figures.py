@@ -38,9 +38,11 @@ from typing import Any
 import numpy as np
 
 from sb_fleet.analysis.figures.convshapes import ConvCall, conv_call, is_conv_benchmark
+from sb_fleet.analysis.figures.model_checks import busy_figures, expected_for, host_bound
 from sb_fleet.analysis.figures.peaks import (
     PRECISION_BYTES,
     HostPeaks,
+    above_peak_reason,
     default_unit,
     gemm_precision,
     peak_for_metric,
@@ -126,6 +128,7 @@ class MetricFigure:
     peak_source: str = ""
     peak_unit: str | None = None  # the metric's unit, or SuperBench's where the results do not say
     efficiency: float | None = None  # measured / peak (median over hosts with a peak)
+    above_peak: str = ""  # why the figure is above its peak (efficiency > 1), never a bare >100%
     cv: float | None = None  # run-to-run coefficient of variation (median over hosts and ranks)
     cv_max: float | None = None
     runs: int = 0  # most runs seen per value
@@ -144,6 +147,9 @@ class ModelRow:
     precision: str
     values: dict[str, float]  # column (ModelMetric.column) -> fleet median
     units: dict[str, str | None]
+    busy: dict[str, float] = field(default_factory=dict)  # action -> device busy % (fleet median)
+    host_bound: dict[str, str] = field(default_factory=dict)  # action -> why its figures measure the host
+    expected: dict[str, tuple[float, str]] = field(default_factory=dict)  # column -> (published, source)
 
 
 @dataclass(frozen=True)
@@ -416,6 +422,7 @@ def _figures(
                 peak_source=peak_src,
                 peak_unit=peak_unit,
                 efficiency=eff,
+                above_peak=_above_peak(g.metric, eff, peak_src, peak_rows),
                 cv=cv_med,
                 cv_max=cv_max,
                 runs=most,
@@ -436,6 +443,9 @@ def _figures(
                 f"{bench}: the result check failed on {int(bad.sum())} host(s); their convolutions count as "
                 "zero FLOPS on the roofline (valid FLOPS)"
             )
+    for f in figures:
+        if f.above_peak:
+            notes.append(f"{f.metric}: {f.efficiency:.0%} of peak, {f.above_peak}")
     noisy = [f.metric for f in figures if f.noisy]
     if noisy:
         notes.append(
@@ -451,7 +461,7 @@ def _figures(
     return Figures(
         hosts=len(host_list),
         metrics=tuple(figures),
-        models=tuple(_models(figures)),
+        models=tuple(_models(figures, peaks)),
         curves=tuple(_curves(figures, peaks)),
         rooflines=tuple(rooflines),
         notes=tuple(notes),
@@ -497,7 +507,17 @@ def _efficiency(
     return float(np.median(peak_of[ok])), source, eff, used
 
 
-def _models(figures: list[MetricFigure]) -> list[ModelRow]:
+def _above_peak(metric: str, eff: float | None, source: str, peak_rows: list[HostPeaks | None]) -> str:
+    if eff is None or eff <= 1.0:
+        return ""
+    for hp in peak_rows:
+        pk = peak_for_metric(metric, hp) if hp is not None else None
+        if pk is not None and pk.source and pk.source in source:
+            return above_peak_reason(metric, pk)
+    return ""
+
+
+def _models(figures: list[MetricFigure], peaks: Mapping[str, HostPeaks] | None = None) -> list[ModelRow]:
     rows: dict[tuple[str, str], tuple[dict[str, float], dict[str, str | None]]] = {}
     for f in figures:
         mm = model_metric(f.metric)
@@ -506,10 +526,29 @@ def _models(figures: list[MetricFigure]) -> list[ModelRow]:
         vals, units = rows.setdefault((mm.model, mm.precision), ({}, {}))
         vals[mm.column] = f.median
         units[mm.column] = f.unit
-    return [
-        ModelRow(model, model_group(model.rpartition("/")[2] or model), prec, vals, units)
-        for (model, prec), (vals, units) in sorted(rows.items())
-    ]
+    busy = busy_figures((f.metric, f.median) for f in figures)
+    bound = {(h.model, h.precision, h.action): h.reason for h in host_bound(busy)}
+    gpus = [p.device for p in (peaks or {}).values() if p.gpu]
+    out = []
+    for (model, prec), (vals, units) in sorted(rows.items()):
+        expected = {}
+        for action in ("train", "inference"):
+            e = expected_for(model, prec, action, gpus)
+            if e is not None and f"{action}_throughput" in vals:
+                expected[f"{action}_throughput"] = (e.value, e.source)
+        out.append(
+            ModelRow(
+                model,
+                model_group(model.rpartition("/")[2] or model),
+                prec,
+                vals,
+                units,
+                busy={a: v for (m, p, a), v in busy.items() if m == model and p == prec},
+                host_bound={a: r for (m, p, a), r in bound.items() if m == model and p == prec},
+                expected=expected,
+            )
+        )
+    return out
 
 
 def _curves(figures: list[MetricFigure], peaks: Mapping[str, HostPeaks]) -> list[Curve]:

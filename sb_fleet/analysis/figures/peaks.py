@@ -4,11 +4,11 @@ Every peak says where it comes from (``source``), so a "% of peak" in a report c
 
 * **GEMM per precision on GPUs**: the on-host suite's own datasheet table
   (``sb_bench.micro.gemm_flops.PEAKS``, dense figures at boost clock), read from there, never copied.
-* **GEMM on CPUs**: cores x frequency x SIMD lanes x 2 (a fused multiply-add is two operations)
-  x FMA units, from the CPU facts (``cpu_cores``, ``cpu_mhz``, ``cpu_flags``): AVX-512 is 512-bit
-  vectors, AVX/AVX2 256, SSE2 and Arm ASIMD 128; two FMA units where the ``fma`` (or ``avx512f``)
-  flag is present, one otherwise. An upper bound: some parts have one AVX-512 unit or split
-  512-bit operations, and clocks drop under heavy vector load.
+* **GEMM on CPUs**: cores x clock x FLOP per cycle per core of the host's microarchitecture
+  (:mod:`sb_fleet.analysis.figures.cpu_uarch`: FMA pipes x datapath width from the vendors'
+  tables, keyed by vendor/family/model or Arm part); the clock is cpufreq's maximum where the host
+  has one (``cpu_mhz_source``), and the source says which clock it is. An unknown core gets no
+  peak, with the reason. An upper bound: clocks drop under heavy vector load.
 * **Device memory (HBM)** and **NVLink** per GPU model: vendors' datasheet figures below.
 * **PCIe**: generation x width from the facts (``pcie_gen``, ``pcie_width``, top level or per GPU),
   per direction after line encoding.
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sb_fleet.analysis.figures.cpu_uarch import identify_core
 from sb_fleet.safe_files import safe_name
 
 # Nominal device-memory bandwidth (GB/s) and NVLink bandwidth per GPU, one direction (GB/s; the
@@ -52,8 +53,6 @@ GPU_MEMORY: list[tuple[str, str, float, float | None]] = [
 PCIE_LANE_GBPS = {1: 2.5 * 0.8, 2: 5.0 * 0.8, 3: 8.0 * 128 / 130, 4: 16.0 * 128 / 130, 5: 32.0 * 128 / 130}
 PCIE_LANE_GBPS[6] = 64.0 * 242 / 256  # FLIT mode
 
-# Bits per vector register, by the widest SIMD extension in the CPU flags.
-SIMD_BITS = (("avx512f", 512), ("avx2", 256), ("avx", 256), ("sse2", 128), ("asimd", 128), ("neon", 128))
 # Bytes per element of each GEMM precision (arithmetic intensity of a GEMM, roofline).
 PRECISION_BYTES = {
     "fp64": 8,
@@ -145,28 +144,30 @@ def _number(v: Any) -> float | None:
 
 
 def cpu_gemm_peaks(facts: Mapping[str, Any]) -> tuple[dict[str, Peak], list[str]]:
-    """fp64 and fp32 peaks of a CPU from cores, frequency and SIMD flags; why not, when not."""
-    flags_raw = facts.get("cpu_flags")
-    flags = set(flags_raw.split() if isinstance(flags_raw, str) else (flags_raw or ()))
+    """fp64 and fp32 peaks of a CPU: cores x clock x FLOP per cycle of its core
+    (:mod:`sb_fleet.analysis.figures.cpu_uarch`); why not, when not (an untabled core included)."""
     cores = _number(facts.get("cpu_cores")) or _number(facts.get("cpu_count"))
     mhz = _number(facts.get("cpu_mhz"))
-    missing = [k for k, v in (("cpu_flags", flags), ("cpu_cores", cores), ("cpu_mhz", mhz)) if not v]
+    missing = [k for k, v in (("cpu_cores", cores), ("cpu_mhz", mhz)) if not v]
     if missing:
         return {}, [f"no CPU peak: the facts lack {', '.join(missing)}"]
     assert cores is not None and mhz is not None
-    bits = next((b for f, b in SIMD_BITS if f in flags), None)
-    if bits is None:
-        return {}, ["no CPU peak: no known SIMD extension in cpu_flags"]
-    units = 2 if ({"fma", "avx512f"} & flags or {"asimd"} & flags) else 1
+    core = identify_core(facts)
+    if isinstance(core, str):
+        return {}, [f"no CPU peak: {core}"]
+    clock = str(facts.get("cpu_mhz_source") or "")
+    clock_word = {
+        "cpuinfo_max_freq": "maximum clock (cpufreq cpuinfo_max_freq)",
+        "cpu MHz": "current clock (/proc/cpuinfo cpu MHz: no cpufreq maximum on this host)",
+    }.get(clock, "clock of unrecorded origin (cpu_mhz)")
     out = {}
     for prec, width in (("fp64", 64), ("fp32", 32)):
-        lanes = bits // width
-        value = cores * mhz * 1e6 * lanes * 2 * units
+        per_cycle = core.flop_per_cycle(width)
         out[prec] = Peak(
-            value,
+            cores * mhz * 1e6 * per_cycle,
             "flops",
-            f"{cores:g} cores x {mhz / 1000:g} GHz x {lanes} {prec} lanes ({bits}-bit SIMD) x 2 (FMA) "
-            f"x {units} FMA unit(s)",
+            f"{cores:g} cores x {mhz / 1000:g} GHz {clock_word} x {per_cycle} {prec} FLOP/cycle/core "
+            f"({core.name}: {core.pipes} FMA pipe(s) x {core.bits}-bit; {core.source})",
         )
     return out, []
 
@@ -273,6 +274,23 @@ def peak_for_metric(metric: str, peaks: HostPeaks) -> Peak | None:
     if bench.startswith("gpu-stream") or (bench.startswith("mem-bw") and "d2d" in leaf):
         return peaks.memory
     return None
+
+
+def above_peak_reason(metric: str, peak: Peak) -> str:
+    """Why a figure can sit above the nominal peak it is held against (shown with its % of peak,
+    never a bare >100%). NCCL's bus bandwidth assumes a ring (each GPU moves 2(n-1)/n of the data
+    over its own links); NVLink SHARP (NVLS, NCCL 2.17+ on NVSwitch systems) reduces inside the
+    switch, so each GPU sends its data once and receives the result once, and all-reduce busbw can
+    reach 2(n-1)/n of the link rate: ~480 GB/s on 8 H100 SXM against 450 GB/s per direction."""
+    bench, _, leaf = metric.rpartition("/")
+    if peak.source and "NVLink" in peak.source and re.fullmatch(r"(nccl|rccl)-bw(:nvlink)?", bench):
+        if leaf.startswith(("allreduce", "all_reduce")):
+            return (
+                "above the NVLink link rate: NVLink SHARP (NVLS) reduces in the NVSwitch, so all-reduce bus "
+                "bandwidth (which assumes a ring) is bounded by 2(n-1)/n x the link rate, not the link rate"
+            )
+        return "above the NVLink link rate: NCCL's bus-bandwidth formula assumes a ring; an in-switch (NVLS) algorithm moves less"
+    return "above the nominal peak: check the peak's source (a wrong datasheet row, or a cached/compressed transfer)"
 
 
 def default_unit(metric: str, peak: Peak) -> str | None:

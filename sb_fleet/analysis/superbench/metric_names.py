@@ -109,6 +109,7 @@ _HIGHER = [
         r"score",
         r"efficiency",
         r"_per_watt$",
+        r"_device_busy$",  # share of a model loop's wall time the device worked (%)
     )
 ]
 

@@ -13,6 +13,12 @@ CONV_NOTE = (
     "the GEMM peak of the datatype: half fp16_tc; float tf32_tc on NVIDIA GPUs that have it (cuDNN runs "
     "float as TF32 by default), else fp32 (CPUs: the fp32 peak; half has none)."
 )
+MODEL_NOTE = (
+    "Precisions as the suite names them: fp32 on NVIDIA GPUs is computed with TF32 allowed (cuBLAS and "
+    "cuDNN round fp32 inputs to TF32 on tensor cores), as SuperBench does, unless the benchmark ran with "
+    "force_fp32: true (IEEE fp32). Device busy: the share of the timed loop's wall time the device spent on "
+    "the steps' work; below 90% the figure is host-bound and measures the host."
+)
 MODEL_COLUMNS = (
     ("train_throughput", "Train throughput"),
     ("train_step_time", "Train step time"),
@@ -118,25 +124,58 @@ def render(figs: Figures) -> str:
                 cells.append(num(f.median))
             else:
                 cells += [num(f.median), num(f.p5), num(f.p95), num(f.min), num(f.max), str(f.hosts)]
-            cells += [pct(f.efficiency), cv_text(f), _cell(ranks_text(f))]
+            eff = pct(f.efficiency) + (" (above peak: see notes)" if f.above_peak else "")
+            cells += [eff, cv_text(f), _cell(ranks_text(f))]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += energy_lines(figs)
     if figs.models:
         present = [(k, t) for k, t in MODEL_COLUMNS if any(k in r.values for r in figs.models)]
+        busy = any(r.busy for r in figs.models)
+        expected = any(r.expected for r in figs.models)
+        extra = (" Device busy |" if busy else "") + (" % of expected |" if expected else "")
         lines += [
             "### Models (per model and precision)",
             "",
-            "| Model | Group | Precision | " + " | ".join(t for _, t in present) + " |",
-            "|---|---|---|" + "---|" * len(present),
+            MODEL_NOTE,
+            "",
+            "| Model | Group | Precision | " + " | ".join(t for _, t in present) + " |" + extra,
+            "|---|---|---|" + "---|" * len(present) + ("---|" if busy else "") + ("---|" if expected else ""),
         ]
+        bound_notes = []
         for r in figs.models:
             vals = [
                 f"{num(r.values[k])} {r.units.get(k) or ''}".strip() if k in r.values else "-"
                 for k, _ in present
             ]
-            lines.append(f"| `{_cell(r.model)}` | {r.group} | {r.precision} | " + " | ".join(vals) + " |")
+            prec = r.precision + (" **host-bound**" if r.host_bound else "")
+            row = f"| `{_cell(r.model)}` | {r.group} | {prec} | " + " | ".join(vals) + " |"
+            if busy:
+                row += " " + (", ".join(f"{a} {v:.0f}%" for a, v in sorted(r.busy.items())) or "-") + " |"
+            if expected:
+                row += (
+                    " "
+                    + (
+                        ", ".join(
+                            f"{col.split('_')[0]} {pct(r.values[col] / v)} of {num(v)}"
+                            for col, (v, _) in sorted(r.expected.items())
+                        )
+                        or "-"
+                    )
+                    + " |"
+                )
+            lines.append(row)
+            bound_notes += [
+                f"- `{_cell(r.model)}` {r.precision} {a}: host-bound: {why}"
+                for a, why in sorted(r.host_bound.items())
+            ]
+            bound_notes += [
+                f"- `{_cell(r.model)}` {r.precision} {col.split('_')[0]}: expected {num(v)} samples/s per GPU ({src})"
+                for col, (v, src) in sorted(r.expected.items())
+            ]
         lines.append("")
+        if bound_notes:
+            lines += bound_notes + [""]
     if figs.rooflines:
         lines += ["### Roofline", ""]
         if any(p.kind == "conv" for rl in figs.rooflines for p in rl.points):

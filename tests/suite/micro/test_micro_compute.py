@@ -147,11 +147,12 @@ def test_efficiency_reported_against_peak():
 
 
 # -- kernel-launch -------------------------------------------------------------------------------------
-def test_kernel_launch_reports_event_and_wall_time():
+def test_kernel_launch_reports_torch_launch_times_on_cpu():
+    """SuperBench's event_time/wall_time need a GPU (tests/suite/micro/test_kernel_launch_native.py)."""
     env = run_bench("kernel-launch", num_warmup=5, num_steps=200)
-    assert_metrics(env, {"event_time": "ms", "wall_time": "ms", "back_to_back_time": "ms"})
-    assert env["metrics"]["event_time"]["higher_is_better"] is False
-    assert env["result"]["event_time"][0] < 5.0  # a tiny op, far below 5 ms even on a busy CPU
+    assert_metrics(env, {"torch_launch_time": "ms", "back_to_back_time": "ms"})
+    assert env["metrics"]["torch_launch_time"]["higher_is_better"] is False
+    assert env["result"]["torch_launch_time"][0] < 5.0  # a tiny op, far below 5 ms even on a busy CPU
 
 
 # -- cublas / cudnn --------------------------------------------------------------------------------------
@@ -286,3 +287,33 @@ def test_unavailable_tensor_core_gemm_is_skipped_but_device_faults_fail(monkeypa
         assert "fp32_flops" in env["result"] and "int8_tc GEMM not available here" in env["reason"]
     else:
         assert env["return_code"] == 4 and "illegal memory access" in env["reason"]
+
+
+def test_cublas_function_fp32_configs_are_probed_for_tf32(monkeypatch):
+    """A float32 GEMM that runs as TF32 (the container override) is skipped with the reason; the
+    configurations allowed TF32 (GemmEx float with use_tensor_core) and half are not probed."""
+
+    def tf32(t):
+        bits = t.contiguous().view(torch.int32)
+        return ((bits + (1 << 12)) & ~((1 << 13) - 1)).view(torch.float32)
+
+    real_mm, real_bmm = torch.matmul, torch.bmm
+
+    def as_tf32(real):
+        def fn(a, b, out=None):
+            if a.dtype != torch.float32:
+                return real(a, b, out=out) if out is not None else real(a, b)
+            r = real(tf32(a), tf32(b))
+            return out.copy_(r) if out is not None else r
+
+        return fn
+
+    monkeypatch.setattr(torch, "matmul", as_tf32(real_mm))
+    monkeypatch.setattr(torch, "bmm", as_tf32(real_bmm))
+    env = run_bench("cublas-function", config_json_str=json.dumps(CUBLAS), **SMALL)
+    sgemm = "name_cublassgemm_k_32_m_64_n_48_transa_1_transb_0_time"
+    assert sgemm not in env["result"] and sgemm in env["reason"]
+    assert "cublasSgemm: float32 GEMMs run as TF32" in env["reason"]
+    assert "cublasSgemmStridedBatched: float32 GEMMs run as TF32" in env["reason"]
+    assert any(k.startswith("name_cublasgemmex_datatype_half") for k in env["result"])  # half: not probed
+    assert "name_cublascgemm_k_32_m_16_n_8_transa_1_transb_0_time" in env["result"]

@@ -46,7 +46,8 @@ def expected_metrics(precisions: list[str], actions: list[str], tflops: bool) ->
     names = set()
     for p in precisions:
         for a in actions:
-            names |= {f"{p}_{a}_step_time", f"{p}_{a}_throughput"}
+            names |= {f"{p}_{a}_step_time", f"{p}_{a}_throughput", f"{p}_{a}_device_busy"}
+            names |= {f"{p}_{a}_power", f"{p}_{a}_throughput_per_watt"}  # energy over the timed loop
             if a == "inference":
                 for q in ("50", "90", "95", "99", "99.9"):
                     names |= {f"{p}_inference_step_time_{q}", f"{p}_inference_throughput_{q}"}

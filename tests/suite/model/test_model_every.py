@@ -37,6 +37,8 @@ def check_envelope(env: dict, precisions: list[str], actions: list[str], tflops:
             assert unit == "ms"
         elif "_throughput" in name:
             assert unit == "samples/s"
+        elif name.endswith("_device_busy"):
+            assert unit == "%" and value <= 100.0
         else:
             assert name.endswith("_tflops") and unit == "TFLOPS"
     for p in precisions:

@@ -138,3 +138,50 @@ def test_cli_exec_writes_the_rank_file(tmp_path):
     env = json.loads((tmp_path / "rank0.json").read_text())
     assert env["name"] == "pytorch-squeezenet1_1" and env["status"] == "ok"
     assert "fp32_inference_step_time_99.9" in env["result"]
+
+
+# A batch that cannot load the device: an LSTM of one hidden unit over wide inputs does ~4 multiply-adds
+# per input value, while the DataLoader (SuperBench's path: num_workers given) gathers and stacks every
+# value on the host each step. The same model fed from the resident pool keeps the device busy.
+HOST_BOUND = {
+    "input_size": 16384,
+    "hidden_size": 1,
+    "num_layers": 1,
+    "seq_len": 16,
+    "batch_size": 16,
+    "sample_count": 64,
+    "num_warmup": 1,
+    "num_steps": 6,
+    "precision": ["float32"],
+    "model_action": ["inference"],
+    "device": "cpu",
+}
+
+
+def test_a_batch_that_cannot_load_the_device_reads_low_device_busy():
+    from sb_bench.model.base import BUSY_LIMIT
+
+    loader = run_benchmark("pytorch-lstm", {**HOST_BOUND, "num_workers": 0})
+    assert loader["status"] == "ok", loader["reason"]
+    assert loader["params"]["data"] == "loader"  # a SuperBench data parameter given: SuperBench's path
+    busy = loader["result"]["fp32_inference_device_busy"][0]
+    assert busy < BUSY_LIMIT, busy
+    resident = run_benchmark("pytorch-lstm", {**HOST_BOUND, "data": "device"})
+    assert resident["params"]["data"] == "device"
+    assert resident["result"]["fp32_inference_device_busy"][0] >= BUSY_LIMIT
+
+
+def test_batch_size_zero_is_the_models_default_and_superbench_parameters_select_the_loader():
+    from sb_bench.core import registry
+
+    cls = registry.get("pytorch-resnet50")
+    assert cls.gpu_batch == 256 and cls.image_input
+    assert cls.parse_params({})["batch_size"] == 0 and cls.parse_params({})["data"] == "device"
+    assert cls.parse_params({"pin_memory": True})["data"] == "loader"
+    assert cls.parse_params({"pin_memory": True})["channels_last"] == "false"  # SuperBench's NCHW
+    assert cls.parse_params({})["channels_last"] == "auto"
+    assert cls.parse_params({"num_workers": 8, "data": "device"})["data"] == "device"  # explicit wins
+    env = run_benchmark("pytorch-lstm", {**HOST_BOUND, "batch_size": 0, "num_steps": 1, "data": "device"})
+    assert env["status"] == "ok"
+    tput, st = env["result"]["fp32_inference_throughput"][0], env["result"]["fp32_inference_step_time"][0]
+    assert tput == pytest.approx(32 * 1000.0 / st)  # SuperBench's 32 on a CPU

@@ -23,20 +23,36 @@ from sb_fleet.report.writers.figures_md import render
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "figures"
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_width": 16}
+# An Ice Lake-SP Xeon (two AVX-512 FMA units per core), as hostprep records it.
+ICX = {
+    "cpu_vendor": "GenuineIntel",
+    "cpu_family": 6,
+    "cpu_model_number": 106,
+    "cpu_model": "Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz",
+}
 
 
 @pytest.mark.parametrize(
     "facts, fp64_gflops",
     [
-        # 2 cores x 2.2 GHz x 8 lanes (AVX-512, fp64) x 2 (FMA) x 2 units
-        ({"cpu_cores": 2, "cpu_mhz": 2200, "cpu_flags": "sse2 avx avx2 fma avx512f"}, 140.8),
-        # 4 cores x 3.0 GHz x 4 lanes (AVX2) x 2 x 2
-        ({"cpu_cores": 4, "cpu_mhz": 3000, "cpu_flags": ["sse2", "avx", "avx2", "fma"]}, 192.0),
-        # 1 core x 2.0 GHz x 2 lanes (SSE2) x 2 (mul + add) x 1 unit (no FMA)
-        ({"cpu_count": 1, "cpu_mhz": 2000, "cpu_flags": ["sse2"]}, 8.0),
+        # Ice Lake-SP: 2 cores x 2.2 GHz x 8 lanes (AVX-512, fp64) x 2 (FMA) x 2 units
+        ({"cpu_cores": 2, "cpu_mhz": 2200, **ICX}, 140.8),
+        # Zen 3: 4 cores x 3.0 GHz x 4 lanes (256-bit) x 2 x 2 pipes
+        (
+            {
+                "cpu_cores": 4,
+                "cpu_mhz": 3000,
+                "cpu_vendor": "AuthenticAMD",
+                "cpu_family": 25,
+                "cpu_model_number": 1,
+            },
+            192.0,
+        ),
+        # Neoverse N1: 1 core x 2.0 GHz x 2 lanes (128-bit) x 2 x 2 pipes
+        ({"cpu_count": 1, "cpu_mhz": 2000, "cpu_implementer": "0x41", "cpu_part": "0xd0c"}, 16.0),
     ],
 )
-def test_cpu_peak_from_cores_frequency_and_simd_flags(facts: dict, fp64_gflops: float) -> None:
+def test_cpu_peak_from_cores_frequency_and_core(facts: dict, fp64_gflops: float) -> None:
     peaks, notes = cpu_gemm_peaks(facts)
     assert not notes
     assert peaks["fp64"].value / 1e9 == pytest.approx(fp64_gflops)
@@ -45,7 +61,7 @@ def test_cpu_peak_from_cores_frequency_and_simd_flags(facts: dict, fp64_gflops: 
 
 
 def test_cpu_peak_needs_its_facts() -> None:
-    peaks, notes = cpu_gemm_peaks({"cpu_count": 2, "cpu_flags": ["avx2"]})
+    peaks, notes = cpu_gemm_peaks({"cpu_count": 2, **ICX})
     assert peaks == {} and "cpu_mhz" in notes[0]
     assert host_peaks(None).empty()
 
@@ -189,6 +205,8 @@ def test_results_section_golden(golden) -> None:
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 106
 model name\t: Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz
 cpu MHz\t\t: 2000.000
 physical id\t: 0
@@ -300,7 +318,7 @@ def test_sparse_fleets_give_figures_without_warnings() -> None:
         vals[0, :] = np.nan
         hosts = [f"h{i}" for i in range(n)]
         peaks = {
-            h: host_peaks(H100 if i % 2 else {"cpu_cores": 2, "cpu_mhz": 2000, "cpu_flags": ["avx2", "fma"]})
+            h: host_peaks(H100 if i % 2 else {"cpu_cores": 2, "cpu_mhz": 2000, **ICX})
             for i, h in enumerate(hosts)
         }
         figs = build_figures(hosts, cols, vals, Directions(), peaks, {"h1": {cols[0]: [1.0, 1.1]}}, {})
@@ -367,7 +385,7 @@ def test_a_failed_conv_check_counts_zero() -> None:
     assert any("cudnn-function: the result check failed on 1 host(s)" in n for n in alone.notes)
 
 
-CPU = {"cpu_cores": 2, "cpu_mhz": 2200, "cpu_flags": ["sse2", "avx", "avx2", "fma", "avx512f"]}
+CPU = {"cpu_cores": 2, "cpu_mhz": 2200, "cpu_flags": ["sse2", "avx", "avx2", "fma", "avx512f"], **ICX}
 
 
 def test_conv_points_on_a_cpu_and_without_a_gemm() -> None:
@@ -448,3 +466,20 @@ def test_a_conv_above_its_roof_and_one_without_a_memory_roof() -> None:
     assert "Winograd" in p.sentence
     (q,) = _figs([col], [[40_000.0]], peaks={"h0": host_peaks(CPU)}).rooflines[0].points
     assert q.regime == "unknown" and q.sentence.endswith("at 66% of peak (no memory roof known)")
+
+
+def test_nvls_allreduce_above_the_nvlink_peak_is_shown_with_its_reason() -> None:
+    """All-reduce with NVLink SHARP on 8 H100 SXM reaches ~480 GB/s bus bandwidth, above the
+    450 GB/s per-direction link rate: the report says why, never a bare 107%."""
+    cols = ["nccl-bw:nvlink/allreduce_8589934592_busbw:0", "nccl-bw:nvlink/allgather_8589934592_busbw:0"]
+    figs = _figs(cols, [[480.0, 360.0]], peaks={"h0": host_peaks(H100)})
+    by = {f.metric: f for f in figs.metrics}
+    ar = by["nccl-bw:nvlink/allreduce_8589934592_busbw"]
+    assert ar.efficiency == pytest.approx(480 / 450)
+    assert "NVLink SHARP (NVLS)" in ar.above_peak
+    assert by["nccl-bw:nvlink/allgather_8589934592_busbw"].above_peak == ""  # 80%: nothing to explain
+    text = render(figs)
+    row = next(line for line in text.splitlines() if "`allreduce_8589934592_busbw`" in line)
+    assert "106.7% (above peak: see notes)" in row
+    assert any("NVLS" in n and "107% of peak" in n for n in figs.notes)
+    assert "NVLS" in text.split("### Notes on the figures", 1)[1]
