@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sb_bench.health.record import FAIL, PASS, WARN, Env, Record
 from sb_bench.health.gpu_source import GpuInfo, GpuState
+from sb_bench.health.record import FAIL, PASS, WARN, Env, Record
 
 REPORTED = "reported (no rule in the profile)"
 
@@ -42,8 +42,16 @@ def gpu_records(st: GpuState, env: Env) -> list[Record]:
         verdict = FAIL if count else PASS
         return [Record("gpu.count", verdict, 0, f"== {count}" if count else REPORTED, st.problem, "")]
     ev = f"{n} GPU(s) found" + (f", {count} expected" if count else "")
-    recs.append(Record("gpu.count", FAIL if count is not None and n != count else PASS, n,
-                       f"== {count}" if count is not None else REPORTED, ev, st.source))
+    recs.append(
+        Record(
+            "gpu.count",
+            FAIL if count is not None and n != count else PASS,
+            n,
+            f"== {count}" if count is not None else REPORTED,
+            ev,
+            st.source,
+        )
+    )
     model = want("model")
     names = sorted({g.name for g in st.gpus})
     problems = []
@@ -51,69 +59,176 @@ def gpu_records(st: GpuState, env: Env) -> list[Record]:
         problems.append(f"mixed models on one host: {names}")
     if model and any(model.lower() not in g.name.lower() for g in st.gpus):
         problems.append(f"model {names} does not contain {model!r}")
-    recs.append(Record("gpu.model", FAIL if problems else PASS, names[0] if len(names) == 1 else names,
-                       f"contains {model!r}" if model else "one model per host", "; ".join(problems), st.source))
+    recs.append(
+        Record(
+            "gpu.model",
+            FAIL if problems else PASS,
+            names[0] if len(names) == 1 else names,
+            f"contains {model!r}" if model else "one model per host",
+            "; ".join(problems),
+            st.source,
+        )
+    )
     mem = want("memory_gib_min")
-    recs.append(_per_gpu(
-        "gpu.memory", st, lambda g: g.memory_mib,
-        lambda g: f"{g.memory_mib / 1024:.1f} GiB < {mem} GiB" if mem and g.memory_mib is not None and g.memory_mib / 1024 < mem else None,
-        f">= {mem} GiB" if mem else REPORTED))
+    recs.append(
+        _per_gpu(
+            "gpu.memory",
+            st,
+            lambda g: g.memory_mib,
+            lambda g: (
+                f"{g.memory_mib / 1024:.1f} GiB < {mem} GiB"
+                if mem and g.memory_mib is not None and g.memory_mib / 1024 < mem
+                else None
+            ),
+            f">= {mem} GiB" if mem else REPORTED,
+        )
+    )
     ecc = want("ecc")
-    recs.append(_per_gpu(
-        "gpu.ecc_mode", st, lambda g: g.ecc_enabled,
-        lambda g: f"ECC {'on' if g.ecc_enabled else 'off'}, {'on' if ecc else 'off'} expected" if ecc is not None and g.ecc_enabled is not None and g.ecc_enabled != ecc else None,
-        f"ECC {'enabled' if ecc else 'disabled'}" if ecc is not None else REPORTED))
+    recs.append(
+        _per_gpu(
+            "gpu.ecc_mode",
+            st,
+            lambda g: g.ecc_enabled,
+            lambda g: (
+                f"ECC {'on' if g.ecc_enabled else 'off'}, {'on' if ecc else 'off'} expected"
+                if ecc is not None and g.ecc_enabled is not None and g.ecc_enabled != ecc
+                else None
+            ),
+            f"ECC {'enabled' if ecc else 'disabled'}" if ecc is not None else REPORTED,
+        )
+    )
     vmax = want("ecc_uncorrected_volatile_max", 0)
-    recs.append(_per_gpu(
-        "gpu.ecc_volatile", st, lambda g: g.ecc_uncorrected_volatile,
-        lambda g: f"{g.ecc_uncorrected_volatile} volatile uncorrectable ECC errors" if (g.ecc_uncorrected_volatile or 0) > vmax else None,
-        f"volatile uncorrectable ECC <= {vmax}"))
+    recs.append(
+        _per_gpu(
+            "gpu.ecc_volatile",
+            st,
+            lambda g: g.ecc_uncorrected_volatile,
+            lambda g: (
+                f"{g.ecc_uncorrected_volatile} volatile uncorrectable ECC errors"
+                if (g.ecc_uncorrected_volatile or 0) > vmax
+                else None
+            ),
+            f"volatile uncorrectable ECC <= {vmax}",
+        )
+    )
     amax = want("ecc_uncorrected_aggregate_max", 0)
-    recs.append(_per_gpu(
-        "gpu.ecc_aggregate", st, lambda g: g.ecc_uncorrected_aggregate,
-        lambda g: f"{g.ecc_uncorrected_aggregate} aggregate uncorrectable ECC errors" if (g.ecc_uncorrected_aggregate or 0) > amax else None,
-        f"aggregate uncorrectable ECC <= {amax} (else warn)", WARN))
-    recs.append(_per_gpu(
-        "gpu.row_remap", st,
-        lambda g: {"pending": g.remap_pending, "failure": g.remap_failure, "uncorrectable": g.remap_uncorrectable,
-                   "retired_pages_pending": g.retired_pages_pending},
-        _remap_problem, "no row remap pending or failed, no retired page pending (a GPU reset applies them)"))
-    recs.append(_per_gpu(
-        "gpu.throttle", st, lambda g: list(g.throttle_hw) if g.throttle_hw is not None else None,
-        lambda g: f"hardware slowdown active: {', '.join(g.throttle_hw)}" if g.throttle_hw else None,
-        "no HW slowdown, HW thermal slowdown or HW power brake"))
+    recs.append(
+        _per_gpu(
+            "gpu.ecc_aggregate",
+            st,
+            lambda g: g.ecc_uncorrected_aggregate,
+            lambda g: (
+                f"{g.ecc_uncorrected_aggregate} aggregate uncorrectable ECC errors"
+                if (g.ecc_uncorrected_aggregate or 0) > amax
+                else None
+            ),
+            f"aggregate uncorrectable ECC <= {amax} (else warn)",
+            WARN,
+        )
+    )
+    recs.append(
+        _per_gpu(
+            "gpu.row_remap",
+            st,
+            lambda g: {
+                "pending": g.remap_pending,
+                "failure": g.remap_failure,
+                "uncorrectable": g.remap_uncorrectable,
+                "retired_pages_pending": g.retired_pages_pending,
+            },
+            _remap_problem,
+            "no row remap pending or failed, no retired page pending (a GPU reset applies them)",
+        )
+    )
+    recs.append(
+        _per_gpu(
+            "gpu.throttle",
+            st,
+            lambda g: list(g.throttle_hw) if g.throttle_hw is not None else None,
+            lambda g: f"hardware slowdown active: {', '.join(g.throttle_hw)}" if g.throttle_hw else None,
+            "no HW slowdown, HW thermal slowdown or HW power brake",
+        )
+    )
     pers = want("persistence")
-    recs.append(_per_gpu(
-        "gpu.persistence", st, lambda g: g.persistence,
-        lambda g: "persistence mode off" if pers and g.persistence is False else None,
-        "persistence mode on (else warn)" if pers else REPORTED, WARN))
-    recs.append(_per_gpu(
-        "gpu.power_limit", st, lambda g: [g.power_limit_w, g.power_default_w],
-        lambda g: f"power limit {g.power_limit_w:g} W below its default {g.power_default_w:g} W"
-        if g.power_limit_w is not None and g.power_default_w is not None and g.power_limit_w < g.power_default_w - 0.5 else None,
-        "power limit >= default (else warn)", WARN))
+    recs.append(
+        _per_gpu(
+            "gpu.persistence",
+            st,
+            lambda g: g.persistence,
+            lambda g: "persistence mode off" if pers and g.persistence is False else None,
+            "persistence mode on (else warn)" if pers else REPORTED,
+            WARN,
+        )
+    )
+    recs.append(
+        _per_gpu(
+            "gpu.power_limit",
+            st,
+            lambda g: [g.power_limit_w, g.power_default_w],
+            lambda g: (
+                f"power limit {g.power_limit_w:g} W below its default {g.power_default_w:g} W"
+                if g.power_limit_w is not None
+                and g.power_default_w is not None
+                and g.power_limit_w < g.power_default_w - 0.5
+                else None
+            ),
+            "power limit >= default (else warn)",
+            WARN,
+        )
+    )
     tmax = want("temperature_max_c")
-    recs.append(_per_gpu(
-        "gpu.temperature", st, lambda g: g.temperature_c,
-        lambda g: f"{g.temperature_c:g} C > {tmax} C before any load" if tmax is not None and g.temperature_c is not None and g.temperature_c > tmax else None,
-        f"<= {tmax} C before the benchmarks (else warn)" if tmax is not None else REPORTED, WARN))
+    recs.append(
+        _per_gpu(
+            "gpu.temperature",
+            st,
+            lambda g: g.temperature_c,
+            lambda g: (
+                f"{g.temperature_c:g} C > {tmax} C before any load"
+                if tmax is not None and g.temperature_c is not None and g.temperature_c > tmax
+                else None
+            ),
+            f"<= {tmax} C before the benchmarks (else warn)" if tmax is not None else REPORTED,
+            WARN,
+        )
+    )
     links = want("nvlinks")
     most = max((g.nvlink_up or 0 for g in st.gpus), default=0)
-    recs.append(_per_gpu(
-        "gpu.nvlink", st, lambda g: [g.nvlink_up, g.nvlink_total],
-        lambda g: _nvlink_problem(g, links, most),
-        f"{links} NVLinks up per GPU" if links else "every GPU has as many NVLinks up as the best one"))
+    recs.append(
+        _per_gpu(
+            "gpu.nvlink",
+            st,
+            lambda g: [g.nvlink_up, g.nvlink_total],
+            lambda g: _nvlink_problem(g, links, most),
+            f"{links} NVLinks up per GPU" if links else "every GPU has as many NVLinks up as the best one",
+        )
+    )
     gen, width = want("pcie_gen"), want("pcie_width")
-    recs.append(_per_gpu(
-        "gpu.pcie", st, lambda g: f"gen{g.pcie_gen}/{g.pcie_gen_max} x{g.pcie_width}/{g.pcie_width_max}",
-        lambda g: _pcie_problem(g, gen, width),
-        "link width == its max" + (f" == x{width}" if width else "") + (f"; max gen >= {gen}" if gen else "")
-        + " (the current gen drops at idle: not judged)"))
+    recs.append(
+        _per_gpu(
+            "gpu.pcie",
+            st,
+            lambda g: f"gen{g.pcie_gen}/{g.pcie_gen_max} x{g.pcie_width}/{g.pcie_width_max}",
+            lambda g: _pcie_problem(g, gen, width),
+            "link width == its max"
+            + (f" == x{width}" if width else "")
+            + (f"; max gen >= {gen}" if gen else "")
+            + " (the current gen drops at idle: not judged)",
+        )
+    )
     mig = want("mig")
-    recs.append(_per_gpu(
-        "gpu.mig", st, lambda g: g.mig_enabled,
-        lambda g: f"MIG {'on' if g.mig_enabled else 'off'}, {'on' if mig else 'off'} expected" if mig is not None and g.mig_enabled is not None and g.mig_enabled != mig else None,
-        f"MIG {'enabled' if mig else 'disabled'}" if mig is not None else REPORTED))
+    recs.append(
+        _per_gpu(
+            "gpu.mig",
+            st,
+            lambda g: g.mig_enabled,
+            lambda g: (
+                f"MIG {'on' if g.mig_enabled else 'off'}, {'on' if mig else 'off'} expected"
+                if mig is not None and g.mig_enabled is not None and g.mig_enabled != mig
+                else None
+            ),
+            f"MIG {'enabled' if mig else 'disabled'}" if mig is not None else REPORTED,
+        )
+    )
     return recs
 
 
@@ -182,9 +297,17 @@ def fabric_manager_record(env: Env) -> Record | None:
     except OSError:
         pass
     ok = bool(running)
-    ev = f"{switches} NVSwitch(es); nv-fabricmanager " + (f"running (pid {', '.join(running)})" if ok else "not running")
-    return Record("gpu.fabric_manager", PASS if ok else FAIL, {"nvswitches": switches, "running": ok},
-                  "nv-fabricmanager runs where NVSwitches are", ev, "sysfs+procfs")
+    ev = f"{switches} NVSwitch(es); nv-fabricmanager " + (
+        f"running (pid {', '.join(running)})" if ok else "not running"
+    )
+    return Record(
+        "gpu.fabric_manager",
+        PASS if ok else FAIL,
+        {"nvswitches": switches, "running": ok},
+        "nv-fabricmanager runs where NVSwitches are",
+        ev,
+        "sysfs+procfs",
+    )
 
 
 def gpu_facts(st: GpuState) -> dict[str, Any]:

@@ -121,7 +121,10 @@ class NvmlSource:
         mig = g("nvmlDeviceGetMigMode", h)
         links = [g("nvmlDeviceGetNvLinkState", h, k) for k in range(NVML_NVLINK_MAX_LINKS)]
         known = [s for s in links if s is not None]
-        limit, default = g("nvmlDeviceGetPowerManagementLimit", h), g("nvmlDeviceGetPowerManagementDefaultLimit", h)
+        limit, default = (
+            g("nvmlDeviceGetPowerManagementLimit", h),
+            g("nvmlDeviceGetPowerManagementDefaultLimit", h),
+        )
         pending = g("nvmlDeviceGetRetiredPagesPendingStatus", h)
         return GpuInfo(
             index=i,
@@ -217,7 +220,9 @@ def _conv(kind: str, raw: str) -> Any:
     return low in ("yes", "true", "1", "pending")  # "yes"
 
 
-def parse_query_gpu(text: str, fields: tuple[tuple[str, str, str], ...] = SMI_FIELDS) -> tuple[list[GpuInfo], str | None]:
+def parse_query_gpu(
+    text: str, fields: tuple[tuple[str, str, str], ...] = SMI_FIELDS
+) -> tuple[list[GpuInfo], str | None]:
     """``nvidia-smi --query-gpu=F,... --format=csv,noheader,nounits`` -> the GPUs and the driver version."""
     gpus, driver = [], None
     for line in text.splitlines():
@@ -225,10 +230,12 @@ def parse_query_gpu(text: str, fields: tuple[tuple[str, str, str], ...] = SMI_FI
             continue
         cols = [c.strip() for c in line.split(", ")]
         if len(cols) != len(fields):
-            raise ValueError(f"nvidia-smi: {len(cols)} columns where {len(fields)} were asked: {line[:200]!r}")
+            raise ValueError(
+                f"nvidia-smi: {len(cols)} columns where {len(fields)} were asked: {line[:200]!r}"
+            )
         vals: dict[str, Any] = {}
         throttle: list[str] = []
-        for (_, attr, kind), raw in zip(fields, cols):
+        for (_, attr, kind), raw in zip(fields, cols, strict=True):
             v = _conv(kind, raw)
             if attr in THROTTLE_HW.values():
                 if v:
@@ -354,7 +361,9 @@ class SmiSource:
             if g.index in links and links[g.index][1]:
                 g = replace(g, nvlink_up=links[g.index][0], nvlink_total=links[g.index][1])
             merged.append(g)
-        return GpuState("nvidia-smi", tuple(merged), driver or ver.get("driver"), ver.get("cuda"), notes=tuple(notes))
+        return GpuState(
+            "nvidia-smi", tuple(merged), driver or ver.get("driver"), ver.get("cuda"), notes=tuple(notes)
+        )
 
 
 def read_gpus(env: Env, nvml_loader: Callable[[], Any] | None = None, timeout: float = 10.0) -> GpuState:

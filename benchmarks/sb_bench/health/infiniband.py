@@ -73,11 +73,18 @@ def read_ports(env: Env) -> tuple[list[Port], dict[str, str]]:
                 v = read_int(p / "counters" / c)
                 if v is not None:
                     counters[c] = v
-            ports.append(Port(
-                hca.name, int(p.name) if p.name.isdigit() else 0, _word(read_text(p / "state")),
-                _word(read_text(p / "phys_state")), parse_rate(rate), rate or "?",
-                read_text(p / "link_layer") or "?", counters,
-            ))
+            ports.append(
+                Port(
+                    hca.name,
+                    int(p.name) if p.name.isdigit() else 0,
+                    _word(read_text(p / "state")),
+                    _word(read_text(p / "phys_state")),
+                    parse_rate(rate),
+                    rate or "?",
+                    read_text(p / "link_layer") or "?",
+                    counters,
+                )
+            )
     return ports, fw
 
 
@@ -86,7 +93,11 @@ def ib_records(env: Env) -> tuple[list[Record], dict[str, Any]]:
     all_ports, fw = read_ports(env)
     layer = want("link_layer", "InfiniBand")
     exclude = [re.compile(x) for x in want("exclude", [])]
-    ports = [p for p in all_ports if (not layer or p.link_layer == layer) and not any(x.search(p.name) for x in exclude)]
+    ports = [
+        p
+        for p in all_ports
+        if (not layer or p.link_layer == layer) and not any(x.search(p.name) for x in exclude)
+    ]
     expected = want("ports")
     src = "sysfs"
     recs = []
@@ -95,12 +106,24 @@ def ib_records(env: Env) -> tuple[list[Record], dict[str, Any]]:
     ev = f"{n} {layer} port(s): {', '.join(p.name for p in ports) or 'none'}"
     if len(all_ports) != n:
         ev += f" ({len(all_ports) - n} other port(s) not counted)"
-    recs.append(Record("ib.ports", FAIL if expected is not None and n != expected else PASS, n, rule, ev, src))
+    recs.append(
+        Record("ib.ports", FAIL if expected is not None and n != expected else PASS, n, rule, ev, src)
+    )
     if not ports and not expected:
         return recs, {"ib_ports": 0, "hca_fw": _one(list(fw.values()))}
-    down = [f"{p.name} {p.state}/{p.phys_state}" for p in ports if p.state != "ACTIVE" or p.phys_state != "LinkUp"]
-    recs.append(Record("ib.state", FAIL if down else PASS, {p.name: f"{p.state}/{p.phys_state}" for p in ports},
-                       "every port ACTIVE/LinkUp", "; ".join(f"port {d}" for d in down), src))
+    down = [
+        f"{p.name} {p.state}/{p.phys_state}" for p in ports if p.state != "ACTIVE" or p.phys_state != "LinkUp"
+    ]
+    recs.append(
+        Record(
+            "ib.state",
+            FAIL if down else PASS,
+            {p.name: f"{p.state}/{p.phys_state}" for p in ports},
+            "every port ACTIVE/LinkUp",
+            "; ".join(f"port {d}" for d in down),
+            src,
+        )
+    )
     rate = want("rate_gbps")
     fastest = max((p.rate_gbps or 0 for p in ports), default=0)
     slow = []
@@ -111,17 +134,39 @@ def ib_records(env: Env) -> tuple[list[Record], dict[str, Any]]:
             slow.append(f"{p.name} at {p.rate_gbps:g} of {rate:g} Gb/s")
         elif not rate and p.rate_gbps < fastest:
             slow.append(f"{p.name} at {p.rate_gbps:g} Gb/s where another port has {fastest:g}")
-    recs.append(Record("ib.rate", FAIL if slow else PASS, {p.name: p.rate_gbps for p in ports},
-                       f">= {rate:g} Gb/s per port" if rate else "every port as fast as the fastest",
-                       "; ".join(slow), src))
+    recs.append(
+        Record(
+            "ib.rate",
+            FAIL if slow else PASS,
+            {p.name: p.rate_gbps for p in ports},
+            f">= {rate:g} Gb/s per port" if rate else "every port as fast as the fastest",
+            "; ".join(slow),
+            src,
+        )
+    )
     limit = want("error_counter_max", 0)
     errs = [f"{p.name} {c}={v}" for p in ports for c, v in p.counters.items() if v > limit]
-    recs.append(Record("ib.errors", WARN if errs else PASS,
-                       {p.name: {c: v for c, v in p.counters.items() if v} for p in ports},
-                       f"error counters <= {limit} since they were last cleared (else warn)", "; ".join(errs[:12]), src))
+    recs.append(
+        Record(
+            "ib.errors",
+            WARN if errs else PASS,
+            {p.name: {c: v for c, v in p.counters.items() if v} for p in ports},
+            f"error counters <= {limit} since they were last cleared (else warn)",
+            "; ".join(errs[:12]),
+            src,
+        )
+    )
     fws = sorted(set(fw[p.hca] for p in ports))
-    recs.append(Record("ib.firmware", WARN if len(fws) > 1 else PASS, {h: fw[h] for h in sorted({p.hca for p in ports})},
-                       "one firmware version per host (else warn)", f"mixed: {fws}" if len(fws) > 1 else "", src))
+    recs.append(
+        Record(
+            "ib.firmware",
+            WARN if len(fws) > 1 else PASS,
+            {h: fw[h] for h in sorted({p.hca for p in ports})},
+            "one firmware version per host (else warn)",
+            f"mixed: {fws}" if len(fws) > 1 else "",
+            src,
+        )
+    )
     return recs, {"ib_ports": n, "hca_fw": _one(fws), "ib_rate_gbps": _one([p.rate_gbps for p in ports])}
 
 

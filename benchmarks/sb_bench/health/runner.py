@@ -64,7 +64,10 @@ def run_checks(env: Env, timeout: float = 10.0, probes: dict[str, Probe] | None 
         except BaseException as exc:  # one probe's failure is that probe's record, not the host's crash
             results[name] = exc
 
-    threads = {n: threading.Thread(target=work, args=(n, fn), daemon=True, name=f"probe-{n}") for n, fn in probes.items()}
+    threads = {
+        n: threading.Thread(target=work, args=(n, fn), daemon=True, name=f"probe-{n}")
+        for n, fn in probes.items()
+    }
     for t in threads.values():
         t.start()
     for n, t in threads.items():
@@ -74,11 +77,21 @@ def run_checks(env: Env, timeout: float = 10.0, probes: dict[str, Probe] | None 
     for n in probes:
         r = results.get(n)
         if r is None:
-            records.append(Record(f"{n}.probe", FAIL, None, f"answers within {limits[n]:g} s",
-                                  f"{n} checks did not finish within {limits[n]:g} s (a hung driver or tool?)").to_json())
+            records.append(
+                Record(
+                    f"{n}.probe",
+                    FAIL,
+                    None,
+                    f"answers within {limits[n]:g} s",
+                    f"{n} checks did not finish within {limits[n]:g} s (a hung driver or tool?)",
+                ).to_json()
+            )
         elif isinstance(r, BaseException):
-            records.append(Record(f"{n}.probe", FAIL, None, "runs without error",
-                                  f"{type(r).__name__}: {str(r)[:300]}").to_json())
+            records.append(
+                Record(
+                    f"{n}.probe", FAIL, None, "runs without error", f"{type(r).__name__}: {str(r)[:300]}"
+                ).to_json()
+            )
         else:
             records.extend(x.to_json() for x in r[0])
             facts.update(r[1])
@@ -96,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON document (default: one line per check)")
     ap.add_argument("--sysfs", default="/sys")
     ap.add_argument("--procfs", default="/proc")
-    ap.add_argument("--tool-dir", default="", help="directory searched for nvidia-smi, dmesg, ... before PATH")
+    ap.add_argument(
+        "--tool-dir", default="", help="directory searched for nvidia-smi, dmesg, ... before PATH"
+    )
     ap.add_argument("--workspace", default="", help="the directory whose free disk is checked")
     ap.add_argument("--expect-b64", default="", help="the expectations (a profile's rules), base64 JSON")
     ap.add_argument("--expect", default="", help="the expectations as a JSON file")
@@ -108,8 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         expect = json.loads(base64.b64decode(a.expect_b64))
     elif a.expect:
         expect = json.loads(Path(a.expect).read_text())
-    env = Env(Path(a.sysfs), Path(a.procfs), Path(a.tool_dir) if a.tool_dir else None,
-              Path(a.workspace) if a.workspace else None, expect if isinstance(expect, dict) else {})
+    env = Env(
+        Path(a.sysfs),
+        Path(a.procfs),
+        Path(a.tool_dir) if a.tool_dir else None,
+        Path(a.workspace) if a.workspace else None,
+        expect if isinstance(expect, dict) else {},
+    )
     doc = {"host": a.host or socket.gethostname(), **run_checks(env, a.timeout)}
     if a.json:
         print(json.dumps(doc, sort_keys=True, default=str))

@@ -24,8 +24,36 @@ from sb_bench.health.record import FAIL, PASS, WARN, Env, Record
 
 # the GPU or the node needs attention (reset, reboot, service)
 HARDWARE_XIDS = frozenset(
-    {46, 48, 54, 56, 57, 58, 61, 62, 64, 74, 79, 95, 110, 119, 120, 121, 136, 140, 143, 144, 145, 146, 147,
-     148, 149, 150, 154, 155}
+    {
+        46,
+        48,
+        54,
+        56,
+        57,
+        58,
+        61,
+        62,
+        64,
+        74,
+        79,
+        95,
+        110,
+        119,
+        120,
+        121,
+        136,
+        140,
+        143,
+        144,
+        145,
+        146,
+        147,
+        148,
+        149,
+        150,
+        154,
+        155,
+    }
 )
 # the application's fault, or informational (the GPU is fine once the process is gone)
 APPLICATION_XIDS = frozenset({13, 31, 32, 43, 45, 63, 68, 69, 92, 94, 109})
@@ -90,7 +118,9 @@ def kernel_log(env: Env, timeout: float) -> tuple[str | None, str]:
 def xid_record(env: Env, timeout: float = 10.0) -> Record:
     fail_codes = set(env.want("xid", "fail", HARDWARE_XIDS))
     warn_codes = set(env.want("xid", "warn", APPLICATION_XIDS)) - fail_codes
-    rule = f"no XID of {sorted(fail_codes)} (fail); application XIDs {sorted(warn_codes)} and unknown ones warn"
+    rule = (
+        f"no XID of {sorted(fail_codes)} (fail); application XIDs {sorted(warn_codes)} and unknown ones warn"
+    )
     text, src = kernel_log(env, timeout)
     if text is None:
         return Record("gpu.xid", WARN, None, rule, f"kernel log not readable: {src}", "")
