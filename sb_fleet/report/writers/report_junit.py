@@ -48,5 +48,15 @@ def render(result: ReportResult) -> str:
             f"      <{tag} message={msg}{typ}>{body}</{tag}>\n"
             f"    </testcase>\n"
         )
-    out.append("  </testsuite>\n</testsuites>\n")
+    out.append("  </testsuite>\n")
+    if result.health is not None:  # one test case per host and health check
+        from sb_fleet.report.writers.health_section import junit_cases
+
+        cases, n_h, f_h = junit_cases(result.health, _clean)
+        out.append(
+            f'  <testsuite name="sb-fleet.health" tests="{n_h}" failures="{f_h}" errors="0" skipped="0">\n'
+        )
+        out += cases
+        out.append("  </testsuite>\n")
+    out.append("</testsuites>\n")
     return "".join(out)
