@@ -61,7 +61,10 @@ health:
 def one(n: int, forks: int) -> dict:
     fleet = SshFleet(n, shared_sshd=True, check_torch=False).start()
     try:
-        machines = {h.name: make_machine(fleet.dir / "machines" / h.name, python="/usr/bin/python3") for h in fleet.hosts}
+        machines = {
+            h.name: make_machine(fleet.dir / "machines" / h.name, python="/usr/bin/python3")
+            for h in fleet.hosts
+        }
         inv = fleet.inventory(host_vars=machines)
         cfg = fleet.config(CONFIG.format(forks=forks))
         ssh_round(fleet)  # a fresh sshd/user pays one-off costs on the first login
@@ -73,13 +76,19 @@ def one(n: int, forks: int) -> dict:
         t0 = time.monotonic()
         r = subprocess.run(
             [SB_FLEET, "check", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
-            capture_output=True, text=True, cwd=str(ROOT),
+            capture_output=True,
+            text=True,
+            cwd=str(ROOT),
         )
         wall = time.monotonic() - t0
         ctl1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         hosts_cpu = tree_cpu_s(sshds) - hosts0
         ctl_cpu = (ctl1.ru_utime + ctl1.ru_stime) - (ctl0.ru_utime + ctl0.ru_stime)
-        outcomes = json.loads((run_dir / "outcomes" / "check.json").read_text())["hosts"] if r.returncode in (0, 1) else []
+        outcomes = (
+            json.loads((run_dir / "outcomes" / "check.json").read_text())["hosts"]
+            if r.returncode in (0, 1)
+            else []
+        )
         durations = []
         for f in (run_dir / "health").glob("*.json"):
             durations.append(json.loads(f.read_text()).get("duration_s") or 0.0)

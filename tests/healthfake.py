@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-NVIDIA_SMI = r'''#!@PYTHON@
+NVIDIA_SMI = r"""#!@PYTHON@
 import json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
 gpus = json.load(open(os.path.join(here, "gpus.json")))
@@ -60,7 +60,7 @@ elif args == ["--version"]:
 else:
     print("fake nvidia-smi: unsupported arguments " + " ".join(args), file=sys.stderr)
     sys.exit(2)
-'''
+"""
 
 
 def gpu_row(i: int, driver: str = "550.54.15", **over: Any) -> dict[str, Any]:
@@ -131,14 +131,23 @@ def make_machine(
     for c in range(4):
         _w(sysfs / f"devices/system/cpu/cpu{c}/cpufreq/scaling_governor", "performance\n")
     for s in range(4):  # NVSwitches (vendor NVIDIA, class "other bridge")
-        dev = sysfs / f"bus/pci/devices/0000:{0xc0 + s:02x}:00.0"
+        dev = sysfs / f"bus/pci/devices/0000:{0xC0 + s:02x}:00.0"
         _w(dev / "vendor", "0x10de\n")
         _w(dev / "class", "0x068000\n")
-    _w(procfs / "cpuinfo", "".join(f"processor\t: {i}\nmodel name\t: Fake Xeon Platinum 8480C\n\n" for i in range(4)))
-    _w(procfs / "meminfo", "MemTotal:       2113798144 kB\nMemFree:        2000000000 kB\nSwapTotal:             0 kB\n")
+    _w(
+        procfs / "cpuinfo",
+        "".join(f"processor\t: {i}\nmodel name\t: Fake Xeon Platinum 8480C\n\n" for i in range(4)),
+    )
+    _w(
+        procfs / "meminfo",
+        "MemTotal:       2113798144 kB\nMemFree:        2000000000 kB\nSwapTotal:             0 kB\n",
+    )
     _w(procfs / "sys/kernel/osrelease", "5.15.0-1056-azure\n")
-    _w(procfs / "self/limits", "Limit                     Soft Limit           Hard Limit           Units\n"
-       "Max locked memory         unlimited            unlimited            bytes\n")
+    _w(
+        procfs / "self/limits",
+        "Limit                     Soft Limit           Hard Limit           Units\n"
+        "Max locked memory         unlimited            unlimited            bytes\n",
+    )
     _w(procfs / "4242/comm", "nv-fabricmanager\n")
     _w(procfs / "kmsg", kmsg)
     _w(root / "etc/os-release", 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n')

@@ -60,8 +60,6 @@ FAULTS: dict[str, tuple[dict, str, str]] = {
 @pytest.fixture(scope="module")
 def hfleet():
     with started_fleet(len(FAULTS), "127.0.45", check_torch=False) as f:
-        for h in f.hosts:  # name the hosts as the table does
-            pass
         yield f
 
 
@@ -113,8 +111,18 @@ def test_validate_skips_unhealthy_hosts(setup, tmp_path):
     healthy = next(h for h, r in by_name.items() if r == "h0")
     sick = next(h for h, r in by_name.items() if r == "h2")
     rd = tmp_path / "run"
-    p = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(rd), "--limit",
-                 f"{healthy},{sick}", timeout=600)
+    p = sb_fleet(
+        "validate",
+        "-i",
+        str(inv),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(rd),
+        "--limit",
+        f"{healthy},{sick}",
+        timeout=600,
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     merged = json.loads((rd / "outcomes.json").read_text())["hosts"]
     assert merged[healthy]["outcome"] == "ok", merged[healthy]
@@ -123,11 +131,22 @@ def test_validate_skips_unhealthy_hosts(setup, tmp_path):
     report = (rd / "report.md").read_text()
     assert "## Health" in report and sick in report and "x8 of x16" in report
     junit = (rd / "junit.xml").read_text()
-    assert f'name="health gpu.pcie"' in junit
+    assert 'name="health gpu.pcie"' in junit
     # --run-unhealthy benchmarks it anyway; it still ends unhealthy
     rd2 = tmp_path / "run2"
-    p = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(rd2), "--limit",
-                 f"{healthy},{sick}", "--run-unhealthy", timeout=600)
+    p = sb_fleet(
+        "validate",
+        "-i",
+        str(inv),
+        "-c",
+        str(cfg),
+        "--run-dir",
+        str(rd2),
+        "--limit",
+        f"{healthy},{sick}",
+        "--run-unhealthy",
+        timeout=600,
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     merged = json.loads((rd2 / "outcomes.json").read_text())["hosts"]
     assert merged[sick]["outcome"] == "unhealthy"

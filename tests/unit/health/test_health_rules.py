@@ -10,7 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from sb_bench.health.gpu_checks import gpu_records
 from sb_bench.health.gpu_source import GpuInfo, GpuState, NvmlSource, read_gpus
 from sb_bench.health.infiniband import ib_records
@@ -22,13 +21,41 @@ from sb_bench.health.xid import xid_record
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from healthfake import make_machine  # noqa: E402
 
-H100 = {"gpu": {"count": 8, "model": "H100", "pcie_width": 16, "pcie_gen": 5, "nvlinks": 18, "ecc": True},
-        "ib": {"ports": 8, "rate_gbps": 400}, "host": {"memlock_unlimited": True}}
+H100 = {
+    "gpu": {"count": 8, "model": "H100", "pcie_width": 16, "pcie_gen": 5, "nvlinks": 18, "ecc": True},
+    "ib": {"ports": 8, "rate_gbps": 400},
+    "host": {"memlock_unlimited": True},
+}
 
 
 def good(i: int, **kw) -> GpuInfo:
-    base = GpuInfo(i, "NVIDIA H100 80GB HBM3", f"0000:{i:02x}:00.0", 81559.0, True, 0, 0, None, False, False, 0,
-                   (), True, 700.0, 700.0, 30.0, 1, 5, 16, 16, False, 18, 18, "96.00", "G520")
+    base = GpuInfo(
+        i,
+        "NVIDIA H100 80GB HBM3",
+        f"0000:{i:02x}:00.0",
+        81559.0,
+        True,
+        0,
+        0,
+        None,
+        False,
+        False,
+        0,
+        (),
+        True,
+        700.0,
+        700.0,
+        30.0,
+        1,
+        5,
+        16,
+        16,
+        False,
+        18,
+        18,
+        "96.00",
+        "G520",
+    )
     return replace(base, **kw)
 
 
@@ -68,7 +95,11 @@ def test_one_bad_gpu_fails_its_check(over, check, words):
 def test_warnings_and_counts():
     gpus = [good(i) for i in range(7)]
     gpus[0] = replace(gpus[0], power_limit_w=500.0, persistence=False, ecc_uncorrected_aggregate=3)
-    v = verdicts(gpu_records(GpuState("nvidia-smi", tuple(gpus)), Env(expect={"gpu": {**H100["gpu"], "persistence": True}})))
+    v = verdicts(
+        gpu_records(
+            GpuState("nvidia-smi", tuple(gpus)), Env(expect={"gpu": {**H100["gpu"], "persistence": True}})
+        )
+    )
     assert v["gpu.count"] == ("fail", "7 GPU(s) found, 8 expected")
     assert v["gpu.power_limit"][0] == "warn" and "500 W below its default 700 W" in v["gpu.power_limit"][1]
     assert v["gpu.persistence"][0] == "warn" and v["gpu.ecc_aggregate"][0] == "warn"
@@ -150,13 +181,17 @@ def test_nvml_source_reads_recorded_values():
 
 def test_read_gpus_falls_back_to_nvidia_smi_and_the_tool_dir_wins(tmp_path):
     env_vars = make_machine(tmp_path / "m", gpus=2)
-    env = Env(Path(env_vars["sb_path_sysfs"]), Path(env_vars["sb_path_procfs"]), Path(env_vars["sb_tool_dir"]))
+    env = Env(
+        Path(env_vars["sb_path_sysfs"]), Path(env_vars["sb_path_procfs"]), Path(env_vars["sb_tool_dir"])
+    )
 
     def broken():
         raise NVMLError("NVML Shared Library Not Found")
 
     st = read_gpus(env, nvml_loader=lambda: recorded_nvml(4))
-    assert st.source == "nvidia-smi" and len(st.gpus) == 2  # a tool dir with nvidia-smi stands in for the GPUs
+    assert (
+        st.source == "nvidia-smi" and len(st.gpus) == 2
+    )  # a tool dir with nvidia-smi stands in for the GPUs
     bare = Env(tool_dir=tmp_path / "empty")
     assert read_gpus(bare, nvml_loader=lambda: recorded_nvml(4)).source == "nvml"
     none = read_gpus(bare, nvml_loader=broken)
@@ -207,7 +242,11 @@ def test_xid_classes(tmp_path):
     odd = "[ 3.0] NVRM: Xid (PCI:0000:48:00): 999, something new\n"
     assert xid_record(machine_env(tmp_path / "a")).verdict == "pass"
     r = xid_record(machine_env(tmp_path / "b", kmsg=app + fatal))
-    assert r.verdict == "fail" and r.value == {"13": 1, "79": 1} and r.evidence.startswith("XID 79 on 0000:48:00")
+    assert (
+        r.verdict == "fail"
+        and r.value == {"13": 1, "79": 1}
+        and r.evidence.startswith("XID 79 on 0000:48:00")
+    )
     assert xid_record(machine_env(tmp_path / "c", kmsg=app + odd)).verdict == "warn"
     env = machine_env(tmp_path / "d", kmsg=app)
     env = replace(env, expect={"xid": {"fail": [13], "warn": []}})  # a profile may count it as the GPU's
@@ -231,7 +270,9 @@ def test_host_checks(tmp_path):
     assert facts["kernel"] == "5.15.0-1056-azure" and facts["os"] == "Ubuntu 22.04.4 LTS"
     assert facts["numa_nodes"] == 2 and facts["memlock"] == "unlimited" and facts["governor"] == "performance"
     (env.procfs / "self/limits").write_text("Max locked memory         65536    65536    bytes\n")
-    strict = replace(env, expect={"host": {"memlock_unlimited": True, "governor": "performance", "free_disk_gib_min": 1e9}})
+    strict = replace(
+        env, expect={"host": {"memlock_unlimited": True, "governor": "performance", "free_disk_gib_min": 1e9}}
+    )
     v = verdicts(system_records(strict)[0])
     assert v["host.memlock"][0] == "warn" and v["host.disk"][0] == "fail"
 
@@ -248,6 +289,8 @@ def test_probe_timeout_and_error_are_records():
     doc = run_checks(Env(expect={"timeouts": {"slow": 0.2}}), 5.0, {"slow": slow, "broken": broken})
     assert time.monotonic() - t0 < 5  # the hung probe does not hold the others
     v = {r["check"]: r for r in doc["checks"]}
-    assert v["slow.probe"]["verdict"] == "fail" and "did not finish within 0.2 s" in v["slow.probe"]["evidence"]
+    assert (
+        v["slow.probe"]["verdict"] == "fail" and "did not finish within 0.2 s" in v["slow.probe"]["evidence"]
+    )
     assert v["broken.probe"]["verdict"] == "fail" and "driver said no" in v["broken.probe"]["evidence"]
     assert doc["verdict"] == "fail"

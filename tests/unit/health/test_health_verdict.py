@@ -4,7 +4,6 @@ host verdicts, profiles and the health: config section, check.yml rendered and i
 from __future__ import annotations
 
 import base64
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,13 @@ import yaml
 
 from sb_fleet.analysis.health_verdict import fleet_drift, judge, parse_health
 from sb_fleet.config.fleet_config import Config
-from sb_fleet.config.health_profiles import BUILTIN, DEFAULT_DRIFT, HealthSettings, load_profile_file, resolve_profiles
+from sb_fleet.config.health_profiles import (
+    BUILTIN,
+    DEFAULT_DRIFT,
+    HealthSettings,
+    load_profile_file,
+    resolve_profiles,
+)
 from sb_fleet.errors import ConfigError
 from sb_fleet.exits import exit_for
 from sb_fleet.outcome import Outcome
@@ -26,7 +31,10 @@ from healthfake import make_machine  # noqa: E402
 
 
 def doc(verdicts: dict[str, str] | None = None, **facts) -> dict:
-    checks = [{"check": c, "verdict": v, "value": 1, "rule": "r", "evidence": f"{c} bad"} for c, v in (verdicts or {}).items()]
+    checks = [
+        {"check": c, "verdict": v, "value": 1, "rule": "r", "evidence": f"{c} bad"}
+        for c, v in (verdicts or {}).items()
+    ]
     return {"checks": checks, "facts": facts}
 
 
@@ -34,9 +42,14 @@ def test_drift_names_the_majority_value():
     facts = {f"h{i}": {"driver": "550.54.15", "kernel": "5.15"} for i in range(5)}
     facts["h3"] = {"driver": "535.104.05", "kernel": "5.15"}
     found, tables, maj = fleet_drift(facts, DEFAULT_DRIFT, {})
-    assert maj["driver"] == "550.54.15" and tables == {"driver": {"535.104.05": ["h3"], "550.54.15": ["h0", "h1", "h2", "h4"]}}
+    assert maj["driver"] == "550.54.15" and tables == {
+        "driver": {"535.104.05": ["h3"], "550.54.15": ["h0", "h1", "h2", "h4"]}
+    }
     (f,) = found["h3"]
-    assert f.verdict == "fail" and f.evidence == "driver 535.104.05 where the fleet's majority (4 of 5) has 550.54.15"
+    assert (
+        f.verdict == "fail"
+        and f.evidence == "driver 535.104.05 where the fleet's majority (4 of 5) has 550.54.15"
+    )
     assert not found["h0"]
 
 
@@ -44,7 +57,11 @@ def test_drift_tie_is_said_not_passed_and_pins_win():
     facts = {"a": {"driver": "1"}, "b": {"driver": "1"}, "c": {"driver": "2"}, "d": {"driver": "2"}}
     found, _, maj = fleet_drift(facts, {"driver": "fail"}, {})
     assert maj["driver"] is None
-    assert all(f.verdict == "warn" and "no majority for driver: 1 (2), 2 (2)" in f.evidence for fs in found.values() for f in fs)
+    assert all(
+        f.verdict == "warn" and "no majority for driver: 1 (2), 2 (2)" in f.evidence
+        for fs in found.values()
+        for f in fs
+    )
     found, tables, _ = fleet_drift(facts, {"driver": "fail"}, {"driver": "2"})
     assert [f.evidence for f in found["a"]] == ["driver 1, pinned 2"] and not found["c"]
     assert "driver" in tables
@@ -62,13 +79,19 @@ def test_judge_hosts():
     }
     r = judge(docs, {"driver": "fail"})
     assert r.hosts["ok"].verdict == "warn" and r.hosts["bad"].verdict == "fail"
-    assert r.hosts["odd"].verdict == "fail" and r.hosts["odd"].reasons() == ["drift.driver: driver 2 where the fleet's majority (3 of 4) has 1"]
+    assert r.hosts["odd"].verdict == "fail" and r.hosts["odd"].reasons() == [
+        "drift.driver: driver 2 where the fleet's majority (3 of 4) has 1"
+    ]
     assert r.hosts["gone"].verdict == "unknown"
     assert judge(docs, {"driver": "fail"}, warn_is_unhealthy=True).hosts["ok"].verdict == "fail"
     md = markdown(r.to_json())
     assert "## Health" in md and "| bad | gpu.pcie |" in md and "Drift of `driver` (fleet majority: 1)" in md
     cases, n, failed = junit_cases(r.to_json(), lambda s: s)
-    assert failed == 3 and n == len(cases) and any('name="health gpu.pcie"' in c and "<failure" in c for c in cases)
+    assert (
+        failed == 3
+        and n == len(cases)
+        and any('name="health gpu.pcie"' in c and "<failure" in c for c in cases)
+    )
 
 
 @pytest.mark.parametrize(
@@ -118,16 +141,34 @@ def test_unhealthy_exits_1():
 
 def test_check_playbook_renders_and_its_payload_runs(tmp_path):
     """check.yml is valid YAML; the argv it builds runs the checks from the inline payload, nothing else."""
-    cfg = Config.model_validate({"superbench": {"benchmarks": {}}, "health": {"profile": "h100-sxm-8x-ib400"}})
+    cfg = Config.model_validate(
+        {"superbench": {"benchmarks": {}}, "health": {"profile": "h100-sxm-8x-ib400"}}
+    )
     pb = render_check(cfg, tmp_path, tmp_path)
     play = yaml.safe_load(pb.read_text())[0]
     assert play["tasks"][0]["ansible.builtin.raw"].startswith("{{ sb_health_argv")
     assert play["vars"]["sb_health_default_profile"] == "h100-sxm-8x-ib400"
     assert "{{" not in play["vars"]["sb_health_boot"] and "{%" not in play["vars"]["sb_health_boot"]
     m = make_machine(tmp_path / "m", gpus=8, gpu_over={3: {"pcie.link.width.current": 8}})
-    argv = [sys.executable, "-c", BOOT, base64.b64encode(health_payload()).decode(), "--json", "--host", "x",
-            "--sysfs", m["sb_path_sysfs"], "--procfs", m["sb_path_procfs"], "--tool-dir", m["sb_tool_dir"],
-            "--workspace", str(tmp_path), "--expect-b64", play["vars"]["sb_health_expect"]["h100-sxm-8x-ib400"]]
+    argv = [
+        sys.executable,
+        "-c",
+        BOOT,
+        base64.b64encode(health_payload()).decode(),
+        "--json",
+        "--host",
+        "x",
+        "--sysfs",
+        m["sb_path_sysfs"],
+        "--procfs",
+        m["sb_path_procfs"],
+        "--tool-dir",
+        m["sb_tool_dir"],
+        "--workspace",
+        str(tmp_path),
+        "--expect-b64",
+        play["vars"]["sb_health_expect"]["h100-sxm-8x-ib400"],
+    ]
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp)}
