@@ -85,6 +85,8 @@ def parse_health(text: str) -> dict[str, Any]:
         raise ValueError("the health checks printed nothing")
     try:
         doc = json.loads(lines[-1])
+    except RecursionError:
+        raise ValueError("the health checks' output is nested too deep") from None
     except ValueError as exc:
         raise ValueError(f"the health checks' output is not JSON ({exc}): {lines[-1][:160]!r}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list):

@@ -29,8 +29,8 @@ from sb_fleet.fleet.stages.deploy_stage import can_start, deploy_then_start
 from sb_fleet.fleet.stages.deploy_stage import deploy as deploy_stage
 from sb_fleet.fleet.stages.image_stage import deploy_image
 from sb_fleet.fleet.stages.run_stage import run as run_stage
-from sb_fleet.outcome import Outcome
-from sb_fleet.rundir.outcome_table import merge, outcomes_of
+from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.rundir.outcome_table import merge, outcomes_of, save_stage
 from sb_fleet.rundir.rundir import MANIFEST, utcnow
 from sb_fleet.rundir.runinputs import RunInputs, create_run, default_inputs, open_run
 
@@ -142,21 +142,31 @@ def health_check(opts: Options) -> tuple[int, RunInputs]:
 
 
 def healthy_hosts(run: RunInputs, ex: Executor, hosts: list[str], opts: Options) -> list[str]:
-    """validate's first step: the health checks; the hosts to benchmark (all of them with
-    --run-unhealthy or health.run_unhealthy, else those the checks passed)."""
+    """validate's first step: the health checks; the hosts to benchmark. An ``unhealthy`` host is held
+    back (recorded ``skipped`` in the later stages, with the reason) unless --run-unhealthy or
+    health.run_unhealthy; a host the checks could not reach goes on, and deploy says what it finds."""
     if opts.skip_health or not run.config.health.enabled or run.rendered.check is None:
         return hosts
     outcomes, _ = check_stage(run, ex, hosts)
     if opts.run_unhealthy or run.config.health.run_unhealthy:
-        return [h for h in hosts if not outcomes[h].outcome.is_infra]
-    left = [h for h in hosts if outcomes[h].outcome == Outcome.OK]
-    if len(left) < len(hosts):
+        return hosts
+    sick = [h for h in hosts if outcomes[h].outcome == Outcome.UNHEALTHY]
+    if sick:
+        for stage in ("deploy", "run", "collect"):
+            save_stage(
+                run.rd,
+                stage,
+                {
+                    h: HostOutcome(h, stage, Outcome.SKIPPED, f"unhealthy: {outcomes[h].reason}"[:500])
+                    for h in sick
+                },
+            )
         say(
             opts,
-            f"{len(hosts) - len(left)} host(s) failed the health checks and are not benchmarked "
+            f"{len(sick)} host(s) failed the health checks and are not benchmarked "
             f"(--run-unhealthy benchmarks them anyway)",
         )
-    return left
+    return [h for h in hosts if h not in set(sick)]
 
 
 def analyse_run(run: RunInputs, opts: Options, confirmations: dict | None = None) -> ReportResult:

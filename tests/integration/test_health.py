@@ -127,7 +127,8 @@ def test_validate_skips_unhealthy_hosts(setup, tmp_path):
     merged = json.loads((rd / "outcomes.json").read_text())["hosts"]
     assert merged[healthy]["outcome"] == "ok", merged[healthy]
     assert merged[sick]["outcome"] == "unhealthy" and "x8 of x16" in merged[sick]["reason"]
-    assert "deploy" not in merged[sick]["stages"]  # not benchmarked
+    deploy = merged[sick]["stages"]["deploy"]  # not benchmarked, and said so in every later stage
+    assert deploy["outcome"] == "skipped" and deploy["reason"].startswith("unhealthy: gpu.pcie")
     report = (rd / "report.md").read_text()
     assert "## Health" in report and sick in report and "x8 of x16" in report
     junit = (rd / "junit.xml").read_text()

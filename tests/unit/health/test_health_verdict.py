@@ -102,6 +102,7 @@ def test_judge_hosts():
         ('{"checks": 3}', "no 'checks' list"),
         ('{"checks": [{"check": "x", "verdict": "maybe"}]}', "pass/warn/fail"),
         ("x" * (5 << 20), "more than"),
+        ('{"checks": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deep"),
     ],
 )
 def test_hostile_output_is_a_clear_problem(text, words):
