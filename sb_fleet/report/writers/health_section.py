@@ -106,3 +106,41 @@ def junit_cases(health: dict, clean: Callable[[str], str]) -> tuple[list[str], i
                     f"    <testcase classname={cls} name={name}><system-out>{body}</system-out></testcase>\n"
                 )
     return out, n, failed
+
+
+def html(health: dict) -> str:
+    """The ``<section id="health">`` of report.html: failing checks per host, drift tables (escaped)."""
+    from html import escape as e
+
+    hosts = health.get("hosts") or {}
+    parts = [
+        '<section id="health"><style>#health table{border-collapse:collapse}'
+        "#health td,#health th{border:1px solid #ddd;padding:2px 6px}</style><h2>Health</h2>",
+        "<table><tr><th>host</th><th>check</th><th>value</th><th>rule</th><th>evidence</th></tr>",
+    ]
+    rows = 0
+    for h, d in sorted(hosts.items()):
+        if not isinstance(d, dict):
+            continue
+        if d.get("verdict") == "unknown":
+            parts.append(
+                f"<tr><td>{e(h)}</td><td>(no result)</td><td></td><td></td><td>{e(str(d.get('problem')))}</td></tr>"
+            )
+        for f in d.get("findings") or []:
+            if f.get("verdict") == "fail" and rows < 500:
+                rows += 1
+                parts.append(
+                    f"<tr><td>{e(h)}</td><td>{e(str(f.get('check')))}</td><td>{e(str(f.get('value'))[:80])}</td>"
+                    f"<td>{e(str(f.get('rule'))[:120])}</td><td>{e(str(f.get('evidence'))[:300])}</td></tr>"
+                )
+    parts.append("</table>")
+    for fact, table in sorted((health.get("drift") or {}).items()):
+        maj = (health.get("majority") or {}).get(fact)
+        parts.append(
+            f"<h3>Drift of {e(fact)} (fleet majority: {e(str(maj))})</h3><table><tr><th>value</th><th>hosts</th></tr>"
+        )
+        for value, hs in sorted(table.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            parts.append(f"<tr><td>{e(str(value))}</td><td>{e(', '.join(hs[:50]))}</td></tr>")
+        parts.append("</table>")
+    parts.append("</section>")
+    return "".join(parts)

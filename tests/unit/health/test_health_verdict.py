@@ -24,7 +24,7 @@ from sb_fleet.errors import ConfigError
 from sb_fleet.exits import exit_for
 from sb_fleet.outcome import Outcome
 from sb_fleet.plan.render_health import BOOT, health_payload, render_check
-from sb_fleet.report.writers.health_section import junit_cases, markdown
+from sb_fleet.report.writers.health_section import html, junit_cases, markdown
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from healthfake import make_machine  # noqa: E402
@@ -86,6 +86,8 @@ def test_judge_hosts():
     assert judge(docs, {"driver": "fail"}, warn_is_unhealthy=True).hosts["ok"].verdict == "fail"
     md = markdown(r.to_json())
     assert "## Health" in md and "| bad | gpu.pcie |" in md and "Drift of `driver` (fleet majority: 1)" in md
+    page = html(judge({"<b>x</b>": doc({"gpu.pcie": "fail"})}, {}).to_json())
+    assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x" not in page
     cases, n, failed = junit_cases(r.to_json(), lambda s: s)
     assert (
         failed == 3
