@@ -210,3 +210,70 @@ def judge(
         found.sort(key=lambda f: (f.verdict != "fail", f.check))
         hosts[h] = HostHealth(h, verdict, tuple(found), tuple(d["checks"]))
     return HealthResult(hosts, tables, majority)
+
+
+_RANK = {"pass": 0, "warn": 1, "fail": 2}
+# checks whose value change matters even when the verdict stays (new XIDs, remaps, a port's state or rate)
+WATCHED = (
+    "gpu.xid",
+    "gpu.row_remap",
+    "gpu.count",
+    "ib.state",
+    "ib.rate",
+    "ib.ports",
+    "ib.errors",
+    "gpu.ecc_aggregate",
+)
+
+
+def health_changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """What changed between two runs' health.json for the hosts in both: a check whose verdict got worse
+    or better, a watched check whose value changed (new XIDs, a new remap, a port that went down), drift
+    findings that appeared or went; hosts checked in only one run are named."""
+    b_hosts, a_hosts = before.get("hosts") or {}, after.get("hosts") or {}
+    out: list[dict[str, Any]] = []
+    for h in sorted(set(b_hosts) | set(a_hosts)):
+        b, a = b_hosts.get(h), a_hosts.get(h)
+        if not isinstance(b, dict) or not isinstance(a, dict):
+            out.append(
+                {
+                    "host": h,
+                    "check": "",
+                    "change": "only in the target" if b is None else "only in the baseline",
+                }
+            )
+            continue
+        bc = {c.get("check"): c for c in b.get("checks") or [] if isinstance(c, dict)}
+        ac = {c.get("check"): c for c in a.get("checks") or [] if isinstance(c, dict)}
+        for f in b.get("findings") or []:
+            if str(f.get("check", "")).startswith("drift."):
+                bc.setdefault(f["check"], f)
+        for f in a.get("findings") or []:
+            if str(f.get("check", "")).startswith("drift."):
+                ac.setdefault(f["check"], f)
+        for name in sorted(set(bc) | set(ac), key=str):
+            x, y = bc.get(name), ac.get(name)
+            vb = (x or {}).get("verdict", "pass")
+            va = (y or {}).get("verdict", "pass")
+            change = None
+            if _RANK.get(va, 2) > _RANK.get(vb, 2):
+                change = "worse"
+            elif _RANK.get(va, 2) < _RANK.get(vb, 2):
+                change = "better"
+            elif name in WATCHED and x is not None and y is not None and x.get("value") != y.get("value"):
+                change = "changed"
+            if change:
+                out.append(
+                    {
+                        "host": h,
+                        "check": name,
+                        "change": change,
+                        "before": {"verdict": vb, "value": (x or {}).get("value")},
+                        "after": {
+                            "verdict": va,
+                            "value": (y or {}).get("value"),
+                            "evidence": (y or {}).get("evidence", ""),
+                        },
+                    }
+                )
+    return out

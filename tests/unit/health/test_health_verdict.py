@@ -182,3 +182,55 @@ def test_check_playbook_renders_and_its_payload_runs(tmp_path):
     assert list(fails) == ["gpu.pcie"] and "x8 of x16" in fails["gpu.pcie"]
     assert d["facts"]["driver"] == "550.54.15" and d["facts"]["cuda"] == "12.4"
     assert not list(tmp.iterdir())  # the payload's temp file is gone
+
+
+def test_health_changes_between_two_runs():
+    from sb_fleet.analysis.health_verdict import health_changes
+
+    def run(xid: dict, state: str, remap: bool) -> dict:
+        d = {
+            "n1": doc({}, driver="1"),
+            "n2": {
+                "checks": [
+                    {
+                        "check": "gpu.xid",
+                        "verdict": "fail" if "79" in xid else "pass",
+                        "value": xid,
+                        "rule": "",
+                        "evidence": "XID 79",
+                    },
+                    {
+                        "check": "ib.state",
+                        "verdict": "pass" if state == "ACTIVE/LinkUp" else "fail",
+                        "value": {"mlx5_0/1": state},
+                    },
+                    {
+                        "check": "gpu.row_remap",
+                        "verdict": "fail" if remap else "pass",
+                        "value": {"0": {"pending": remap}},
+                    },
+                ],
+                "facts": {},
+            },
+            "n3": doc({}, driver="1"),
+        }
+        return judge(d, {"driver": "fail"}).to_json()
+
+    night1 = run({"13": 1}, "ACTIVE/LinkUp", False)
+    night2 = run({"13": 1, "79": 1}, "DOWN/Disabled", True)
+    ch = {(c["host"], c["check"]): c for c in health_changes(night1, night2)}
+    assert set(ch) == {("n2", "gpu.xid"), ("n2", "ib.state"), ("n2", "gpu.row_remap")}
+    assert ch[("n2", "gpu.xid")]["change"] == "worse" and ch[("n2", "gpu.xid")]["after"]["value"] == {
+        "13": 1,
+        "79": 1,
+    }
+    assert ch[("n2", "ib.state")]["before"]["value"] == {"mlx5_0/1": "ACTIVE/LinkUp"}
+    back = {(c["host"], c["check"]): c["change"] for c in health_changes(night2, night1)}
+    assert back[("n2", "ib.state")] == "better"
+    more = run({"13": 2}, "ACTIVE/LinkUp", False)  # a new application XID: same verdict, value watched
+    assert [(c["check"], c["change"]) for c in health_changes(night1, more)] == [("gpu.xid", "changed")]
+    gone = dict(night1["hosts"])
+    del gone["n3"]
+    assert {"host": "n3", "check": "", "change": "only in the baseline"} in health_changes(
+        night1, {"hosts": gone}
+    )
