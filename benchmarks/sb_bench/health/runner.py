@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(doc, sort_keys=True, default=str))
     else:
         for r in doc["checks"]:
-            print(f"{r['verdict']:4} {r['check']:22} {r['evidence'] or r['value']}")
+            shown = r["evidence"] or json.dumps(r["value"], default=str)
+            print(f"{r['verdict']:4} {r['check']:22} {shown[:160]}")
     sys.stdout.flush()
     rc = 1 if doc["verdict"] == FAIL else 0
     os._exit(rc)  # a probe's thread that hangs in the driver must not keep the process (daemon or not)
