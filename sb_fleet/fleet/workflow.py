@@ -222,6 +222,7 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
     ex = executor(run, opts)
     hosts = healthy_hosts(run, ex, hosts, opts)
     if not hosts:  # no host to benchmark: the report still accounts for every host
+        merge(run.rd, list(run.plan.hosts))
         report(run, opts)
         return finish(run, opts, start, run.select(opts.limit), gate_passed=False), run
     first = can_start(run, opts.resume)  # deploy starts the first step in the same exec where it can

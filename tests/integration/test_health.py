@@ -152,3 +152,17 @@ def test_validate_skips_unhealthy_hosts(setup, tmp_path):
     merged = json.loads((rd2 / "outcomes.json").read_text())["hosts"]
     assert merged[sick]["outcome"] == "unhealthy"
     assert merged[sick]["stages"]["run"]["outcome"] == "ok"
+
+
+def test_validate_with_only_unhealthy_hosts_still_reports(setup, tmp_path):
+    inv, cfg, by_name = setup
+    sick = [h for h, r in by_name.items() if r in ("h3", "h7")]
+    rd = tmp_path / "run"
+    p = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(rd), "--limit", ",".join(sick))
+    assert p.returncode == 1, p.stdout + p.stderr
+    merged = json.loads((rd / "outcomes.json").read_text())["hosts"]
+    assert all(merged[h]["outcome"] == "unhealthy" for h in sick), merged
+    report = json.loads((rd / "report.json").read_text())
+    verdicts = {h["name"]: h["verdict"] for h in report["hosts"]}
+    assert all(verdicts[h] == "fail" for h in sick), verdicts
+    assert set((rd / "quarantine.txt").read_text().split()) >= set(sick)
