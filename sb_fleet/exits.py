@@ -3,7 +3,7 @@
 | code | meaning |
 |---|---|
 | 0 | every host passed (and the report's gate passed) |
-| 1 | a host failed a benchmark or timed out, or the gate failed |
+| 1 | a host failed a health check (unhealthy) or a benchmark or timed out, or the gate failed |
 | 2 | bad input: usage, config, inventory, rules, results file or run directory |
 | 3 | infrastructure trouble: hosts unreachable, host keys refused, the control node's disk full |
 | 130 | interrupted (Ctrl-C) before anything could be recorded |
@@ -30,6 +30,6 @@ def exit_for(outcomes: Iterable[Outcome], gate_passed: bool | None = None) -> in
     outs = list(outcomes)
     if any(o.is_infra for o in outs):
         return EXIT_INFRA
-    if any(o in (Outcome.FAILED, Outcome.TIMEOUT) for o in outs) or gate_passed is False:
+    if any(o in (Outcome.FAILED, Outcome.TIMEOUT, Outcome.UNHEALTHY) for o in outs) or gate_passed is False:
         return EXIT_FAILED
     return EXIT_OK

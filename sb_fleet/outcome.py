@@ -17,6 +17,7 @@ class Outcome(str, enum.Enum):
     PENDING = "pending"  # not reached yet (interrupted run)
     FAILED = "failed"  # the host answered but a step or benchmark failed
     TIMEOUT = "timeout"  # a benchmark exceeded its timeout and was killed (a host fault, exit 1)
+    UNHEALTHY = "unhealthy"  # a health check failed before the benchmarks (a host fault, exit 1)
     UNREACHABLE = "unreachable"  # SSH could not connect or authenticate
     HOSTKEY = "hostkey-mismatch"  # the host's key is unknown or changed: refused
 
@@ -36,8 +37,9 @@ _SEVERITY = {
     Outcome.PENDING: 2,
     Outcome.FAILED: 3,
     Outcome.TIMEOUT: 4,
-    Outcome.UNREACHABLE: 5,
-    Outcome.HOSTKEY: 6,
+    Outcome.UNHEALTHY: 5,  # above failed: the benchmarks of an unhealthy host fail because of it
+    Outcome.UNREACHABLE: 6,
+    Outcome.HOSTKEY: 7,
 }
 
 

@@ -3,6 +3,7 @@
 python -m sb_bench list [--json]            every benchmark, its parameters and metrics
 python -m sb_bench exec NAME --params JSON --out DIR
                                             run one benchmark on this rank (used by the runner)
+python -m sb_bench health --json            health checks of this host (sb_bench.health.runner)
 python -m sb_bench.micro.gemm_flops --help  any benchmark module standalone
 """
 
@@ -106,6 +107,11 @@ def standalone_main(name: str, argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["health"]:  # its own parser; imports no benchmark
+        from sb_bench.health.runner import main as health_main
+
+        return health_main(args_in[1:])
     ap = argparse.ArgumentParser(prog="python -m sb_bench", description="sb-fleet's on-host benchmark suite")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="list benchmarks, parameters and metrics")

@@ -62,6 +62,18 @@ def judge(
     reason: str = "",
     gpu_model: str | None = None,
 ) -> HostReport:
+    if outcome == Outcome.UNHEALTHY.value:  # failed the health checks: a failure with their reasons,
+        health = Issue(  # whether or not it was benchmarked (validate --run-unhealthy)
+            metric="",
+            value=None,
+            reference=None,
+            deviation=None,
+            check="health",
+            category="Health",
+            severity=FAIL,
+            detail=f"unhealthy: {reason}" if reason else "unhealthy",
+        )
+        return HostReport(name, outcome, FAILV, (health, *issues), reason, gpu_model, reported)
     if not reported:
         why = reason or "no results line for this host"
         return HostReport(

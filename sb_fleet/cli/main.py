@@ -78,6 +78,8 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.fleet.workflow.Opti
         rules=kw.get("rules"),
         baseline=kw.get("baseline"),
         progress=not kw.get("quiet"),
+        run_unhealthy=bool(kw.get("run_unhealthy")),
+        skip_health=bool(kw.get("no_health")),
         argv=("sb-fleet", *sys.argv[1:]),
     )
 
@@ -141,6 +143,28 @@ def collect(**kw: Any) -> int:
 
 @main.command()
 @_common
+@click.option("--dry-run", is_flag=True, help="print the rendered check playbook's path; touch no host.")
+@click.option("--json", "as_json", is_flag=True, help="print health.json instead of the table.")
+@guarded
+def check(**kw: Any) -> int:
+    """Health checks on every host (GPUs, InfiniBand, the host, versions, fleet drift); exit 1 when a
+    host is unhealthy. See docs/health-checks.md."""
+    from sb_fleet.cli.check_command import health_summary
+    from sb_fleet.fleet import workflow as wf
+
+    opts = _options(kw)
+    if opts.dry_run:
+        run = wf.inputs_for(opts)
+        click.echo(f"{run.rendered.check}\nthis command would act on: {', '.join(run.select(opts.limit))}")
+        return 0
+    code, run = wf.health_check(opts)
+    click.echo(health_summary(run.rd.path, kw["as_json"]))
+    click.echo(f"run directory: {run.rd.path}")
+    return code
+
+
+@main.command()
+@_common
 @click.option(
     "--dry-run", is_flag=True, help="print the plan and write the rendered playbooks; touch no host."
 )
@@ -172,9 +196,15 @@ def collect(**kw: Any) -> int:
     help="Slurm: after the report, drain the failing hosts and resume those sb-fleet drained that now "
     "pass (as sb-fleet drain RUN --resume); nodes drained for another reason are left alone.",
 )
+@click.option(
+    "--run-unhealthy",
+    is_flag=True,
+    help="benchmark the hosts that failed the health checks too (they still end 'unhealthy').",
+)
+@click.option("--no-health", is_flag=True, help="skip the health checks (as health.enabled: false).")
 @guarded
 def validate(**kw: Any) -> int:
-    """deploy, run, collect and report in one command."""
+    """health checks, deploy, run, collect and report in one command."""
     from sb_fleet.fleet import workflow as wf
 
     opts = _options(kw)

@@ -84,6 +84,18 @@ def render_md(c: Comparison, doc: dict[str, Any]) -> str:
             lines += [f"## {title} ({len(names)})", ""]
             lines += [f"- `{n}`" for n in names]
             lines.append("")
+    if c.health is not None:
+        lines += [f"## Health changes ({len(c.health)})", ""]
+        if c.health:
+            lines += ["| Host | Check | Change | Baseline | Target |", "|---|---|---|---|---|"]
+            for ch in c.health[:MAX_MD_METRICS]:
+                b, a = ch.get("before") or {}, ch.get("after") or {}
+                lines.append(
+                    f"| {_cell(ch['host'])} | {_cell(ch['check'])} | {ch['change']} | "
+                    f"{_cell(b.get('verdict', ''))} {_cell(str(b.get('value', ''))[:80])} | "
+                    f"{_cell(a.get('verdict', ''))} {_cell(str(a.get('evidence') or a.get('value', ''))[:160])} |"
+                )
+        lines.append("")
     if c.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in c.notes] + [""]
     return "\n".join(lines)

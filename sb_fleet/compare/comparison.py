@@ -108,6 +108,7 @@ class Comparison:
     only_baseline: list[str]
     only_target: list[str]
     notes: list[str] = field(default_factory=list)
+    health: list[dict[str, Any]] | None = None  # two run directories with health checks: what changed
 
     def to_json(self) -> dict[str, Any]:
         def clean(v: Any) -> Any:
@@ -151,6 +152,7 @@ class Comparison:
                 "only_baseline": self.only_baseline,
                 "only_target": self.only_target,
                 "notes": self.notes,
+                **({"health_changes": self.health} if self.health is not None else {}),
             }
         )
 
@@ -360,7 +362,27 @@ def compare(baseline: Side, target: Side) -> Comparison:
         only_baseline=sorted(m for m in baseline.values if m not in target.values),
         only_target=sorted(m for m in target.values if m not in baseline.values),
         notes=notes,
+        health=_health_changes(baseline.source, target.source),
     )
+
+
+def _health_changes(baseline: str, target: str) -> list[dict[str, Any]] | None:
+    """Both sources run directories with health.json: what changed (analysis.health_verdict), else None."""
+    import json
+
+    from sb_fleet.analysis.health_verdict import health_changes
+
+    docs = []
+    for src in (baseline, target):
+        p = Path(src) / "health.json"
+        try:
+            d = json.loads(p.read_text()) if p.is_file() else None
+        except (OSError, ValueError):
+            d = None
+        if not isinstance(d, dict):
+            return None
+        docs.append(d)
+    return health_changes(docs[0], docs[1])
 
 
 def _models(metrics: list[MetricComparison]) -> list[ModelComparison]:

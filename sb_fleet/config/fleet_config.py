@@ -14,8 +14,9 @@ A SuperBench config loads as it is::
           parameters: {...}
           timeout: 600
 
-sb-fleet adds two optional top-level sections: ``fleet`` (how to reach and
-prepare hosts) and ``gates`` (pass/fail policy of the report). Unknown keys
+sb-fleet adds three optional top-level sections: ``fleet`` (how to reach and
+prepare hosts), ``gates`` (pass/fail policy of the report) and ``health`` (the checks before the
+benchmarks: :mod:`sb_fleet.config.health_profiles`). Unknown keys
 are errors everywhere except under ``superbench.var``, which exists to hold
 YAML anchors, and a benchmark's ``parameters``, which each benchmark checks.
 """
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sb_fleet.config.container_settings import ContainerSettings
 from sb_fleet.config.gatespec import Gates
+from sb_fleet.config.health_profiles import HealthSettings
 from sb_fleet.config.slurm_inventory import SlurmSettings
 from sb_fleet.config.traffic_patterns import PatternSpec
 from sb_fleet.config.yamlsrc import load_yaml, pydantic_error
@@ -141,6 +143,7 @@ class Config(_Strict):
     superbench: SuperBenchSection
     gates: Gates = Field(default_factory=Gates)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)  # -i slurm:..., sb-fleet drain
+    health: HealthSettings = Field(default_factory=lambda: HealthSettings.model_validate({}))
 
 
 def load_config(path: Path) -> Config:

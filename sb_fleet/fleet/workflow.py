@@ -21,6 +21,7 @@ from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.pattern_followup import follow_up
 from sb_fleet.fleet.progress import Progress
 from sb_fleet.fleet.ssh import SshSettings
+from sb_fleet.fleet.stages.check_stage import check as check_stage
 from sb_fleet.fleet.stages.cleanup_stage import cleanup as cleanup_stage
 from sb_fleet.fleet.stages.cleanup_stage import cleanup_playbook
 from sb_fleet.fleet.stages.collect_stage import collect as collect_stage
@@ -28,8 +29,8 @@ from sb_fleet.fleet.stages.deploy_stage import can_start, deploy_then_start
 from sb_fleet.fleet.stages.deploy_stage import deploy as deploy_stage
 from sb_fleet.fleet.stages.image_stage import deploy_image
 from sb_fleet.fleet.stages.run_stage import run as run_stage
-from sb_fleet.outcome import Outcome
-from sb_fleet.rundir.outcome_table import merge, outcomes_of
+from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.rundir.outcome_table import merge, outcomes_of, save_stage
 from sb_fleet.rundir.rundir import MANIFEST, utcnow
 from sb_fleet.rundir.runinputs import RunInputs, create_run, default_inputs, open_run
 
@@ -56,6 +57,8 @@ class Options:
     rules: Path | None = None  # validate: SuperBench rules to judge the run with (as report --rules)
     baseline: Path | None = None  # validate: SuperBench baseline (as report --baseline)
     progress: bool = True
+    run_unhealthy: bool = False  # validate: benchmark the hosts that failed the health checks too
+    skip_health: bool = False  # validate: no health checks (as health.enabled: false)
     argv: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -129,6 +132,43 @@ def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
     return finish(run, opts, start, hosts), run
 
 
+def health_check(opts: Options) -> tuple[int, RunInputs]:
+    """``sb-fleet check``: the health checks on the selected hosts; (exit code, run)."""
+    start = utcnow()
+    run = inputs_for(opts)
+    hosts = run.select(opts.limit)
+    check_stage(run, executor(run, opts), hosts)
+    return finish(run, opts, start, hosts), run
+
+
+def healthy_hosts(run: RunInputs, ex: Executor, hosts: list[str], opts: Options) -> list[str]:
+    """validate's first step: the health checks; the hosts to benchmark. An ``unhealthy`` host is held
+    back (recorded ``skipped`` in the later stages, with the reason) unless --run-unhealthy or
+    health.run_unhealthy; a host the checks could not reach goes on, and deploy says what it finds."""
+    if opts.skip_health or not run.config.health.enabled or run.rendered.check is None:
+        return hosts
+    outcomes, _ = check_stage(run, ex, hosts)
+    if opts.run_unhealthy or run.config.health.run_unhealthy:
+        return hosts
+    sick = [h for h in hosts if outcomes[h].outcome == Outcome.UNHEALTHY]
+    if sick:
+        for stage in ("deploy", "run", "collect"):
+            save_stage(
+                run.rd,
+                stage,
+                {
+                    h: HostOutcome(h, stage, Outcome.SKIPPED, f"unhealthy: {outcomes[h].reason}"[:500])
+                    for h in sick
+                },
+            )
+        say(
+            opts,
+            f"{len(sick)} host(s) failed the health checks and are not benchmarked "
+            f"(--run-unhealthy benchmarks them anyway)",
+        )
+    return [h for h in hosts if h not in set(sick)]
+
+
 def analyse_run(run: RunInputs, opts: Options, confirmations: dict | None = None) -> ReportResult:
     """The fleet analysis of the run directory. With a history store (``--history`` or fleet.history),
     the run is judged against and recorded in it; with ``--rules``/``--baseline``, SuperBench's rules
@@ -180,6 +220,11 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
 
         check_store(opts.history or run.config.fleet.history or "")
     ex = executor(run, opts)
+    hosts = healthy_hosts(run, ex, hosts, opts)
+    if not hosts:  # no host to benchmark: the report still accounts for every host
+        merge(run.rd, list(run.plan.hosts))
+        report(run, opts)
+        return finish(run, opts, start, run.select(opts.limit), gate_passed=False), run
     first = can_start(run, opts.resume)  # deploy starts the first step in the same exec where it can
     if first is not None:
         _, started = deploy_then_start(run, ex, hosts, first)
@@ -195,7 +240,7 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
         follow_up(run, lambda sub: sub_stages(sub, opts), lambda m: say(opts, m))
     confirmations = confirm(run, opts) if opts.confirm else None
     gate = report(run, opts, confirmations)
-    return finish(run, opts, start, hosts, gate_passed=gate == 0), run
+    return finish(run, opts, start, run.select(opts.limit), gate_passed=gate == 0), run
 
 
 def say(opts: Options, message: str) -> None:
@@ -261,4 +306,14 @@ def cleanup(opts: Options, images: bool, workspaces: bool, cache: bool = False) 
     return code, "\n".join([*lines, f"run directory: {run.rd.path}"])
 
 
-__all__ = ["Options", "cleanup", "dry_run", "inputs_for", "outcomes_of", "report", "stage", "validate"]
+__all__ = [
+    "Options",
+    "cleanup",
+    "dry_run",
+    "health_check",
+    "inputs_for",
+    "outcomes_of",
+    "report",
+    "stage",
+    "validate",
+]

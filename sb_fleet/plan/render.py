@@ -18,6 +18,7 @@ import yaml
 from sb_fleet.config.fleet_config import Config
 from sb_fleet.config.inventory import Inventory
 from sb_fleet.plan.render_container import render_container
+from sb_fleet.plan.render_health import render_check
 from sb_fleet.plan.resources import suite_dir
 from sb_fleet.plan.run_plan import Plan
 from sb_fleet.plan.tasks import NEED_SUITE
@@ -34,6 +35,7 @@ class Rendered:
     suite_archive: Path
     suite_digest: str
     image_deploy: Path | None = None  # container-deploy.yml with fleet.runtime docker/podman/enroot
+    check: Path | None = None  # check.yml: the health checks (None in a run directory made before them)
 
     def to_json(self) -> dict:
         return {
@@ -42,6 +44,7 @@ class Rendered:
             "suite_archive": self.suite_archive.name,
             "suite_digest": self.suite_digest,
             "image_deploy": self.image_deploy.name if self.image_deploy else None,
+            "check": self.check.name if self.check else None,
         }
 
     @classmethod
@@ -53,6 +56,7 @@ class Rendered:
             out / d["suite_archive"],
             str(d["suite_digest"]),
             out / d["image_deploy"] if d.get("image_deploy") else None,
+            out / d["check"] if d.get("check") else None,
         )
 
 
@@ -134,8 +138,11 @@ def needs_torch(plan: Plan) -> bool:
         return True
 
 
-def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: str, out: Path) -> Rendered:
-    """Write the deploy and run playbooks, step specs and the suite archive under ``out``."""
+def render_playbooks(
+    plan: Plan, config: Config, inventory: Inventory, run_id: str, out: Path, config_dir: Path | None = None
+) -> Rendered:
+    """Write the deploy, check and run playbooks, step specs and the suite archive under ``out``
+    (``config_dir``: where the config's relative paths, e.g. health.profiles, start)."""
     out = Path(out)
     env = template_env()
     data, digest = suite_archive_bytes()
@@ -191,9 +198,10 @@ def render_playbooks(plan: Plan, config: Config, inventory: Inventory, run_id: s
         config.fleet.runtime != "none"
     ):  # the steps run in the image; container-deploy.yml puts it on the hosts
         image = render_container(plan, config, run_id, out, runs)
+    check = render_check(config, out, config_dir or Path.cwd())
     # Fail here, not on 500 hosts, if a template produced invalid YAML.
-    for p in [deploy, *runs.values(), *([image] if image else [])]:
+    for p in [deploy, check, *runs.values(), *([image] if image else [])]:
         yaml.safe_load(p.read_text())
-    rendered = Rendered(deploy, runs, archive, digest, image)
+    rendered = Rendered(deploy, runs, archive, digest, image, check)
     atomic_write_json(out / INDEX, rendered.to_json())
     return rendered

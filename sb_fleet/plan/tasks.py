@@ -20,6 +20,7 @@ IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creat
 IMAGE_CHECK = "the suite runs in the image"  # container-deploy.yml: the image's torch facts
 CACHE_REMOVE = "remove the shared cache"  # cleanup.yml with --cache: hostprep --remove-cache
 
+HEALTH = "health checks"  # check.yml, raw: sb_bench.health's JSON document on stdout
 RUN_STEP = "run {step}"  # run.yml / container run: the runner of one step (its rc and stdout are judged)
 
 
@@ -36,6 +37,7 @@ TASKS = MappingProxyType(
         "image_load": IMAGE_LOAD,
         "image_check": IMAGE_CHECK,
         "cache_remove": CACHE_REMOVE,
+        "health": HEALTH,
         "run_step": RUN_STEP,
     }
 )

@@ -224,7 +224,26 @@ def report(
         rules_unmatched=rules_unmatched,
         history=view,
         fabric=fabric,
+        health=_health(fleet.run_dir, warnings),
     )
+
+
+def _health(run_dir: Path | None, warnings: list[str]) -> dict | None:
+    """The run's health.json (the check stage's verdicts and drift), or None."""
+    import json
+
+    if run_dir is None or not (Path(run_dir) / "health.json").is_file():
+        return None
+    p = Path(run_dir) / "health.json"
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        warnings.append(f"{p}: unreadable ({exc}); the Health section is left out")
+        return None
+    if not isinstance(d, dict) or not isinstance(d.get("hosts"), dict):
+        warnings.append(f"{p}: not a health file; the Health section is left out")
+        return None
+    return d
 
 
 def _confirmed(h: HostReport, c: Confirmation | None) -> HostReport:

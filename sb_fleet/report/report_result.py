@@ -47,6 +47,7 @@ class ReportResult:
     rules_unmatched: dict[str, list[str]] = field(default_factory=dict)  # rule -> patterns matching nothing
     history: HistoryView | None = None  # with --history: regressions against own past, offenders, trends
     fabric: FabricView | None = None  # a pattern run: the node, NIC, link or path culprits (analysis.fabric)
+    health: dict | None = None  # the run's health.json (sb_fleet.analysis.health_verdict), when it has one
 
     @property
     def exit_code(self) -> int:

@@ -12,7 +12,7 @@ from sb_fleet.outcome import HostOutcome, Outcome, worst
 from sb_fleet.rundir.rundir import RunDir
 from sb_fleet.safe_files import atomic_write_text
 
-STAGES = ("deploy", "run", "collect", "benchmarks")
+STAGES = ("check", "deploy", "run", "collect", "benchmarks")
 
 
 def save_stage(rd: RunDir, stage: str, outcomes: dict[str, HostOutcome]) -> None:

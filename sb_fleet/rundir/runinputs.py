@@ -141,7 +141,9 @@ def create_run(
         {"schema_version": 1, "hosts": [{"name": h.name, "groups": list(h.groups)} for h in inventory.hosts]},
     )
     rd.write_json("plan.json", plan.to_json())
-    rendered = render_playbooks(plan, config, inventory, rd.run_id, rd.sub("playbooks"))
+    rendered = render_playbooks(
+        plan, config, inventory, rd.run_id, rd.sub("playbooks"), config_dir=cfg_path.resolve().parent
+    )
     rd.update_manifest(
         config_source=str(cfg_path.resolve()),
         inventory_sources=[str(Path(s).resolve()) for s in inventory.sources],

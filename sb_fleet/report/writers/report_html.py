@@ -114,6 +114,11 @@ def render(result: ReportResult, doc: dict[str, Any], figures: Figures | None = 
         anchor = "<section><h2>Metric distributions</h2>"  # the numbers first, then their spread
         head, mark, tail = page.partition(anchor)
         page = head + render_figures(figures) + "\n" + mark + tail
+    if result.health is not None:  # the checks before the benchmarks
+        from sb_fleet.report.writers.health_section import html as health_html
+
+        head, body_end, tail = page.rpartition("</body>")
+        page = head + health_html(result.health) + body_end + tail
     if result.history is not None:  # trend plots of flagged hosts and fleet medians (sb_fleet.history)
         from sb_fleet.history.trend_plots import html_section
 

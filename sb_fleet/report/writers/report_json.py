@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sb_fleet import __version__
+from sb_fleet.report.writers.health_section import summary as health_summary
 
 if TYPE_CHECKING:
     from sb_fleet.analysis.figures.figures import Figures
@@ -85,6 +86,7 @@ def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any
         "seconds": round(result.seconds, 3),
         **({"history": result.history.to_json()} if result.history is not None else {}),
         **({"fabric": result.fabric.to_json()} if result.fabric is not None else {}),
+        **({"health": health_summary(result.health)} if result.health is not None else {}),
         **({"figures": figures.to_json()} if figures is not None else {}),
     }
 

@@ -27,9 +27,16 @@ def render(result: ReportResult) -> str:
     n = len(result.hosts)
     failures = sum(1 for h in result.hosts if h.verdict in counted)
     skipped = sum(1 for h in result.hosts if h.verdict != "pass" and h.verdict not in counted)
+    cases: list[str] = []
+    n_h = f_h = 0
+    if result.health is not None:  # one test case per host and health check
+        from sb_fleet.report.writers.health_section import junit_cases
+
+        cases, n_h, f_h = junit_cases(result.health, _clean)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>\n',
-        f'<testsuites name="sb-fleet" tests="{n}" failures="{failures}" errors="0" skipped="{skipped}">\n',
+        f'<testsuites name="sb-fleet" tests="{n + n_h}" failures="{failures + f_h}" errors="0" '
+        f'skipped="{skipped}">\n',
         f'  <testsuite name="sb-fleet.hosts" tests="{n}" failures="{failures}" errors="0" skipped="{skipped}" '
         f'time="{result.seconds:.3f}">\n',
     ]
@@ -48,5 +55,12 @@ def render(result: ReportResult) -> str:
             f"      <{tag} message={msg}{typ}>{body}</{tag}>\n"
             f"    </testcase>\n"
         )
-    out.append("  </testsuite>\n</testsuites>\n")
+    out.append("  </testsuite>\n")
+    if result.health is not None:
+        out.append(
+            f'  <testsuite name="sb-fleet.health" tests="{n_h}" failures="{f_h}" errors="0" skipped="0">\n'
+        )
+        out += cases
+        out.append("  </testsuite>\n")
+    out.append("</testsuites>\n")
     return "".join(out)

@@ -148,6 +148,10 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
         if len(result.problems) > MAX_PROBLEMS:
             lines.append(f"- ... {len(result.problems) - MAX_PROBLEMS} more in report.json")
         lines.append("")
+    if result.health is not None:  # the checks before the benchmarks (sb_fleet.analysis.health_verdict)
+        from sb_fleet.report.writers.health_section import markdown as health_md
+
+        lines.append(health_md(result.health))
     if result.history is not None:  # regressions against own past, offenders (sb_fleet.history)
         lines.append(result.history.markdown())
     if result.fabric is not None and result.fabric.findings:  # pattern runs' culprits (analysis.fabric)

@@ -1,0 +1,331 @@
+"""The GPU checks: pure rules over a :class:`~sb_bench.health.gpu_source.GpuState` and the expectations.
+
+Each rule's threshold comes from the ``gpu`` expectations the control node hands in (a SKU profile);
+without one, a rule that needs it reports the value only (pass, rule ``reported``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sb_bench.health.gpu_source import GpuInfo, GpuState
+from sb_bench.health.record import FAIL, PASS, WARN, Env, Record
+
+REPORTED = "reported (no rule in the profile)"
+
+
+def _who(g: GpuInfo) -> str:
+    return f"GPU {g.index}" + (f" ({g.bus_id})" if g.bus_id else "")
+
+
+def _per_gpu(
+    check: str,
+    st: GpuState,
+    value: Callable[[GpuInfo], Any],
+    bad: Callable[[GpuInfo], str | None],
+    rule: str,
+    verdict: str = FAIL,
+) -> Record:
+    """One record over every GPU: ``bad`` says what is wrong with one GPU (None: nothing)."""
+    vals = {str(g.index): value(g) for g in st.gpus}
+    problems = [f"{_who(g)}: {p}" for g in st.gpus if (p := bad(g))]
+    return Record(check, verdict if problems else PASS, vals, rule, "; ".join(problems), st.source)
+
+
+def gpu_records(st: GpuState, env: Env) -> list[Record]:
+    want = lambda k, d=None: env.want("gpu", k, d)  # noqa: E731
+    count = want("count")
+    recs: list[Record] = []
+    n = len(st.gpus)
+    if not st.source:
+        verdict = FAIL if count else PASS
+        return [Record("gpu.count", verdict, 0, f"== {count}" if count else REPORTED, st.problem, "")]
+    ev = f"{n} GPU(s) found" + (f", {count} expected" if count else "")
+    recs.append(
+        Record(
+            "gpu.count",
+            FAIL if count is not None and n != count else PASS,
+            n,
+            f"== {count}" if count is not None else REPORTED,
+            ev,
+            st.source,
+        )
+    )
+    model = want("model")
+    names = sorted({g.name for g in st.gpus})
+    problems = []
+    if len(names) > 1:
+        problems.append(f"mixed models on one host: {names}")
+    if model and any(model.lower() not in g.name.lower() for g in st.gpus):
+        problems.append(f"model {names} does not contain {model!r}")
+    recs.append(
+        Record(
+            "gpu.model",
+            FAIL if problems else PASS,
+            names[0] if len(names) == 1 else names,
+            f"contains {model!r}" if model else "one model per host",
+            "; ".join(problems),
+            st.source,
+        )
+    )
+    mem = want("memory_gib_min")
+    recs.append(
+        _per_gpu(
+            "gpu.memory",
+            st,
+            lambda g: g.memory_mib,
+            lambda g: (
+                f"{g.memory_mib / 1024:.1f} GiB < {mem} GiB"
+                if mem and g.memory_mib is not None and g.memory_mib / 1024 < mem
+                else None
+            ),
+            f">= {mem} GiB" if mem else REPORTED,
+        )
+    )
+    ecc = want("ecc")
+    recs.append(
+        _per_gpu(
+            "gpu.ecc_mode",
+            st,
+            lambda g: g.ecc_enabled,
+            lambda g: (
+                f"ECC {'on' if g.ecc_enabled else 'off'}, {'on' if ecc else 'off'} expected"
+                if ecc is not None and g.ecc_enabled is not None and g.ecc_enabled != ecc
+                else None
+            ),
+            f"ECC {'enabled' if ecc else 'disabled'}" if ecc is not None else REPORTED,
+        )
+    )
+    vmax = want("ecc_uncorrected_volatile_max", 0)
+    recs.append(
+        _per_gpu(
+            "gpu.ecc_volatile",
+            st,
+            lambda g: g.ecc_uncorrected_volatile,
+            lambda g: (
+                f"{g.ecc_uncorrected_volatile} volatile uncorrectable ECC errors"
+                if (g.ecc_uncorrected_volatile or 0) > vmax
+                else None
+            ),
+            f"volatile uncorrectable ECC <= {vmax}",
+        )
+    )
+    amax = want("ecc_uncorrected_aggregate_max", 0)
+    recs.append(
+        _per_gpu(
+            "gpu.ecc_aggregate",
+            st,
+            lambda g: g.ecc_uncorrected_aggregate,
+            lambda g: (
+                f"{g.ecc_uncorrected_aggregate} aggregate uncorrectable ECC errors"
+                if (g.ecc_uncorrected_aggregate or 0) > amax
+                else None
+            ),
+            f"aggregate uncorrectable ECC <= {amax} (else warn)",
+            WARN,
+        )
+    )
+    recs.append(
+        _per_gpu(
+            "gpu.row_remap",
+            st,
+            lambda g: {
+                "pending": g.remap_pending,
+                "failure": g.remap_failure,
+                "uncorrectable": g.remap_uncorrectable,
+                "retired_pages_pending": g.retired_pages_pending,
+            },
+            _remap_problem,
+            "no row remap pending or failed, no retired page pending (a GPU reset applies them)",
+        )
+    )
+    recs.append(
+        _per_gpu(
+            "gpu.throttle",
+            st,
+            lambda g: list(g.throttle_hw) if g.throttle_hw is not None else None,
+            lambda g: f"hardware slowdown active: {', '.join(g.throttle_hw)}" if g.throttle_hw else None,
+            "no HW slowdown, HW thermal slowdown or HW power brake",
+        )
+    )
+    pers = want("persistence")
+    recs.append(
+        _per_gpu(
+            "gpu.persistence",
+            st,
+            lambda g: g.persistence,
+            lambda g: "persistence mode off" if pers and g.persistence is False else None,
+            "persistence mode on (else warn)" if pers else REPORTED,
+            WARN,
+        )
+    )
+    recs.append(
+        _per_gpu(
+            "gpu.power_limit",
+            st,
+            lambda g: [g.power_limit_w, g.power_default_w],
+            lambda g: (
+                f"power limit {g.power_limit_w:g} W below its default {g.power_default_w:g} W"
+                if g.power_limit_w is not None
+                and g.power_default_w is not None
+                and g.power_limit_w < g.power_default_w - 0.5
+                else None
+            ),
+            "power limit >= default (else warn)",
+            WARN,
+        )
+    )
+    tmax = want("temperature_max_c")
+    recs.append(
+        _per_gpu(
+            "gpu.temperature",
+            st,
+            lambda g: g.temperature_c,
+            lambda g: (
+                f"{g.temperature_c:g} C > {tmax} C before any load"
+                if tmax is not None and g.temperature_c is not None and g.temperature_c > tmax
+                else None
+            ),
+            f"<= {tmax} C before the benchmarks (else warn)" if tmax is not None else REPORTED,
+            WARN,
+        )
+    )
+    links = want("nvlinks")
+    most = max((g.nvlink_up or 0 for g in st.gpus), default=0)
+    recs.append(
+        _per_gpu(
+            "gpu.nvlink",
+            st,
+            lambda g: [g.nvlink_up, g.nvlink_total],
+            lambda g: _nvlink_problem(g, links, most),
+            f"{links} NVLinks up per GPU" if links else "every GPU has as many NVLinks up as the best one",
+        )
+    )
+    gen, width = want("pcie_gen"), want("pcie_width")
+    recs.append(
+        _per_gpu(
+            "gpu.pcie",
+            st,
+            lambda g: f"gen{g.pcie_gen}/{g.pcie_gen_max} x{g.pcie_width}/{g.pcie_width_max}",
+            lambda g: _pcie_problem(g, gen, width),
+            "link width == its max"
+            + (f" == x{width}" if width else "")
+            + (f"; max gen >= {gen}" if gen else "")
+            + " (the current gen drops at idle: not judged)",
+        )
+    )
+    mig = want("mig")
+    recs.append(
+        _per_gpu(
+            "gpu.mig",
+            st,
+            lambda g: g.mig_enabled,
+            lambda g: (
+                f"MIG {'on' if g.mig_enabled else 'off'}, {'on' if mig else 'off'} expected"
+                if mig is not None and g.mig_enabled is not None and g.mig_enabled != mig
+                else None
+            ),
+            f"MIG {'enabled' if mig else 'disabled'}" if mig is not None else REPORTED,
+        )
+    )
+    return recs
+
+
+def _remap_problem(g: GpuInfo) -> str | None:
+    if g.remap_failure:
+        return "row remapping failed (the GPU needs service)"
+    if g.remap_pending:
+        return f"row remap pending ({g.remap_uncorrectable or 0} uncorrectable rows): reset the GPU"
+    if g.retired_pages_pending:
+        return "retired page pending: reset the GPU"
+    return None
+
+
+def _nvlink_problem(g: GpuInfo, want: int | None, most: int) -> str | None:
+    if g.nvlink_up is None:
+        return f"NVLink state unreadable, {want} expected" if want else None
+    if want and g.nvlink_up < want:
+        return f"{g.nvlink_up} of {want} NVLinks up"
+    if not want and g.nvlink_up < most:
+        return f"{g.nvlink_up} NVLinks up where another GPU has {most}"
+    return None
+
+
+def _pcie_problem(g: GpuInfo, gen: int | None, width: int | None) -> str | None:
+    out = []
+    if g.pcie_width is not None and g.pcie_width_max is not None and g.pcie_width < g.pcie_width_max:
+        out.append(f"PCIe link x{g.pcie_width} of x{g.pcie_width_max}")
+    elif width and g.pcie_width is not None and g.pcie_width < width:
+        out.append(f"PCIe link x{g.pcie_width}, x{width} expected")
+    if gen and g.pcie_gen_max is not None and g.pcie_gen_max < gen:
+        out.append(f"PCIe max gen {g.pcie_gen_max}, gen {gen} expected")
+    return "; ".join(out) or None
+
+
+def nvswitches(env: Env) -> int:
+    """NVSwitch devices on the PCI bus (vendor 0x10de, class 0x0680xx: 'other bridge')."""
+    from sb_bench.health.record import read_text
+
+    n = 0
+    try:
+        devs = sorted(env.sys("bus/pci/devices").iterdir())
+    except OSError:
+        return 0
+    for d in devs:
+        if read_text(d / "vendor") == "0x10de" and (read_text(d / "class") or "").startswith("0x0680"):
+            n += 1
+    return n
+
+
+def fabric_manager_record(env: Env) -> Record | None:
+    """On NVSwitch systems, nv-fabricmanager must run (without it CUDA reports no GPU memory peers)."""
+    switches = nvswitches(env)
+    required = env.want("gpu", "fabric_manager")
+    if not switches and not required:
+        return None
+    running = []
+    try:
+        for p in env.procfs.iterdir():
+            if p.name.isdigit():
+                try:
+                    comm = (p / "comm").read_text().strip()
+                except OSError:
+                    continue
+                if comm.startswith("nv-fabricmanager"):
+                    running.append(p.name)
+    except OSError:
+        pass
+    ok = bool(running)
+    ev = f"{switches} NVSwitch(es); nv-fabricmanager " + (
+        f"running (pid {', '.join(running)})" if ok else "not running"
+    )
+    return Record(
+        "gpu.fabric_manager",
+        PASS if ok else FAIL,
+        {"nvswitches": switches, "running": ok},
+        "nv-fabricmanager runs where NVSwitches are",
+        ev,
+        "sysfs+procfs",
+    )
+
+
+def gpu_facts(st: GpuState) -> dict[str, Any]:
+    def one(vals: list[Any]) -> Any:
+        s = sorted({str(v) for v in vals if v is not None})
+        return s[0] if len(s) == 1 else (s or None)
+
+    g = st.gpus
+    return {
+        "gpu_source": st.source or None,
+        "gpu_count": len(g),
+        "gpu_model": one([x.name for x in g]),
+        "driver": st.driver,
+        "cuda": st.cuda,
+        "vbios": one([x.vbios for x in g]),
+        "inforom": one([x.inforom for x in g]),
+        "ecc_mode": one([x.ecc_enabled for x in g]),
+        "persistence": one([x.persistence for x in g]),
+        "mig": one([x.mig_enabled for x in g]),
+        "power_limit_w": one([x.power_limit_w for x in g]),
+    }
