@@ -123,7 +123,7 @@ class SlurmCluster:
         out = {}
         for ln in r.stdout.splitlines():
             n, s, reason = ln.split("|", 2)
-            out[n] = (s, reason)
+            out[n] = (s.rstrip("*~#%$@^-!"), reason)  # flags such as * (not responding this moment)
         return out
 
     def stop(self) -> None:

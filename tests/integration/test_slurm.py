@@ -212,3 +212,39 @@ def test_validate_drains_the_bad_node_leaves_the_admins_and_resumes_it_when_fixe
     assert r.returncode == 0, r.stderr
     assert "scontrol update nodename=slnode3 state=drain 'reason=sb-fleet r1-" in r.stdout
     assert c.states()["slnode3"][0] == "idle"
+
+
+def test_the_health_checks_as_healthcheckprogram_drain_and_resume_only_their_own(cluster, tmp_path):
+    import subprocess
+    import sys
+
+    c, _, _ = cluster
+    want8 = tmp_path / "expect.json"
+    want8.write_text(json.dumps({"gpu": {"count": 8}}))  # this machine has no GPU: gpu.count fails
+
+    def health(node: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sb_bench", "health", "--slurm", "--node", node, *extra],
+            capture_output=True, text=True, timeout=300, env=c.env,
+        )  # fmt: skip
+
+    r = health("slnode2", "--expect", str(want8))
+    assert r.returncode == 1 and "slurm: slnode2 drained: sb-fleet health: gpu.count" in r.stdout, (
+        r.stdout + r.stderr
+    )
+    state, reason = c.states()["slnode2"]
+    assert state.startswith("drain") and reason.startswith("sb-fleet health: gpu.count") and len(reason) < 256
+
+    c.sh("scontrol", "update", "nodename=slnode1", "state=drain", "reason=admin: new PSU")
+    r = health("slnode1", "--expect", str(want8))
+    assert "left as it is: failing, but already" in r.stdout and c.states()["slnode1"] == (
+        "drained",
+        "admin: new PSU",
+    )
+    r = health("slnode1")
+    assert "left as it is" in r.stdout and c.states()["slnode1"][1] == "admin: new PSU"
+
+    r = health("slnode2")  # passes again: the drain was ours, so it is resumed
+    assert r.returncode == 0 and "slurm: slnode2 resumed" in r.stdout, r.stdout + r.stderr
+    assert c.states()["slnode2"][0] == "idle"
+    c.sh("scontrol", "update", "nodename=slnode1", "state=resume")

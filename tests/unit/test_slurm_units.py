@@ -150,3 +150,21 @@ def test_the_reason_is_one_line_under_256_characters():
 def test_sinfo_states_and_none_reasons():
     st = parse_node_states("a|idle|none\nb|drained|sb-fleet r: x|y\na|idle|none\n")
     assert st["a"] == NodeState("a", "idle", "") and st["b"].reason == "sb-fleet r: x|y" and st["b"].ours
+
+
+def test_healthcheckprogram_reads_scontrol_and_owns_only_its_reason():
+    from sb_bench.health.slurm_hook import decide, parse_show_node, reason_of
+
+    line = "NodeName=gpu1 Arch=x86_64 State=IDLE+DRAIN ThreadsPerCore=1 Reason=sb-fleet health: gpu.count: 7 of 8 [root@2026-11-25T07:00:00]"
+    assert parse_show_node(line) == ("IDLE+DRAIN", "sb-fleet health: gpu.count: 7 of 8")
+    fail = {
+        "verdict": "fail",
+        "checks": [{"check": "gpu.count", "verdict": "fail", "evidence": "7 of 8 " * 80}],
+    }
+    ok = {"verdict": "pass", "checks": []}
+    assert len(reason_of(fail)) <= 255 and reason_of(fail).startswith("sb-fleet health: gpu.count: 7 of 8")
+    assert decide(fail, "IDLE", "")[0] == "drain"
+    assert decide(fail, "IDLE+DRAIN", "admin: bios")[0] == "leave"
+    assert decide(ok, "IDLE+DRAIN", "sb-fleet health: x")[0] == "resume"
+    assert decide(ok, "IDLE+DRAIN", "admin: bios")[0] == "leave"
+    assert decide(ok, "IDLE", "")[0] == "leave"

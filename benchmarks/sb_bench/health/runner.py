@@ -117,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--expect", default="", help="the expectations as a JSON file")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds per probe")
     ap.add_argument("--host", default="", help="the name to report (default: this host's name)")
+    ap.add_argument(
+        "--slurm",
+        action="store_true",
+        help="as Slurm's HealthCheckProgram: drain this node on a failure (reason 'sb-fleet health: ...'), "
+        "resume it when it passes again if the drain was ours (sb_bench.health.slurm_hook)",
+    )
+    ap.add_argument("--node", default="", help="with --slurm: the Slurm node name (default: SLURMD_NODENAME)")
     a = ap.parse_args(argv)
     expect: dict[str, Any] = {}
     if a.expect_b64:
@@ -137,8 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         for r in doc["checks"]:
             shown = r["evidence"] or json.dumps(r["value"], default=str)
             print(f"{r['verdict']:4} {r['check']:22} {shown[:160]}")
-    sys.stdout.flush()
     rc = 1 if doc["verdict"] == FAIL else 0
+    if a.slurm:
+        from sb_bench.health.slurm_hook import act, node_name
+
+        src, line = act(doc, a.node or node_name())
+        print(line)
+        rc = max(rc, src)
+    sys.stdout.flush()
     os._exit(rc)  # a probe's thread that hangs in the driver must not keep the process (daemon or not)
 
 
