@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sb_fleet.config.inventory_ini import read_names_and_groups
+from sb_fleet.config.inventory_ini import duplicate_hosts, read_names_and_groups
+from sb_fleet.config.yamlsrc import parse_yaml, read_capped
 from sb_fleet.errors import InventoryError
 
 SECRET_VAR = re.compile(
@@ -114,6 +115,7 @@ def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) 
     for s in sources:
         if not Path(s).exists():
             raise InventoryError(s, None, "inventory not found", "check the path given to -i/--inventory")
+        check_source(Path(s))
     _quiet_ansible_env()
     if not with_vars and len(sources) == 1:
         # Names and groups only: a plain INI file is read without Ansible (see inventory_ini).
@@ -178,6 +180,34 @@ def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) 
     for h in hosts:
         _check_host(sources[0], h)
     return Inventory(tuple(sources), tuple(hosts))
+
+
+def check_source(path: Path) -> None:
+    """What sb-fleet refuses in an inventory file before Ansible reads it (a directory's files are
+    Ansible's to read): more than :data:`MAX_FILE_BYTES`, YAML aliases that expand past the bound, a key
+    given twice in a YAML mapping, and a host declared twice in an INI file, each naming the line(s)."""
+    if not path.is_file():
+        return
+    text = read_capped(path, "inventory", InventoryError)
+    stripped = text.lstrip()
+    if path.suffix in (".yml", ".yaml", ".json") or (path.suffix != ".ini" and not stripped.startswith("[")):
+        try:
+            parse_yaml(text, path, "inventory", InventoryError)
+        except InventoryError as exc:
+            if path.suffix in (".yml", ".yaml", ".json"):
+                raise
+            if "not valid YAML" not in exc.message:  # an INI file without a section: Ansible decides
+                raise
+    if path.suffix not in (".yml", ".yaml", ".json"):
+        dup = duplicate_hosts(text)
+        if dup is not None:
+            name, first, second = dup
+            raise InventoryError(
+                path,
+                f"line {second}",
+                f"host {name} is declared again (first on line {first}: {path}:{first})",
+                "declare each host once: Ansible would silently keep only one of its definitions",
+            )
 
 
 def _parse_detail(text: str) -> str:

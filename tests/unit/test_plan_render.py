@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from sb_fleet.config.fleet_config import load_config
 from sb_fleet.config.inventory import load_inventory
+from sb_fleet.plan.ansible_data import HOSTS_FILE, unsafe_strings
+from sb_fleet.plan.ansible_data import load as load_rendered
 from sb_fleet.plan.render import render_playbooks, suite_archive_bytes
 from sb_fleet.plan.run_plan import build_plan
 
@@ -85,11 +86,12 @@ def test_rendered_playbooks_match_golden_files(inputs, tmp_path, golden):
     golden(GOLDEN / "deploy.yml", norm(r.deploy.read_text()))
     golden(GOLDEN / "step01.yml", norm(r.runs["step01"].read_text()))
     golden(GOLDEN / "step02.yml", norm(r.runs["step02"].read_text()))
-    nodes = yaml.safe_load((out / "step02-nodes.yml").read_text())["sb_node_args"]
+    golden(GOLDEN / HOSTS_FILE, norm((out / HOSTS_FILE).read_text()))
+    nodes = load_rendered((out / "step02-nodes.yml").read_text())["sb_node_args"]
     assert nodes["gpu02"][:4] == ["--node-rank", "1", "--nnodes", "2"]
     assert nodes["gpu03"][nodes["gpu03"].index("--master-addr") + 1] == "10.0.0.1"
     for p in (r.deploy, *r.runs.values()):
-        assert isinstance(yaml.safe_load(p.read_text()), list)
+        assert isinstance(load_rendered(p.read_text()), list)
     spec = json.loads((out / "step01.json").read_text())
     assert spec["entries"][0]["params"] == {"m": 64} and spec["entries"][0]["timeout"] == 60
 
@@ -104,9 +106,74 @@ def test_hostile_config_values_cannot_break_the_playbook(tmp_path):
     i.write_text("h1\n")
     config, inv = load_config(c), load_inventory(i)
     r = render_playbooks(build_plan(config, inv, known={"gemm-flops"}), config, inv, "R", tmp_path / "o")
-    plays = yaml.safe_load(r.deploy.read_text())
+    plays = load_rendered(r.deploy.read_text())
     assert len(plays) == 1  # the newline did not add a play
-    assert plays[0]["vars"]["sb_default_workspace"] == '/x"\n- hosts: evil\n#'
+    hosts = load_rendered((tmp_path / "o" / HOSTS_FILE).read_text())["sb_hosts"]
+    assert hosts["h1"]["workspace"] == '/x"\n- hosts: evil\n#'
+
+
+# Template and shell syntax of every kind, in every value a config or inventory hands the playbooks.
+HOSTILE = [
+    "{{ lookup('pipe', 'touch /tmp/sbf-x') }}",
+    "{% for x in [1] %}{{ lookup('pipe', 'id') }}{% endfor %}",
+    "$(touch /tmp/sbf-y)",
+    "`touch /tmp/sbf-z`",
+    "{# c #}'\"\\\n- hosts: evil\u2028\x85\U0001f600",
+]
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_every_config_and_inventory_value_reaches_ansible_as_data(tmp_path, bad):
+    """Each hostile value lands in the rendered files only as ``!unsafe`` data, verbatim: nowhere can
+    Ansible read it as a template (the playbooks hold no other copy of it)."""
+    import yaml as _yaml
+
+    c = tmp_path / "c.yaml"
+    one_line = bad.replace("\n", " ")  # an inventory path variable is one line (refused at load otherwise)
+    doc = {
+        "fleet": {
+            "workspace": f"/ws/{bad}/{{host}}",
+            "python": f"/py {bad}",
+            "cache": f"/cache/{bad}",
+            "env": {"SB_HOSTILE": bad},
+        },
+        "superbench": {
+            "benchmarks": {
+                "noop": {"parameters": {"sleep": 0}},
+                "gemm-flops": {"modes": [{"name": "torch.distributed", "proc_num": 1, "node_num": 2}]},
+            }
+        },
+    }
+    c.write_text(_yaml.safe_dump(doc))
+    i = tmp_path / "i.yml"
+    i.write_text(_yaml.safe_dump({"all": {"hosts": {"h1": {"sb_python": f"/ipy {one_line}"}, "h2": {}}}}))
+    config, inv = load_config(c), load_inventory(i)
+    out = tmp_path / "o"
+    plan = build_plan(config, inv, known={"noop", "gemm-flops"})
+    r = render_playbooks(plan, config, inv, "R", out)
+    files = [r.deploy, *r.runs.values(), out / HOSTS_FILE, *out.glob("*-nodes.yml")]
+    data = [v for p in files for v in unsafe_strings(p.read_text())]
+    for want in (f"/ws/{bad}/h1", f"/ipy {one_line}", f"/py {bad}", f"/cache/{bad}", f"SB_HOSTILE={bad}"):
+        assert want in data, want
+    for p in files:  # no other copy: every occurrence of the value is inside an !unsafe string
+        text = p.read_text()
+        plain = load_rendered(text)
+        flat = _yaml.safe_dump(plain, allow_unicode=True)
+        n_unsafe = sum(v.count(bad) for v in unsafe_strings(text))
+        n_all = sum(v.count(bad) for v in _strings(plain))
+        assert n_all == n_unsafe, (p.name, flat[:2000])
+
+
+def _strings(v):
+    if isinstance(v, str):
+        yield v
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            yield str(k)
+            yield from _strings(x)
+    elif isinstance(v, list):
+        for x in v:
+            yield from _strings(x)
 
 
 def test_suite_archive_is_reproducible():
