@@ -195,7 +195,7 @@ class Config(_Strict):
 
 def load_config(path: Path) -> Config:
     """Load and validate a config file; any problem is a :class:`ConfigError` naming file, line and field."""
-    data, lines = load_yaml(Path(path), "config")
+    data, lines = load_yaml(Path(path), "config", ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(
             path,

@@ -201,10 +201,10 @@ def parse_yaml(
     return data, node
 
 
-def load_yaml(path: Path, what: str) -> tuple[Any, LineMap]:
-    """Parse a YAML file safely and within bounds; any problem is an :class:`InputError` with its line."""
+def load_yaml(path: Path, what: str, cls: type[InputError] = InputError) -> tuple[Any, LineMap]:
+    """Parse a YAML file safely and within bounds; any problem is a ``cls`` error with its line."""
     path = Path(path)
-    data, node = parse_yaml(read_capped(path, what), path, what)
+    data, node = parse_yaml(read_capped(path, what, cls), path, what, cls)
     return data, LineMap(node)
 
 

@@ -70,8 +70,10 @@ class SshSettings:
         # trust settings (another known_hosts, accept-new, off) must never serve this run: the control
         # directory is keyed by them. (Short: unix socket paths are limited to ~108 bytes.)
         trust = hashlib.sha256(f"{self.known_hosts}\0{self.policy}".encode()).hexdigest()[:10]
-        cp = control_dir() / trust
-        private_dir(cp, "SSH control sockets", CONTROL_DIR_FIX.format(path=cp))
+        root = control_dir()
+        for d in (root, root / trust):  # each checked itself: sb-fleet's own directories, down from root
+            private_dir(d, "SSH control sockets", CONTROL_DIR_FIX.format(path=d))
+        cp = root / trust
         return {
             "ANSIBLE_HOST_KEY_CHECKING": "False" if self.policy == "off" else "True",
             "ANSIBLE_SSH_ARGS": self.openssh_args(),
