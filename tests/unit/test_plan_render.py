@@ -180,3 +180,61 @@ def test_suite_archive_is_reproducible():
     a, da = suite_archive_bytes()
     b, db = suite_archive_bytes()
     assert a == b and da == db and len(da) == 16
+
+
+def test_container_run_playbook_passes_hostile_values_verbatim_on_a_real_ansible(tmp_path):
+    """The container path on a real ansible-playbook (local connection, the runtime a stub that records
+    its argv): the fleet env and workspace, full of template and shell syntax, reach the runtime's
+    command line verbatim, and no payload runs."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from sb_fleet.config.fleet_config import Config
+    from sb_fleet.plan.ansible_data import write_hosts_file
+    from sb_fleet.plan.render_container import render_container
+    from sb_fleet.plan.run_plan import HostSetup, Plan, RunEntry, Step
+
+    bindir = Path(sys.executable).parent
+    if not (bindir / "ansible-playbook").exists() and not shutil.which("ansible-playbook"):
+        pytest.skip("ansible-playbook is not installed beside this Python")
+    markers = tmp_path / "m"
+    markers.mkdir()
+    bad = (
+        f"{{{{ lookup('pipe', 'touch {markers}/jinja') }}}}{{% if lookup('pipe', 'touch {markers}/block') %}}"
+        f"{{% endif %}}$(touch {markers}/subst)`touch {markers}/tick`'\""
+    )
+    argv_log = tmp_path / "argv.log"
+    stub = tmp_path / "podman"
+    stub.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done >> {argv_log}\necho "[]"\n')
+    stub.chmod(0o755)
+    ws = Path(f"{tmp_path}/ws/{bad}")  # the payload's slashes make it a few directories deep
+    ws.mkdir(parents=True)
+    cfg = Config(
+        fleet={
+            "runtime": "podman",
+            "env": {"SB_HOSTILE": bad},
+            "container": {"image": "localhost/sb:1", "binary": str(stub), "become": False},
+        },
+        superbench={"benchmarks": {}},
+    )
+    step = Step("step01", (RunEntry("noop", "noop", "noop", {}, ({"name": "local"},), 60),), 120)
+    plan = Plan(("h1",), {"h1": HostSetup(str(ws), "python3", "python3")}, (step,), ("noop",))
+    out = tmp_path / "pb"
+    out.mkdir()
+    write_hosts_file(plan.host_setup, out)
+    runs = {"step01": out / "step01.yml"}
+    render_container(plan, cfg, "r1", out, runs)
+    inv = tmp_path / "inv.ini"
+    inv.write_text(f"h1 ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"}
+    exe = str(bindir / "ansible-playbook") if (bindir / "ansible-playbook").exists() else "ansible-playbook"
+    r = subprocess.run(
+        [exe, "-i", str(inv), str(runs["step01"])], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert not list(markers.iterdir()), sorted(p.name for p in markers.iterdir())
+    args = argv_log.read_bytes().decode().split("\0")
+    assert f"SB_HOSTILE={bad}" in args, args
+    assert any(str(ws) in a for a in args), args
