@@ -250,6 +250,23 @@ def _check_host(source: str, h: Host) -> None:
             raise InventoryError(
                 source, f"host {h.name}", f"{var} must be a one-line path", "fix the variable"
             )
+        if isinstance(val, str) and any(m in val for m in ("{{", "{%", "{#")) and not is_playbook_python(val):
+            raise InventoryError(
+                source,
+                f"host {h.name}",
+                f"{var} holds a Jinja template ({val[:80]!r}): sb-fleet takes its variables as data and "
+                "never templates them",
+                "write the path itself (sb_python may be {{ ansible_playbook_python }}: sb-fleet's own Python)",
+            )
+
+
+_PLAYBOOK_PYTHON = re.compile(r"^\{\{\s*ansible_playbook_python\s*\}\}$")
+
+
+def is_playbook_python(value: str) -> bool:
+    """``{{ ansible_playbook_python }}``: the one template sb_python may be (the default inventory's),
+    which sb-fleet resolves itself to the Python it runs on, as Ansible would on a local host."""
+    return bool(_PLAYBOOK_PYTHON.match(value.strip()))
 
 
 def _limit_names(inv: Inventory, pattern: str) -> set[str]:

@@ -42,6 +42,12 @@ def _marker_dir() -> Path:
     return d
 
 
+def shell_payload(markers: Path, tag: str) -> str:
+    """Shell code only: an inventory's sb_workspace/sb_python with Jinja markers is refused at load."""
+    m = markers / tag
+    return f"v-$(touch {m}-subst)-`touch {m}-tick`-'\"x"
+
+
 def payload(markers: Path, tag: str) -> str:
     """One value holding every kind of code, each of which would leave its own marker file."""
     m = markers / tag
@@ -124,9 +130,9 @@ def _inventory(fleet, path: Path, markers: Path, hostile: bool = True) -> tuple[
         hosts[h.name] = {"ansible_host": h.addr, "ansible_port": h.port}
         if i == 0 and hostile:
             tag = uuid.uuid4().hex[:6]
-            hosts[h.name]["sb_workspace"] = f"{h.workspace}-{payload(markers, 'inv-ws')}"
+            hosts[h.name]["sb_workspace"] = f"{h.workspace}-{shell_payload(markers, 'inv-ws')}"
             hosts[h.name]["sb_python"] = _wrapper(
-                fleet.dir / f"ipy-{tag}" / payload(markers, "inv-python"), fleet.python
+                fleet.dir / f"ipy-{tag}" / shell_payload(markers, "inv-python"), fleet.python
             )
         elif not hostile:
             hosts[h.name]["sb_workspace"] = h.workspace

@@ -195,3 +195,21 @@ def test_private_dir_refuses_another_users_directory(tmp_path):
     os.chown(d, other.pw_uid, other.pw_gid)
     with pytest.raises(InfraError, match=f"belongs to uid {other.pw_uid}"):
         private_dir(d, "test", "fix")
+
+
+def test_inventory_sb_variables_with_jinja_are_refused_except_the_playbook_python(tmp_path):
+    import sys
+
+    from sb_fleet.config.fleet_config import load_config as _load_config
+    from sb_fleet.plan.run_plan import build_plan
+
+    for var in ("sb_workspace", "sb_python"):
+        inv = tmp_path / f"{var}.ini"
+        inv.write_text(f"h1 {var}=\"/x/{{{{ lookup('pipe', 'id') }}}}\"\n")
+        with pytest.raises(InventoryError, match=f"{var} holds a Jinja template"):
+            load_inventory(inv)
+    ok = tmp_path / "ok.ini"
+    ok.write_text('h1 ansible_connection=local sb_python="{{ ansible_playbook_python }}"\n')
+    cfg = _load_config(_config(tmp_path, BENCH))
+    plan = build_plan(cfg, load_inventory(ok), known={"noop"})
+    assert plan.host_setup["h1"].base_python == sys.executable
