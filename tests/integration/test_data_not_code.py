@@ -16,6 +16,7 @@ commands compose.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -293,7 +294,7 @@ def test_host_cut_off_in_validates_first_exec_is_collected_later(dfleet, tmp_pat
 def test_resume_after_kill_9_says_the_earlier_runner_still_runs(dfleet, tmp_path):
     markers = _marker_dir()
     try:
-        cfg, _ = _config(dfleet, markers, sleep=20, name="cfg-kill.yaml", hostile=False)
+        cfg, _ = _config(dfleet, markers, sleep=10, name="cfg-kill.yaml", hostile=False)
         inv, _ = _inventory(dfleet, tmp_path / "inv.yml", markers, hostile=False)
         run_dir = tmp_path / "run"
         r = sb_fleet("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir))
@@ -307,7 +308,18 @@ def test_resume_after_kill_9_says_the_earlier_runner_still_runs(dfleet, tmp_path
         _wait(lambda: dfleet.processes(h.name, b"noop"), "the benchmark to start")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        r = sb_fleet("run", "--resume", "--run-dir", str(run_dir), "--limit", h.name)
+        # The runner goes on alone (it outlives its SSH session). Held stopped while --resume runs, so
+        # that it still holds the results directory whatever the machine's load.
+        runners = dfleet.processes(h.name, b"sb_bench.host.runner")
+        assert runners, "the runner died with the command that started it"
+        for pid in runners:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            r = sb_fleet("run", "--resume", "--run-dir", str(run_dir), "--limit", h.name)
+        finally:
+            for pid in runners:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         reason = _stage(run_dir, "run")[h.name]["reason"]
         assert r.returncode != 0 and "still running" in reason, reason
         assert "share a workspace" not in reason and "killed or lost its connection" in reason, reason
