@@ -61,6 +61,8 @@ MAX_FILE_BYTES = 16 << 20
 # Nodes of the document with every alias expanded: an alias bomb (nine aliases of nine aliases ...) is a
 # few hundred bytes that expand to billions of values, in memory and in every copy written.
 MAX_EXPANDED_NODES = 200_000
+# An integer past 64 bits is no setting's value (and past 4300 digits Python refuses to convert it).
+MAX_INT_DIGITS = 19
 
 
 def read_capped(path: Path, what: str, cls: type[InputError] = InputError) -> str:
@@ -110,6 +112,14 @@ def check_bounds(node: yaml.Node | None, path: Path, what: str, cls: type[InputE
             raise cls(path, line(n), "a YAML alias refers to the value that holds it", "remove the loop")
         total = 1
         if isinstance(n, yaml.ScalarNode):
+            digits = n.value.replace("_", "").lstrip("+-")
+            if n.tag == "tag:yaml.org,2002:int" and len(digits) > MAX_INT_DIGITS:
+                raise cls(
+                    path,
+                    line(n),
+                    f"the integer {n.value[:24]}... ({len(digits)} digits) is too large for any setting",
+                    f"write at most {MAX_INT_DIGITS} digits (or quote it if it is text)",
+                )
             if n.tag == "tag:yaml.org,2002:float" and not math.isfinite(_float(n.value)):
                 raise cls(
                     path,

@@ -64,6 +64,8 @@ def test_a_recursive_alias_is_refused(tmp_path):
         ("gates: {fleet: {threshold: 1e400}}\n" + BENCH, "gates.fleet.threshold"),
         ("fleet: {forks: 1.0e+400}\n" + BENCH, "line 1"),
         ("superbench:\n  var: {a: .inf}\n  benchmarks: {noop: {}}\n", "line 2"),
+        ("superbench:\n  benchmarks: {noop: {timeout: " + "9" * 5000 + "}}\n", "line 2"),
+        ("superbench:\n  benchmarks: {noop: {timeout: " + "9" * 30 + "}}\n", "too large"),
     ],
 )
 def test_numbers_that_are_not_finite_are_exit_2_never_a_traceback(tmp_path, text, field):
