@@ -59,8 +59,10 @@ def _child(node: yaml.Node | None, part: Any) -> yaml.Node | None:
 # of a real fleet is far below both; a file past them is refused at load, before any host is touched.
 MAX_FILE_BYTES = 16 << 20
 # Nodes of the document with every alias expanded: an alias bomb (nine aliases of nine aliases ...) is a
-# few hundred bytes that expand to billions of values, in memory and in every copy written.
+# few hundred bytes that expand to billions of values, in memory and in every copy written. Refused past
+# this many values when the aliases multiply the nodes written by more than ALIAS_GROWTH.
 MAX_EXPANDED_NODES = 200_000
+ALIAS_GROWTH = 4  # ...and more than this many times the nodes written: refused
 # An integer past 64 bits is no setting's value (and past 4300 digits Python refuses to convert it).
 MAX_INT_DIGITS = 19
 
@@ -134,14 +136,6 @@ def check_bounds(node: yaml.Node | None, path: Path, what: str, cls: type[InputE
             children = n.value if isinstance(n, yaml.SequenceNode) else [c for kv in n.value for c in kv]
             for c in children:
                 total += size(c)
-                if total > MAX_EXPANDED_NODES:
-                    raise cls(
-                        path,
-                        line(n),
-                        f"the {what} expands to more than {MAX_EXPANDED_NODES} values through its YAML "
-                        "aliases (an alias bomb?)",
-                        "write the values out, or use fewer nested aliases",
-                    )
             active.discard(key)
         sizes[key] = total
         return total
@@ -149,11 +143,24 @@ def check_bounds(node: yaml.Node | None, path: Path, what: str, cls: type[InputE
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20_000))
     try:
-        size(node)
+        total = size(node)  # memoised: costs the nodes written, whatever they expand to
     except RecursionError:
         raise cls(path, None, f"the {what} is nested too deeply", "flatten it") from None
     finally:
         sys.setrecursionlimit(old)
+    # A big file written out (a 10,000-host inventory) is bounded by its size; what aliases multiply is not.
+    if total > MAX_EXPANDED_NODES and total > ALIAS_GROWTH * len(sizes):
+        raise cls(
+            path,
+            line(node),
+            f"the {what} expands to {_count(total)} values through its YAML aliases, from {len(sizes)} "
+            f"written (an alias bomb?)",
+            "write the values out, or use fewer nested aliases",
+        )
+
+
+def _count(n: int) -> str:
+    return str(n) if n < 10**12 else f"about 10^{len(str(n)) - 1}"
 
 
 def _no_duplicate_keys(n: yaml.MappingNode, path: Path, cls: type[InputError]) -> None:

@@ -39,7 +39,7 @@ def test_an_alias_bomb_under_var_is_refused_with_its_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(_config(tmp_path, _bomb()))
     msg = str(e.value)
-    assert "expands to more than" in msg and "aliases" in msg and "line " in msg and "\n" not in msg
+    assert "expands to 12345693 values" in msg and "aliases" in msg and "line " in msg and "\n" not in msg
 
 
 def test_ordinary_anchors_and_merge_keys_still_load(tmp_path):
@@ -215,3 +215,25 @@ def test_inventory_sb_variables_with_jinja_are_refused_except_the_playbook_pytho
     cfg = _load_config(_config(tmp_path, BENCH))
     plan = build_plan(cfg, load_inventory(ok), known={"noop"})
     assert plan.host_setup["h1"].base_python == sys.executable
+
+
+def test_a_big_file_written_out_is_not_an_alias_bomb(tmp_path, monkeypatch):
+    """The bound is on what aliases multiply: a big inventory written out in full passes (its size is
+    capped on its own), the same number of values through aliases does not."""
+    from sb_fleet.config.inventory import check_source
+
+    monkeypatch.setattr(yamlsrc, "MAX_EXPANDED_NODES", 1000)
+    hosts = "".join(
+        f"    n{i}: {{ansible_host: 10.0.0.{i % 250}, sb_workspace: /w/{i}}}\n" for i in range(500)
+    )
+    inv = tmp_path / "big.yml"
+    inv.write_text("all:\n  hosts:\n" + hosts)
+    check_source(inv)  # 500 hosts, 2,500 values, no alias: fine
+    bomb = tmp_path / "bomb.yml"
+    bomb.write_text(
+        "all:\n  vars:\n    a: &a [1, 1, 1, 1, 1, 1, 1, 1]\n    b: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+        "    c: &c [*b, *b, *b, *b, *b, *b, *b, *b]\n    d: [*c, *c, *c, *c, *c, *c, *c, *c]\n"
+        "  hosts: {h1: {}}\n"
+    )
+    with pytest.raises(InventoryError, match="through its YAML aliases"):
+        check_source(bomb)
