@@ -177,6 +177,17 @@ def run(
     return RunResult(outcomes, intr.signal)
 
 
+# OpenSSH's words for a host it never logged in to (down, refusing, hung before the banner, unknown).
+NEVER_CONNECTED = (
+    "connect to host",
+    "banner exchange",
+    "Could not resolve hostname",
+    "Name or service not known",
+    "Permission denied",
+    "No route to host",
+)
+
+
 def cut_off(run: RunInputs, started: Started, hosts: list[str]) -> dict[str, HostOutcome]:
     """Hosts lost (unreachable, timed out) in the exec that deploys and starts ``started.step`` at once:
     their runner may have started and may still write results. Their run outcome is the loss itself,
@@ -186,15 +197,18 @@ def cut_off(run: RunInputs, started: Started, hosts: list[str]) -> dict[str, Hos
     out: dict[str, HostOutcome] = {}
     for h in hosts:
         o = deploy.get(h)
-        if o is not None and o.outcome in (Outcome.UNREACHABLE, Outcome.TIMEOUT):
-            out[h] = HostOutcome(
-                h,
-                "run",
-                o.outcome,
-                f"lost during deploy, which starts {started.step} in the same exec ({o.reason}); collect "
-                f"fetches what it left; sb-fleet deploy, then sb-fleet run --resume --run-dir "
-                f"{run.rd.path}, do the rest",
-            )
+        if o is None or o.outcome not in (Outcome.UNREACHABLE, Outcome.TIMEOUT):
+            continue
+        if o.outcome == Outcome.UNREACHABLE and any(m in o.reason for m in NEVER_CONNECTED):
+            continue  # never logged in: nothing started there (its run stays skipped)
+        out[h] = HostOutcome(
+            h,
+            "run",
+            o.outcome,
+            f"lost during deploy, which starts {started.step} in the same exec ({o.reason}); collect "
+            f"fetches what it left; sb-fleet deploy, then sb-fleet run --resume --run-dir "
+            f"{run.rd.path}, do the rest",
+        )
     return out
 
 
