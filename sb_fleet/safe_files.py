@@ -1,5 +1,6 @@
 """Files written safely, shared by every layer: the one atomic writer (temp file, fsync, rename), the one
-file hash, and the file-system-safe name of a host."""
+file hash, the file-system-safe name of a host, and the private directories sb-fleet keeps its own state
+in (:func:`private_dir`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -113,3 +115,56 @@ def safe_name(host: str) -> str:
         keep = keep.strip(".") or "_"
         keep = f"{keep}-{hashlib.sha256(host.encode()).hexdigest()[:8]}"
     return keep
+
+
+def private_dir(path: Path, what: str, fix: str) -> Path:
+    """``path`` as a directory only the running user can use: each missing component from its parent
+    down is created here (mode 0700); ``path`` and each directory created are checked to be real
+    directories (not symlinks), owned by this user, with no group or other access. Anything else is an
+    :class:`InfraError` naming the path (``what`` says what the directory is for, ``fix`` what to do).
+
+    A directory another local user made or can write (a guessable name in ``/tmp``) would let them sit
+    between sb-fleet and every host: replace a socket, read a secret."""
+    path = Path(path)
+    missing: list[Path] = []
+    p = path
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass  # made by someone else meanwhile: checked below like any existing directory
+        except OSError as exc:
+            raise InfraError(f"{d}: cannot create {what} ({exc.strerror}); {fix}") from None
+    uid = os.geteuid()
+    # The directories above, as they resolve: another user who owns one, or may write one that has no
+    # sticky bit, could rename ours away and put theirs in its place.
+    top = Path(os.path.realpath(p))
+    for a in [top, *top.parents]:
+        try:
+            st = os.stat(a)
+        except OSError as exc:
+            raise InfraError(f"{a}: cannot use it for {what} ({exc.strerror}); {fix}") from None
+        if st.st_uid not in (0, uid):
+            raise InfraError(f"{a}: refused for {what}: it belongs to uid {st.st_uid}, not to you; {fix}")
+        if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+            raise InfraError(f"{a}: refused for {what}: every user may write it (no sticky bit); {fix}")
+    for d in [path, *(m for m in missing if m != path)]:
+        try:
+            st = os.lstat(d)
+        except OSError as exc:
+            raise InfraError(f"{d}: cannot use it for {what} ({exc.strerror}); {fix}") from None
+        why = None
+        if stat.S_ISLNK(st.st_mode):
+            why = "it is a symbolic link"
+        elif not stat.S_ISDIR(st.st_mode):
+            why = "it is not a directory"
+        elif st.st_uid != uid:
+            why = f"it belongs to uid {st.st_uid}, not to you (uid {uid})"
+        elif stat.S_IMODE(st.st_mode) & 0o077:
+            why = f"its mode is {stat.S_IMODE(st.st_mode):04o}: others can use it (it must be 0700)"
+        if why:
+            raise InfraError(f"{d}: refused for {what}: {why}; {fix}")
+    return path

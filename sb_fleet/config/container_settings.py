@@ -25,7 +25,7 @@ def _no_templating(v: str, what: str) -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class RegistryAuth(_Strict):

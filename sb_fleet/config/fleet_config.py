@@ -23,6 +23,8 @@ YAML anchors, and a benchmark's ``parameters``, which each benchmark checks.
 
 from __future__ import annotations
 
+import re
+import string
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +40,42 @@ from sb_fleet.errors import ConfigError
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf/nan are no setting's value ("1e400" would parse to inf): refused with the field named
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# The placeholders a mode's prefix may hold (the runner formats it per process: runner.py run_local).
+PREFIX_PLACEHOLDERS = ("proc_rank", "proc_num")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_prefix(prefix: str) -> str:
+    """A prefix whose every ``{placeholder}`` the runner can fill (``{{``/``}}`` are literal braces)."""
+    allowed = ", ".join("{" + p + "}" for p in PREFIX_PLACEHOLDERS)
+    try:
+        fields = [f for _lit, f, _spec, _conv in string.Formatter().parse(prefix) if f is not None]
+    except ValueError as exc:
+        raise ValueError(f"prefix {prefix!r} is not a valid template ({exc}); allowed: {allowed}") from None
+    for f in fields:
+        if f not in PREFIX_PLACEHOLDERS:
+            raise ValueError(
+                f"prefix {prefix!r}: unknown placeholder {{{f}}}; allowed: {allowed} "
+                "(write {{ and }} for literal braces)"
+            )
+    try:
+        prefix.format(proc_rank=0, proc_num=1)
+    except (ValueError, IndexError, KeyError, AttributeError) as exc:
+        raise ValueError(f"prefix {prefix!r} cannot be filled in ({exc}); allowed: {allowed}") from None
+    return prefix
+
+
+def check_env(env: dict[str, Any]) -> dict[str, Any]:
+    for name in env:
+        if not _ENV_NAME.match(name):
+            raise ValueError(
+                f"{name!r} is not an environment variable name (letters, digits and _, not a digit first)"
+            )
+    return env
 
 
 class Mode(_Strict):
@@ -53,6 +90,16 @@ class Mode(_Strict):
     # SuperBench's mpi mode keys; `pattern` (mpi and torch.distributed) is expanded in sb_fleet/plan/pattern_plan.py.
     mca: dict[str, Any] | None = None
     pattern: PatternSpec | None = None
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        return check_prefix(v)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_env(v)
 
     @field_validator("node_num")
     @classmethod
@@ -130,6 +177,11 @@ class FleetSettings(_Strict):
     )
     history: str | None = None  # the history store (a DuckDB file) every validate/report records into
 
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return check_env(v)
+
     @model_validator(mode="after")
     def _container(self) -> FleetSettings:
         if self.runtime != "none" and self.container is None:
@@ -148,7 +200,7 @@ class Config(_Strict):
 
 def load_config(path: Path) -> Config:
     """Load and validate a config file; any problem is a :class:`ConfigError` naming file, line and field."""
-    data, lines = load_yaml(Path(path), "config")
+    data, lines = load_yaml(Path(path), "config", ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(
             path,

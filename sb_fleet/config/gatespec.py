@@ -97,7 +97,7 @@ def _check_regex(v: str) -> str:
 
 
 class Limit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     metric: str = Field(description="regex matched in full against the metric name, with or without :rank")
     min: float | None = None
@@ -118,7 +118,7 @@ class Limit(BaseModel):
 
 
 class BaselineGate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_regression: float | None = Field(default=None, ge=0, le=1)
     metrics: list[str] = Field(default_factory=lambda: [".*"])
@@ -132,7 +132,7 @@ class BaselineGate(BaseModel):
 
 
 class FleetGate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = True
     threshold: float = Field(default=_D.threshold, gt=0)
@@ -160,7 +160,7 @@ class FleetGate(BaseModel):
 class HistoryGate(BaseModel):
     """``gates.history``: how regressions against history count (used only with ``--history``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     window: int = Field(default=_H.window, ge=2, le=1000)
     min_runs: int = Field(default=_H.min_runs, ge=2)
@@ -188,7 +188,7 @@ class HistoryGate(BaseModel):
 
 
 class Policy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_failed_hosts: int | None = Field(default=None, ge=0)
     max_failed_percent: float | None = Field(default=None, ge=0, le=100)
@@ -200,7 +200,7 @@ class Policy(BaseModel):
 class Gates(BaseModel):
     """The ``gates:`` section of the config. Every field has a default."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     limits: list[Limit] = Field(default_factory=list)
     baseline: BaselineGate = Field(default_factory=BaselineGate)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from sb_fleet.config.hostlist import expand, is_hostlist, split_top
-from sb_fleet.config.inventory_ini import read_names_and_groups
+from sb_fleet.config.inventory_ini import duplicate_hosts, read_names_and_groups
+from sb_fleet.config.yamlsrc import parse_yaml, read_capped
 from sb_fleet.errors import InventoryError
 
 SECRET_VAR = re.compile(
@@ -115,6 +116,7 @@ def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) 
     for s in sources:
         if not Path(s).exists():
             raise InventoryError(s, None, "inventory not found", "check the path given to -i/--inventory")
+        check_source(Path(s))
     _quiet_ansible_env()
     if not with_vars and len(sources) == 1:
         # Names and groups only: a plain INI file is read without Ansible (see inventory_ini).
@@ -181,6 +183,34 @@ def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) 
     return Inventory(tuple(sources), tuple(hosts))
 
 
+def check_source(path: Path) -> None:
+    """What sb-fleet refuses in an inventory file before Ansible reads it (a directory's files are
+    Ansible's to read): more than :data:`MAX_FILE_BYTES`, YAML aliases that expand past the bound, a key
+    given twice in a YAML mapping, and a host declared twice in an INI file, each naming the line(s)."""
+    if not path.is_file():
+        return
+    text = read_capped(path, "inventory", InventoryError)
+    stripped = text.lstrip()
+    if path.suffix in (".yml", ".yaml", ".json") or (path.suffix != ".ini" and not stripped.startswith("[")):
+        try:
+            parse_yaml(text, path, "inventory", InventoryError)
+        except InventoryError as exc:
+            if path.suffix in (".yml", ".yaml", ".json"):
+                raise
+            if "not valid YAML" not in exc.message:  # an INI file without a section: Ansible decides
+                raise
+    if path.suffix not in (".yml", ".yaml", ".json"):
+        dup = duplicate_hosts(text)
+        if dup is not None:
+            name, first, second = dup
+            raise InventoryError(
+                path,
+                f"line {second}",
+                f"host {name} is declared again (first on line {first}: {path}:{first})",
+                "declare each host once: Ansible would silently keep only one of its definitions",
+            )
+
+
 def _parse_detail(text: str) -> str:
     """The most specific line of Ansible's parse warnings (the plugin's own reason)."""
     lines = [" ".join(ln.split()) for ln in text.splitlines() if ln.strip()]
@@ -221,6 +251,20 @@ def _check_host(source: str, h: Host) -> None:
             raise InventoryError(
                 source, f"host {h.name}", f"{var} must be a one-line path", "fix the variable"
             )
+    for var, val in h.vars.items():  # every sb-fleet variable (sb_*) is data, never a template
+        if not var.startswith("sb_"):
+            continue
+        items = val if isinstance(val, list) else [val]
+        bad = [v for v in items if isinstance(v, str) and any(m in v for m in ("{{", "{%", "{#"))]
+        if bad and not (isinstance(val, str) and is_playbook_python(val)):
+            raise InventoryError(
+                source,
+                f"host {h.name}",
+                f"{var} holds a Jinja template ({str(bad[0])[:80]!r}): sb-fleet takes its variables as data and "
+                "never templates them",
+                "write the path itself (sb_python may be {{ ansible_playbook_python }}: sb-fleet's own Python)",
+            )
+
     sysfs = h.vars.get("sb_path_sysfs")
     # Reaches the benchmark's environment through Ansible, which would expand template syntax in it.
     if sysfs is not None and (not str(sysfs).startswith("/") or re.search(r"[{}%#]", str(sysfs))):
@@ -230,6 +274,15 @@ def _check_host(source: str, h: Host) -> None:
             f"sb_path_sysfs {str(sysfs)[:80]!r} is not a plain absolute path",
             "give the directory where the host's sysfs is mounted, e.g. /sys or /host/sys",
         )
+
+
+_PLAYBOOK_PYTHON = re.compile(r"^\{\{\s*ansible_playbook_python\s*\}\}$")
+
+
+def is_playbook_python(value: str) -> bool:
+    """``{{ ansible_playbook_python }}``: the one template sb_python may be (the default inventory's),
+    which sb-fleet resolves itself to the Python it runs on, as Ansible would on a local host."""
+    return bool(_PLAYBOOK_PYTHON.match(value.strip()))
 
 
 def _limit_names(inv: Inventory, pattern: str) -> set[str]:

@@ -243,3 +243,43 @@ def _descendants(root: _Group) -> list[_Group]:
                     nxt.append(c)
         level = nxt
     return ordered
+
+
+def duplicate_hosts(text: str) -> tuple[str, int, int] | None:
+    """The first host an INI inventory declares twice, as (name, first line, second line), or None.
+
+    Twice means: on two host lines of one group (``[gpu]`` listing ``gpu[01:04]`` and ``gpu03``), or on
+    host lines of two groups that both give it variables (``ansible_host=`` twice: Ansible keeps one
+    and drops the other without a word). Listing a host in several groups without variables is how
+    Ansible puts it in them, and is fine. Lines this reader cannot follow are skipped (Ansible reads them)."""
+    seen: dict[tuple[str, str], int] = {}  # (group, host) -> line
+    with_vars: dict[str, int] = {}  # host -> line that gave it variables
+    group, state = "ungrouped", "hosts"
+    for no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        m = _SECTION.match(line)
+        if m:
+            group, state = m.group(1), m.group(2) or "hosts"
+            continue
+        if state != "hosts":
+            continue
+        try:
+            tokens = shlex.split(line, comments=True) if _SHLEX_CHARS.intersection(line) else _WS.split(line)
+            if not tokens or not tokens[0]:
+                continue
+            names = _host_names(tokens[0])
+        except (_Unsupported, ValueError, IndexError):
+            continue
+        has_vars = any("=" in t for t in tokens[1:])
+        for name in names:
+            first = seen.get((group, name))
+            if first is not None:
+                return name, first, no
+            seen[(group, name)] = no
+            if has_vars:
+                if name in with_vars:
+                    return name, with_vars[name], no
+                with_vars[name] = no
+    return None

@@ -34,7 +34,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -45,6 +44,7 @@ from pydantic import (
     model_validator,
 )
 
+from sb_fleet.config.yamlsrc import parse_yaml, read_capped
 from sb_fleet.errors import RulesError
 
 FUNCTIONS = ("variance", "value", "multi_rules", "failure_check")
@@ -63,7 +63,7 @@ def _categories(v: object) -> object:
 class DiagnosisRuleSpec(BaseModel):
     """One diagnosis rule, as written."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     function: Literal["variance", "value", "multi_rules", "failure_check"] | None = None
     criteria: str | None = None
@@ -106,7 +106,7 @@ class DiagnosisRuleSpec(BaseModel):
 class SummaryRuleSpec(BaseModel):
     """One summary rule, as written."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     statistics: list[str]
     categories: str = Field(min_length=1)
@@ -149,44 +149,34 @@ class SummaryRuleSpec(BaseModel):
 
 
 class _DiagnosisBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     var: Any = None
     rules: dict[str, DiagnosisRuleSpec]
 
 
 class _SummaryBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     var: Any = None
     rules: dict[str, SummaryRuleSpec]
 
 
 class DiagnosisRulesFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     version: str | None = None
     superbench: _DiagnosisBody
 
 
 class SummaryRulesFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     version: str | None = None
     superbench: _SummaryBody
 
 
 def read_yaml(path: Path, what: str) -> Any:
-    """A YAML file's content; an unreadable or invalid file is one RulesError naming the line."""
+    """A YAML file's content, read within sb-fleet's bounds (size, aliases, finite numbers: see
+    :mod:`sb_fleet.config.yamlsrc`); an unreadable or invalid file is one RulesError naming the line."""
     path = Path(path)
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise RulesError(path, None, f"cannot read the {what} ({exc.strerror})") from exc
-    except UnicodeDecodeError as exc:
-        raise RulesError(path, None, f"the {what} is not UTF-8 text ({exc.reason})") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        raise RulesError(
-            path, where, f"not valid YAML ({' '.join(str(getattr(exc, 'problem', None) or exc).split())})"
-        ) from exc
+    return parse_yaml(read_capped(path, what, RulesError), path, what, RulesError)[0]
 
 
 def _validate(model: type[BaseModel], data: Any, path: Path, hint: str) -> Any:

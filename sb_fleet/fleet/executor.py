@@ -11,6 +11,7 @@ outcomes and exceptions; nothing above this module sees an ansible-runner type.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from sb_fleet.errors import InfraError
 from sb_fleet.fleet.progress import RUNNING, Progress
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan import ansible_data
 from sb_fleet.safe_files import atomic_write_text
 
 HOSTKEY_MARKERS = (
@@ -163,6 +165,7 @@ def run_playbook(
         return StageResult(stage, {}, status="nothing to do")
     limit_file = private_dir / "limit.txt"
     atomic_write_text(limit_file, "".join(f"{h}\n" for h in hosts))
+    vars_file = command_vars(private_dir, extravars)
     seen: dict[str, HostOutcome] = {}
     results: dict[str, dict[str, Any]] = {h: {} for h in hosts}
     reached: set[str] = set()
@@ -202,7 +205,10 @@ def run_playbook(
             quiet=True,
             event_handler=handler,
             cancel_callback=cancel,
-            extravars=extravars or {},
+            extravars=str(vars_file) if vars_file else None,
+            # ansible-runner would otherwise write envvars/extravars into env/ once and read them back
+            # on every later run of the stage: validate's first step came back in a plain deploy.
+            suppress_env_files=True,
             ident=stage,
             rotate_artifacts=0,
             settings={"suppress_ansible_output": True, "suppress_output_file": False},
@@ -233,6 +239,23 @@ def run_playbook(
         else:
             outcomes[h] = HostOutcome(h, stage, Outcome.UNREACHABLE, "Ansible reported nothing for this host")
     return StageResult(stage, outcomes, results, status, rc, time.monotonic() - t0)
+
+
+def command_vars(private_dir: Path, extravars: dict[str, Any] | None) -> Path | None:
+    """This command's extra variables as a file of data (``!unsafe``: Ansible's templating never reads
+    them), or None; and nothing left of an earlier command's: ansible-runner reads ``env/`` on every run,
+    and sb-fleet writes nothing there."""
+    env = private_dir / "env"
+    if env.is_dir() and not env.is_symlink():
+        shutil.rmtree(env)
+    elif env.is_symlink() or env.exists():
+        env.unlink()
+    path = private_dir / "extravars.yml"
+    if not extravars:
+        path.unlink(missing_ok=True)
+        return None
+    atomic_write_text(path, ansible_data.dump(extravars, "sb-fleet: this command's extra variables, as data"))
+    return path
 
 
 def _slim(res: dict) -> dict:

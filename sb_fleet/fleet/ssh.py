@@ -14,6 +14,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sb_fleet.config.fleet_config import FleetSettings
+from sb_fleet.safe_files import private_dir
+
+CONTROL_DIR_FIX = (
+    "remove it (rm -rf -- {path}) so that sb-fleet makes it afresh, or point XDG_RUNTIME_DIR at a "
+    "directory of your own (mode 0700)"
+)
+
+
+def control_dir() -> Path:
+    """Where OpenSSH's control sockets live: ``$XDG_RUNTIME_DIR/sb-fleet-cp`` when that is the user's own
+    private directory (as systemd makes it), else ``~/.ansible/cp/sb-fleet`` (beside Ansible's own);
+    never a guessable name in a directory every user can write. :func:`private_dir` checks what is there."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg):
+        try:
+            st = os.lstat(xdg)
+        except OSError:
+            st = None
+        private = st is not None and st.st_uid == os.geteuid() and not (st.st_mode & 0o077)
+        if private and os.path.isdir(xdg) and not os.path.islink(xdg):
+            return Path(xdg) / "sb-fleet-cp"
+    return Path(os.path.expanduser("~")) / ".ansible" / "cp" / "sb-fleet"
 
 
 @dataclass(frozen=True)
@@ -48,8 +70,10 @@ class SshSettings:
         # trust settings (another known_hosts, accept-new, off) must never serve this run: the control
         # directory is keyed by them. (Short: unix socket paths are limited to ~108 bytes.)
         trust = hashlib.sha256(f"{self.known_hosts}\0{self.policy}".encode()).hexdigest()[:10]
-        cp = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"sbf-cp-{os.getuid()}" / trust
-        cp.mkdir(mode=0o700, parents=True, exist_ok=True)
+        root = control_dir()
+        for d in (root, root / trust):  # each checked itself: sb-fleet's own directories, down from root
+            private_dir(d, "SSH control sockets", CONTROL_DIR_FIX.format(path=d))
+        cp = root / trust
         return {
             "ANSIBLE_HOST_KEY_CHECKING": "False" if self.policy == "off" else "True",
             "ANSIBLE_SSH_ARGS": self.openssh_args(),

@@ -83,6 +83,7 @@ def executor(run: RunInputs, opts: Options) -> Executor:
             "any other; never use this on a production fleet"
         )
         print("sb-fleet: WARNING: host key checking is OFF for this run", file=sys.stderr)
+    ssh.ansible_env()  # the control socket directory is checked (private, ours) before any host is touched
     return Executor(
         inventory=run.inventory,
         ssh=ssh,

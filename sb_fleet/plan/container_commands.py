@@ -17,6 +17,7 @@ environment variable (:func:`registry_secret`), and the task is ``no_log``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -49,9 +50,26 @@ Token = str | V
 Argv = list[Token]
 
 
+_PLAIN = re.compile(r"^[\x20-\x7e]*$")
+
+
+def lit(s: str) -> str:
+    """``s`` as a string literal of an Ansible expression, read back verbatim. Ansible doubles every
+    backslash inside ``{{ }}`` before Jinja reads it, so an escaped literal (``"a\\"b"``, ``"\\u00e9"``)
+    would arrive with its backslashes: printable ASCII without a backslash is written as it is, in
+    whichever quotes it does not hold, anything else as base64 that Ansible's ``b64decode`` turns back
+    into the same text."""
+    if _PLAIN.match(s) and "\\" not in s:
+        if '"' not in s:
+            return json.dumps(s)
+        if "'" not in s:
+            return f"'{s}'"
+    return f'("{base64.b64encode(s.encode()).decode()}" | b64decode)'
+
+
 def cat(*parts: Token) -> V:
     """Literal and per-host parts joined into one argument."""
-    return V(" ~ ".join(p.expr if isinstance(p, V) else json.dumps(p) for p in parts))
+    return V(" ~ ".join(p.expr if isinstance(p, V) else lit(p) for p in parts))
 
 
 def to_ansible(argv: Argv) -> str:
@@ -66,7 +84,7 @@ def to_ansible(argv: Argv) -> str:
                 lits = []
             chunks.append(f"({t.expr})")
         else:
-            lits.append(f"({t.expr})" if isinstance(t, V) else json.dumps(t))
+            lits.append(f"({t.expr})" if isinstance(t, V) else lit(t))
     if lits or not chunks:
         chunks.append("[" + ", ".join(lits) + "]")
     return "{{ " + " + ".join(chunks) + " }}"

@@ -13,10 +13,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from sb_fleet.config.fleet_config import Config
 from sb_fleet.config.inventory import Inventory
+from sb_fleet.plan import ansible_data
 from sb_fleet.plan.render_container import render_container
 from sb_fleet.plan.render_health import render_check
 from sb_fleet.plan.resources import suite_dir
@@ -138,6 +137,12 @@ def needs_torch(plan: Plan) -> bool:
         return True
 
 
+def check_rendered(paths: list[Path]) -> None:
+    """Fail here, not on 500 hosts, if a template produced invalid YAML."""
+    for p in paths:
+        ansible_data.load(p.read_text())
+
+
 def render_playbooks(
     plan: Plan, config: Config, inventory: Inventory, run_id: str, out: Path, config_dir: Path | None = None
 ) -> Rendered:
@@ -145,6 +150,7 @@ def render_playbooks(
     (``config_dir``: where the config's relative paths, e.g. health.profiles, start)."""
     out = Path(out)
     env = template_env()
+    hosts_file = ansible_data.write_hosts_file(plan.host_setup, out)
     data, digest = suite_archive_bytes()
     archive = out / f"suite-{digest}.tar.gz"
     if not archive.exists():
@@ -161,6 +167,7 @@ def render_playbooks(
         env.get_template("deploy.yml.j2").render(
             run_id=run_id,
             fleet=fleet,
+            hosts_file=hosts_file.name,
             suite_archive=str(archive.resolve()),
             suite_digest=digest,
             suite_b64=str(b64.resolve()),
@@ -179,7 +186,7 @@ def render_playbooks(
             for g in step.groups:
                 node_args.update(g.node_args(inventory, config.fleet.master_port))
             node_file = out / f"{step.id}-nodes.yml"
-            atomic_write_text(node_file, yaml.safe_dump({"sb_node_args": node_args}, default_flow_style=None))
+            atomic_write_text(node_file, ansible_data.dump({"sb_node_args": node_args}))
         pb = out / f"{step.id}.yml"
         atomic_write_text(
             pb,
@@ -187,9 +194,10 @@ def render_playbooks(
                 run_id=run_id,
                 fleet=fleet,
                 step=step,
-                node_args_file=str(node_file.resolve()) if node_file else None,
+                hosts_file=hosts_file.name,
+                node_args_file=node_file.name if node_file else None,
                 runner_args=runner_args(run_id, step, config.fleet.master_port),
-                run_env=run_env(config),
+                run_env_list=[f"{k}={v}" for k, v in run_env(config).items()],
             ),
         )
         runs[step.id] = pb
@@ -199,9 +207,7 @@ def render_playbooks(
     ):  # the steps run in the image; container-deploy.yml puts it on the hosts
         image = render_container(plan, config, run_id, out, runs)
     check = render_check(config, out, config_dir or Path.cwd())
-    # Fail here, not on 500 hosts, if a template produced invalid YAML.
-    for p in [deploy, check, *runs.values(), *([image] if image else [])]:
-        yaml.safe_load(p.read_text())
+    check_rendered([hosts_file, deploy, check, *runs.values(), *([image] if image else [])])
     rendered = Rendered(deploy, runs, archive, digest, image, check)
     atomic_write_json(out / INDEX, rendered.to_json())
     return rendered

@@ -8,6 +8,7 @@ from typing import Any
 
 from sb_fleet.config.fleet_config import Config
 from sb_fleet.errors import ConfigError
+from sb_fleet.plan.ansible_data import HOSTS_FILE, write_hosts_file
 from sb_fleet.plan.container_commands import (
     ContainerSettings,
     cleanup_vars,
@@ -17,7 +18,7 @@ from sb_fleet.plan.container_commands import (
     run_vars,
 )
 from sb_fleet.plan.resources import suite_dir
-from sb_fleet.plan.run_plan import Plan
+from sb_fleet.plan.run_plan import HostSetup, Plan
 from sb_fleet.plan.templates import run_env, runner_args, template_env
 from sb_fleet.safe_files import atomic_write_bytes, atomic_write_text
 
@@ -63,7 +64,10 @@ def render_container(plan: Plan, config: Config, run_id: str, out: Path, runs: d
     ctr = deploy_vars(runtime, c, run_id, image, [c.python, "-c", IMAGE_CHECK_CODE])  # type: ignore[arg-type]
     deploy = out / DEPLOY_PLAYBOOK
     atomic_write_text(
-        deploy, env.get_template("container_deploy.yml.j2").render(run_id=run_id, fleet=fleet, ctr=ctr)
+        deploy,
+        env.get_template("container_deploy.yml.j2").render(
+            run_id=run_id, fleet=fleet, ctr=ctr, hosts_file=HOSTS_FILE
+        ),
     )
     for step in plan.steps:
         node_file = out / f"{step.id}-nodes.yml"
@@ -75,7 +79,8 @@ def render_container(plan: Plan, config: Config, run_id: str, out: Path, runs: d
                 fleet=fleet,
                 step=step,
                 ctr=ctr,
-                node_args_file=str(node_file.resolve()) if step.multi_node else None,
+                hosts_file=HOSTS_FILE,
+                node_args_file=node_file.name if step.multi_node else None,
                 runner_args=runner_args(run_id, step, config.fleet.master_port),
             ),
         )
@@ -85,8 +90,16 @@ def render_container(plan: Plan, config: Config, run_id: str, out: Path, runs: d
 CACHE_WAIT_S = 60  # cleanup --cache: how long a host waits for a venv that a deploy holds
 
 
-def render_cleanup(config: Config, out: Path, images: bool, workspaces: bool, cache: bool = False) -> Path:
-    """``cleanup.yml``; with ``cache``, hostprep.py beside it (the hosts get it on stdin)."""
+def render_cleanup(
+    config: Config,
+    setups: dict[str, HostSetup],
+    out: Path,
+    images: bool,
+    workspaces: bool,
+    cache: bool = False,
+) -> Path:
+    """``cleanup.yml`` and the hosts' values it reads (``setups``: the plan's); with ``cache``, hostprep.py
+    beside it (the hosts get it on stdin)."""
     runtime = config.fleet.runtime
     ctr: dict[str, Any] = {"runtime": "none"}
     if runtime != "none":
@@ -102,6 +115,7 @@ def render_cleanup(config: Config, out: Path, images: bool, workspaces: bool, ca
                 "remove the workspaces with --workspaces",
             )
         atomic_write_bytes(hostprep, (suite_dir() / "sb_bench" / "host" / "hostprep.py").read_bytes(), 0o644)
+    write_hosts_file(setups, out)
     pb = out / "cleanup.yml"
     atomic_write_text(
         pb,
@@ -109,6 +123,7 @@ def render_cleanup(config: Config, out: Path, images: bool, workspaces: bool, ca
         .get_template("container_cleanup.yml.j2")
         .render(
             fleet=config.fleet.model_dump(),
+            hosts_file=HOSTS_FILE,
             ctr=ctr,
             images=images,
             workspaces=workspaces,

@@ -10,12 +10,13 @@ with its hosts split into node groups, each with a master and node ranks.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sb_fleet.config.fleet_config import BenchmarkEntry, Config
-from sb_fleet.config.inventory import Host, Inventory
+from sb_fleet.config.inventory import Host, Inventory, is_playbook_python
 from sb_fleet.config.traffic_patterns import PatternSpec, Schedule, estimate_cost, mpi_pattern_text, round_key
 from sb_fleet.plan.pattern_plan import group_port, head_args, load_topology, mpi_member, schedule_for
 from sb_fleet.plan.workspace import HOST_PLACEHOLDER, workspace_template
@@ -235,6 +236,8 @@ class Plan:
 def host_setup(host: Host, config: Config) -> HostSetup:
     ws = workspace_template(host, config).replace(HOST_PLACEHOLDER, host.name)
     base = str(host.vars.get("sb_python") or config.fleet.python)
+    if is_playbook_python(base):  # the default inventory's: the Python ansible-playbook runs on (ours)
+        base = sys.executable
     py = "venv/bin/python" if config.fleet.venv else base  # relative to the workspace
     return HostSetup(ws, py, base)
 

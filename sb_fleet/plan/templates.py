@@ -2,8 +2,10 @@
 the runner's arguments and the benchmark processes' environment. Pure.
 
 Templates live in ``playbooks/*.j2`` and use ``[[ ]]``/``[% %]`` so that Ansible's own ``{{ }}`` pass
-through untouched; every value sb-fleet fills in goes through ``tojson`` or ``yjson`` (a JSON literal is
-valid YAML), so config values cannot break or inject into the playbook.
+through untouched. Every value from a config or inventory is filled in through the ``data`` filter
+(:mod:`sb_fleet.plan.ansible_data`: YAML with each string tagged ``!unsafe``), so Ansible takes it as
+data and never templates it; sb-fleet's own Ansible expressions and names go through ``yjson``/``tojson``
+(a JSON literal is valid YAML), so no value can break the playbook either.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import jinja2
 
 from sb_fleet.config.fleet_config import Config
+from sb_fleet.plan import ansible_data
 from sb_fleet.plan.resources import playbooks_dir
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import TASKS
@@ -22,7 +25,8 @@ SPEC_VERSION = 1
 
 
 def template_env() -> jinja2.Environment:
-    """The Jinja2 environment of the playbook templates, with ``tasks`` and ``yjson`` (JSON, no HTML escaping)."""
+    """The Jinja2 environment of the playbook templates, with ``tasks``, ``yjson`` (JSON, no HTML escaping)
+    and ``data`` (a value Ansible takes as data, never as a template)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(playbooks_dir())),
         variable_start_string="[[",
@@ -34,6 +38,7 @@ def template_env() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["yjson"] = lambda v: json.dumps(v)
+    env.filters["data"] = ansible_data.literal
     env.globals["tasks"] = dict(TASKS)
     return env
 

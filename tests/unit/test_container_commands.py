@@ -14,7 +14,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from sb_fleet.config.fleet_config import FleetSettings
@@ -194,6 +193,7 @@ def test_registry_secret_missing_is_a_config_error(monkeypatch):
 @pytest.mark.parametrize("dist", sorted(SETTINGS))
 def test_rendered_container_playbooks_are_valid_yaml(runtime, dist, tmp_path):
     from sb_fleet.config.fleet_config import Config
+    from sb_fleet.plan.ansible_data import load as load_rendered
     from sb_fleet.plan.render_container import render_cleanup, render_container
     from sb_fleet.plan.run_plan import Plan, RunEntry, Step
 
@@ -212,9 +212,9 @@ def test_rendered_container_playbooks_are_valid_yaml(runtime, dist, tmp_path):
     for p in (
         deploy,
         runs["step01"],
-        render_cleanup(cfg, tmp_path, images=True, workspaces=True, cache=True),
+        render_cleanup(cfg, {}, tmp_path, images=True, workspaces=True, cache=True),
     ):
-        doc = yaml.safe_load(p.read_text())
+        doc = load_rendered(p.read_text())
         assert doc[0]["hosts"] == "all"
     text = deploy.read_text()
     if dist == "registry":
@@ -294,7 +294,7 @@ def test_ansible_accepts_every_rendered_container_playbook(tmp_path):
             cfg = Config(fleet={"runtime": rt, "container": c.model_dump()}, superbench={"benchmarks": {}})
             runs = {"step01": out / "step01.yml"}
             books += [render_container(plan, cfg, "r1", out, runs), runs["step01"]]
-            books.append(render_cleanup(cfg, out, images=True, workspaces=True, cache=True))
+            books.append(render_cleanup(cfg, {}, out, images=True, workspaces=True, cache=True))
     inv = tmp_path / "inv.ini"
     inv.write_text("h1 ansible_connection=local\n")
     bindir = Path(sys.executable).parent

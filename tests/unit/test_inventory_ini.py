@@ -22,6 +22,7 @@ def ansible_reads(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str
     """What Ansible's own code makes of ``path`` (names and sorted groups), or None when it refuses it."""
     with monkeypatch.context() as m:
         m.setattr(inv_mod, "read_names_and_groups", lambda source: None)
+        m.setattr(inv_mod, "check_source", lambda path: None)  # Ansible's reading, not sb-fleet's refusals
         try:
             inv = inv_mod.load_inventory(path, with_vars=False)
         except InventoryError:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import yaml
-
+from sb_fleet.plan.ansible_data import load as load_rendered
 from sb_fleet.plan.resources import playbooks_dir
 from sb_fleet.plan.tasks import HOSTPREP, HOSTPREP_FAST, NEED_SUITE, TASKS
 from sb_fleet.plan.templates import template_env
@@ -25,6 +24,7 @@ def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
         .get_template("deploy.yml.j2")
         .render(
             run_id="r",
+            hosts_file="hosts-vars.yml",
             fleet={
                 "workspace": "~/w",
                 "python": "/usr/bin/python3",
@@ -42,5 +42,5 @@ def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
             need_suite=NEED_SUITE,
         )
     )
-    names = [t["name"] for play in yaml.safe_load(text) for t in play["tasks"]]
+    names = [t["name"] for play in load_rendered(text) for t in play["tasks"]]
     assert HOSTPREP in names and HOSTPREP_FAST in names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,7 +58,10 @@ def parse_size(value: Any) -> int:
     m = _SIZE.match(str(value))
     if not m:
         raise ValueError(f"not a size: {value!r} (write e.g. 8G, 64M, 4096)")
-    return int(float(m.group(1)) * _SIZE_MULT[m.group(2).lower()])
+    size = float(m.group(1)) * _SIZE_MULT[m.group(2).lower()]
+    if not math.isfinite(size):
+        raise ValueError(f"not a size: {str(value)[:40]!r} is too large")
+    return int(size)
 
 
 def _parse_bool(value: Any) -> bool:

@@ -133,6 +133,15 @@ class Runner:
         except OSError:  # EWOULDBLOCK: another runner holds it
             other = _read_json_bytes(os.pread(fd, 4096, 0))
             os.close(fd)
+            if other.get("host") == self.host and other.get("run_id") == self.run_id:
+                # Not a shared workspace: this host's own runner of this run, started by an earlier
+                # command that was killed (kill -9) or lost its connection, is still at work.
+                raise ForeignResults(
+                    f"this host's runner of this run (step {other.get('step') or '?'}, pid "
+                    f"{other.get('pid') or '?'}) is still running, started by an earlier command that was "
+                    f"killed or lost its connection: wait for it to finish (or stop it: kill "
+                    f"{other.get('pid') or 'PID'} on the host), then run --resume again"
+                ) from None
             raise ForeignResults(
                 f"{self.results} is in use by the runner of host {other.get('host') or '?'} "
                 f"(run {other.get('run_id') or '?'}, pid {other.get('pid') or '?'}): hosts that share a "

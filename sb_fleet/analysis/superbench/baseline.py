@@ -29,6 +29,7 @@ from sb_fleet.analysis.superbench.criteria import Criteria
 from sb_fleet.analysis.superbench.metric_names import parse_metric
 from sb_fleet.analysis.superbench.rules import RuleSet, baseline_of, match_patterns
 from sb_fleet.analysis.superbench.sbsummary import SummaryRule, pooled_name
+from sb_fleet.config.yamlsrc import read_capped
 from sb_fleet.errors import RulesError, UsageError
 
 TRIM_SIGMAS = 5.0
@@ -37,9 +38,9 @@ TRIM_SIGMAS = 5.0
 def load_baseline(path: Path) -> dict[str, float]:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise RulesError(path, None, f"cannot read the baseline ({exc.strerror})") from exc
+        data = json.loads(read_capped(path, "baseline", RulesError))
+    except RecursionError:
+        raise RulesError(path, None, "the baseline is nested too deeply", "a baseline is flat") from None
     except ValueError as exc:
         raise RulesError(
             path, None, f"not valid JSON ({exc})", "a baseline is an object of metric -> number"

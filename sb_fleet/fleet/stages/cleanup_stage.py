@@ -14,7 +14,9 @@ from sb_fleet.rundir.runinputs import RunInputs
 
 def cleanup_playbook(run: RunInputs, images: bool, workspaces: bool, cache: bool = False) -> Path:
     """The cleanup playbook for this run's config (rendered on demand: it is an action, not a run input)."""
-    return render_cleanup(run.config, run.rd.sub("playbooks", "cleanup"), images, workspaces, cache)
+    return render_cleanup(
+        run.config, run.plan.host_setup, run.rd.sub("playbooks", "cleanup"), images, workspaces, cache
+    )
 
 
 def cleanup(run: RunInputs, ex: Executor, hosts: list[str], playbook: Path) -> dict[str, HostOutcome]:

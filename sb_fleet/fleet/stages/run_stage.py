@@ -50,6 +50,8 @@ def run(
     prev = (load_stage(run.rd, "run") or {}) if resume else {}
     done = {h: steps_done(prev.get(h)) for h in ready}
     outcomes: dict[str, HostOutcome] = dict(skipped)
+    if started is not None and started.step:
+        outcomes.update(cut_off(run, started, list(skipped)))
     if started is not None and started.interrupted:  # stopped inside deploy's task: deploy again, resume
         for h in started.unfinished:
             outcomes[h] = HostOutcome(
@@ -173,6 +175,41 @@ def run(
             file=sys.stderr,
         )
     return RunResult(outcomes, intr.signal)
+
+
+# OpenSSH's words for a host it never logged in to (down, refusing, hung before the banner, unknown).
+NEVER_CONNECTED = (
+    "connect to host",
+    "banner exchange",
+    "Could not resolve hostname",
+    "Name or service not known",
+    "Permission denied",
+    "No route to host",
+)
+
+
+def cut_off(run: RunInputs, started: Started, hosts: list[str]) -> dict[str, HostOutcome]:
+    """Hosts lost (unreachable, timed out) in the exec that deploys and starts ``started.step`` at once:
+    their runner may have started and may still write results. Their run outcome is the loss itself,
+    not ``skipped``, so that collect fetches whatever they left (a host that is back by then is
+    collected; ``deploy`` then ``run --resume`` does the rest)."""
+    deploy = load_stage(run.rd, "deploy") or {}
+    out: dict[str, HostOutcome] = {}
+    for h in hosts:
+        o = deploy.get(h)
+        if o is None or o.outcome not in (Outcome.UNREACHABLE, Outcome.TIMEOUT):
+            continue
+        if o.outcome == Outcome.UNREACHABLE and any(m in o.reason for m in NEVER_CONNECTED):
+            continue  # never logged in: nothing started there (its run stays skipped)
+        out[h] = HostOutcome(
+            h,
+            "run",
+            o.outcome,
+            f"lost during deploy, which starts {started.step} in the same exec ({o.reason}); collect "
+            f"fetches what it left; sb-fleet deploy, then sb-fleet run --resume --run-dir "
+            f"{run.rd.path}, do the rest",
+        )
+    return out
 
 
 def with_started(ex: Executor, step: Step, res: StageResult, pre: dict[str, dict]) -> StageResult:
