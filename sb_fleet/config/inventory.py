@@ -251,6 +251,15 @@ def _check_host(source: str, h: Host) -> None:
             raise InventoryError(
                 source, f"host {h.name}", f"{var} must be a one-line path", "fix the variable"
             )
+    sysfs = h.vars.get("sb_path_sysfs")
+    # Reaches the benchmark's environment through Ansible, which would expand template syntax in it.
+    if sysfs is not None and (not str(sysfs).startswith("/") or re.search(r"[{}%#]", str(sysfs))):
+        raise InventoryError(
+            source,
+            f"host {h.name}",
+            f"sb_path_sysfs {str(sysfs)[:80]!r} is not a plain absolute path",
+            "give the directory where the host's sysfs is mounted, e.g. /sys or /host/sys",
+        )
     for var, val in h.vars.items():  # every sb-fleet variable (sb_*) is data, never a template
         if not var.startswith("sb_"):
             continue
@@ -264,16 +273,6 @@ def _check_host(source: str, h: Host) -> None:
                 "never templates them",
                 "write the path itself (sb_python may be {{ ansible_playbook_python }}: sb-fleet's own Python)",
             )
-
-    sysfs = h.vars.get("sb_path_sysfs")
-    # Reaches the benchmark's environment through Ansible, which would expand template syntax in it.
-    if sysfs is not None and (not str(sysfs).startswith("/") or re.search(r"[{}%#]", str(sysfs))):
-        raise InventoryError(
-            source,
-            f"host {h.name}",
-            f"sb_path_sysfs {str(sysfs)[:80]!r} is not a plain absolute path",
-            "give the directory where the host's sysfs is mounted, e.g. /sys or /host/sys",
-        )
 
 
 _PLAYBOOK_PYTHON = re.compile(r"^\{\{\s*ansible_playbook_python\s*\}\}$")
