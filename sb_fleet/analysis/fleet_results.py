@@ -287,7 +287,9 @@ def _host_facts(run: Path, host: str, facts: set[str] | None = None) -> dict:
     if not isinstance(data, dict):
         return {}
     traits = tuple(
-        (k, str(data[k])) for k in POPULATION_FACTS if isinstance(data.get(k), (str, int, float)) and data[k] != ""
+        (k, str(data[k]))
+        for k in POPULATION_FACTS
+        if isinstance(data.get(k), (str, int, float)) and data[k] != ""
     )
     model = data.get("gpu_model")
     return {"gpu_model": str(model) if model else None, "traits": traits}

@@ -46,13 +46,29 @@ class NoisePrior:
 NOISE_PRIORS: tuple[NoisePrior, ...] = (
     NoisePrior(r"kernel-launch/.*", 0.03, "suite (assumed): launch latency jitters by a few percent"),
     NoisePrior(r"gemm-flops/.*", 0.01, "assumed: tensor-core and SIMT GEMM repeat within 1%"),
-    NoisePrior(r"cublaslt-gemm/.*|hipblaslt-gemm/.*|rocm-gemm.*|cublas-function/.*", 0.01, "assumed: as gemm-flops"),
-    NoisePrior(r"mem-bw/.*|gpu-copy-bw/.*|gpu-stream.*", 0.01, "assumed: device and PCIe copies repeat within 1%"),
-    NoisePrior(r"ib-loopback/.*|ib-traffic/.*", 0.01, "assumed: RDMA loopback at line rate repeats within 1%"),
+    NoisePrior(
+        r"cublaslt-gemm/.*|hipblaslt-gemm/.*|rocm-gemm.*|cublas-function/.*", 0.01, "assumed: as gemm-flops"
+    ),
+    NoisePrior(
+        r"mem-bw/.*|gpu-copy-bw/.*|gpu-stream.*", 0.01, "assumed: device and PCIe copies repeat within 1%"
+    ),
+    NoisePrior(
+        r"ib-loopback/.*|ib-traffic/.*", 0.01, "assumed: RDMA loopback at line rate repeats within 1%"
+    ),
     NoisePrior(r"(nccl|rccl)-bw.*/.*", 0.01, "assumed: large-message all-reduce repeats within 1%"),
-    NoisePrior(r".*(_models|model-benchmarks)/.*", 0.01, "assumed: training throughput of one model repeats within 1%"),
-    NoisePrior(r"cpu-memory-bw-latency/.*", 0.02, "suite (assumed): CPU memory bandwidth and latency move with NUMA placement"),
-    NoisePrior(r"disk-benchmark/.*", 0.05, "suite (assumed): disk throughput moves with caches and other tenants"),
+    NoisePrior(
+        r".*(_models|model-benchmarks)/.*",
+        0.01,
+        "assumed: training throughput of one model repeats within 1%",
+    ),
+    NoisePrior(
+        r"cpu-memory-bw-latency/.*",
+        0.02,
+        "suite (assumed): CPU memory bandwidth and latency move with NUMA placement",
+    ),
+    NoisePrior(
+        r"disk-benchmark/.*", 0.05, "suite (assumed): disk throughput moves with caches and other tenants"
+    ),
     NoisePrior(r"tcp-bw/.*|.*pair.*", 0.05, "suite (assumed): TCP and pair traffic over shared links"),
     NoisePrior(r".*", 0.03, "default: no knowledge of this metric's noise"),
 )

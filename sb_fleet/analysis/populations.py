@@ -54,7 +54,9 @@ class PopulationSplit:
 
     def sentence(self) -> str:
         lo, hi = self.groups
-        show = ", ".join(self.families[:4]) + (f" and {len(self.families) - 4} more" if len(self.families) > 4 else "")
+        show = ", ".join(self.families[:4]) + (
+            f" and {len(self.families) - 4} more" if len(self.families) > 4 else ""
+        )
         where = f" within {self.scope}" if self.scope else ""
         return (
             f"two populations{where}: {len(lo)} host(s) around {self.centers[0]:.4g} and {len(hi)} around "

@@ -92,15 +92,19 @@ def report(
         settings = gates.fleet.settings()
         pop = gates.populations
         traits = [_traits(by_name.get(h)) for h in fleet.hosts]
-        groups = [by_name[h].groups if h in by_name else () for h in fleet.hosts] if pop.by_inventory_group else None
-        known = by_facts(traits, groups)
-        if len(known) > 1:
+        groups = (
+            [by_name[h].groups if h in by_name else () for h in fleet.hosts]
+            if pop.by_inventory_group
+            else None
+        )
+        by_fact = by_facts(traits, groups)
+        if len(by_fact) > 1:
             warnings.append(
-                f"{len(known)} populations from the facts, each judged within itself: "
-                + ", ".join(f"{label} ({len(rows)} hosts)" for label, rows in known.items())
+                f"{len(by_fact)} populations from the facts, each judged within itself: "
+                + ", ".join(f"{label} ({len(rows)} hosts)" for label, rows in by_fact.items())
             )
         partitions = {}
-        for label, rows in known.items():
+        for label, rows in by_fact.items():
             found, parts = find_splits(
                 fleet.columns, fleet.values, fleet.hosts, rows, label, pop.min_gap, pop.min_share
             )
@@ -133,7 +137,9 @@ def report(
         if settings.sku_reference:
             _merge(issues, check_sku(fleet.columns, fleet.values, fleet.directions, gpu_models))
         for sp in splits:
-            warnings.append(sp.sentence() + ("" if pop.expected_mix else " (gates.populations.expected_mix: false)"))
+            warnings.append(
+                sp.sentence() + ("" if pop.expected_mix else " (gates.populations.expected_mix: false)")
+            )
         if disagreements:
             a, b = disagreements[0].hosts
             warnings.append(
@@ -330,7 +336,13 @@ def _dedupe(lst: list[Issue]) -> list[Issue]:
         seen.add(key)
         out.append(i)
     # At equal deviation the user's own references (rules, baseline, limits) come before inferred ones.
-    out.sort(key=lambda i: (i.severity != FAIL, -abs(i.deviation or 0.0), not (i.check in _EXPLICIT or i.check.startswith("rule:"))))
+    out.sort(
+        key=lambda i: (
+            i.severity != FAIL,
+            -abs(i.deviation or 0.0),
+            not (i.check in _EXPLICIT or i.check.startswith("rule:")),
+        )
+    )
     return out
 
 

@@ -49,8 +49,12 @@ class ReportResult:
     rules_unmatched: dict[str, list[str]] = field(default_factory=dict)  # rule -> patterns matching nothing
     history: HistoryView | None = None  # with --history: regressions against own past, offenders, trends
     fabric: FabricView | None = None  # a pattern run: the node, NIC, link or path culprits (analysis.fabric)
-    populations: list[PopulationSplit] = field(default_factory=list)  # splits the numbers show (analysis.populations)
-    disagreements: list[Disagreement] = field(default_factory=list)  # two hosts, no majority (analysis.majority)
+    populations: list[PopulationSplit] = field(
+        default_factory=list
+    )  # splits the numbers show (analysis.populations)
+    disagreements: list[Disagreement] = field(
+        default_factory=list
+    )  # two hosts, no majority (analysis.majority)
 
     @property
     def exit_code(self) -> int:
