@@ -24,6 +24,7 @@ either way each population is then judged within itself.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -106,13 +107,19 @@ def _host_medians(columns: list[str], values: np.ndarray) -> dict[str, np.ndarra
         if not pm.is_return_code:
             families.setdefault(pm.family, []).append(c)
     out = {}
-    with np.errstate(all="ignore"):
-        import warnings
+    for fam, cols in families.items():
+        out[fam] = _row_medians(values[:, cols])
+    return out
 
+
+def _row_medians(block: np.ndarray) -> np.ndarray:
+    """Each row's median, NaNs skipped; rows without NaN take the fast path (most of them)."""
+    gaps = np.isnan(block).any(axis=1)
+    out = np.median(np.where(gaps[:, None], 0.0, block), axis=1)
+    if gaps.any():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            for fam, cols in families.items():
-                out[fam] = np.nanmedian(values[:, cols], axis=1)
+            out[gaps] = np.nanmedian(block[gaps], axis=1)
     return out
 
 
