@@ -126,7 +126,7 @@ def _spread(signed: np.ndarray, direction: int, gross: float = 0.0) -> float:
     if cut > 0:
         bad = -dev if direction > 0 else (dev if direction < 0 else np.abs(dev))
         kept = dev[bad <= cut]
-        if kept.size >= max(10, flat.size // 2):
+        if kept.size >= max(3, flat.size // 2 + 1):  # at every size: an extreme value cannot hide itself
             dev = kept
     lo, hi = np.quantile(dev, [TAIL_Q, 1 - TAIL_Q])
     tails = []
@@ -195,6 +195,7 @@ def detect(
                         check="fleet",
                         category=category_of(columns[c]),
                         severity=FAIL,
+                        sigmas=float(bad[r, u] / sigma),
                         detail=(
                             f"{signed[r, u] * 100:+.1f}% from the fleet median {center:.4g} "
                             f"(limit {limit * 100:.1f}%, {bad[r, u] / sigma:.1f} robust sigmas)"
@@ -232,6 +233,7 @@ def detect(
                                 check="sibling",
                                 category=category_of(columns[c]),
                                 severity=FAIL,
+                                sigmas=float(sbad[r, u] / sib_sigma),
                                 detail=(
                                     f"{rel[r, u] * 100:+.1f}% from the median {host_med[r]:.4g} of its "
                                     f"{int(present[r]) - 1} siblings on this host (limit {sib_limit * 100:.1f}%)"
@@ -332,6 +334,7 @@ def _combined(
                     check=check,
                     category=category_of(f"{group}/x"),
                     severity=FAIL,
+                    sigmas=float(score[ui, r] / sigma),
                     detail=(
                         f"{n} metrics of {group} on {where} are on average {mean[ui, r] * 100:.1f}% worse than "
                         f"{against} (combined {score[ui, r] / sigma:.1f} robust sigmas)"

@@ -46,6 +46,13 @@ class HostInfo:
     outcome: str | None = None  # the spine's outcome word, when known
     reason: str = ""
     gpu_model: str | None = None
+    # What the facts say that makes a population (sb_fleet.analysis.populations): GPU model,
+    # driver, firmware, as (key, value) pairs in POPULATION_FACTS order; absent keys left out.
+    traits: tuple[tuple[str, str], ...] = ()
+
+
+# facts/<host>.json keys whose values split a fleet into populations judged apart.
+POPULATION_FACTS = ("gpu_model", "driver_version", "vbios_version", "firmware_version")
 
 
 @dataclass
@@ -241,7 +248,7 @@ def _load_hosts(run: Path) -> list[HostInfo]:
                 groups=tuple(str(g) for g in h.get("groups") or ()),
                 outcome=oc.get("outcome"),
                 reason=str(oc.get("reason") or ""),
-                gpu_model=_gpu_model(run, name, facts),
+                **_host_facts(run, name, facts),
             )
         )
     return out
@@ -265,19 +272,27 @@ def _fact_files(run: Path) -> set[str]:
         return set()
 
 
-def _gpu_model(run: Path, host: str, facts: set[str] | None = None) -> str | None:
+def _host_facts(run: Path, host: str, facts: set[str] | None = None) -> dict:
+    """``gpu_model`` and the population ``traits`` of a host from ``facts/<host>.json`` (none: empty)."""
     fname = f"{safe_name(host)}.json"  # the spine's file name for a host
     if facts is not None and fname not in facts:
-        return None
+        return {}
     p = run / "facts" / fname
     if not p.is_file():
-        return None
+        return {}
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError):
-        return None
-    model = data.get("gpu_model") if isinstance(data, dict) else None
-    return str(model) if model else None
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    traits = tuple(
+        (k, str(data[k]))
+        for k in POPULATION_FACTS
+        if isinstance(data.get(k), (str, int, float)) and data[k] != ""
+    )
+    model = data.get("gpu_model")
+    return {"gpu_model": str(model) if model else None, "traits": traits}
 
 
 def load_fleet(source: Path) -> Fleet:
@@ -315,7 +330,7 @@ def _load_run_dir(run: Path) -> Fleet:
                 name=n,
                 outcome=o.get("outcome"),
                 reason=str(o.get("reason") or ""),
-                gpu_model=_gpu_model(run, n, facts),
+                **_host_facts(run, n, facts),
             )
             for n, o in outcomes.items()
         ]

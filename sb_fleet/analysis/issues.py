@@ -22,6 +22,12 @@ class Issue:
     category: str
     severity: str = FAIL
     detail: str = ""
+    sigmas: float | None = None  # how far off in units of the noise it was judged against (bad side > 0)
+
+    @property
+    def basis(self) -> str:
+        """What the value was judged against, in words (the report's "against" column)."""
+        return basis_of(self.check)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -33,6 +39,8 @@ class Issue:
             "category": self.category,
             "severity": self.severity,
             "detail": self.detail,
+            "basis": self.basis,
+            "noise_sigmas": _num(self.sigmas),
         }
 
 
@@ -49,3 +57,27 @@ def relative(value: float, reference: float | None) -> float | None:
     if reference is None or reference == 0 or not math.isfinite(reference) or not math.isfinite(value):
         return None
     return (value - reference) / abs(reference)
+
+
+_BASIS = {
+    "fleet": "fleet median",
+    "fleet-combined": "fleet median (combined)",
+    "sibling": "siblings on the host",
+    "sibling-combined": "siblings on the host (combined)",
+    "majority": "median of the other hosts",
+    "majority-combined": "median of the other hosts (combined)",
+    "sku": "SKU reference",
+    "baseline": "baseline",
+    "floor": "limit",
+    "ceiling": "limit",
+}
+
+
+def basis_of(check: str) -> str:
+    if check in _BASIS:
+        return _BASIS[check]
+    if check.startswith("rule:"):
+        return "rule"
+    if check.startswith("history"):
+        return "own history"
+    return check

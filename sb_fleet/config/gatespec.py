@@ -26,6 +26,10 @@ declared once, in :class:`DetectionSettings`, and the schema takes them from the
         threshold: 6.0                # own robust sigmas, and min_deviation: 0.02
         regression: fail              # fail | warn | off; drift: warn (fleet medians)
         offenders: warn               # k of n failed runs: warn | quarantine
+      populations:                    # a fleet that falls apart into populations
+        expected_mix: false           # true: report a split, do not fail the gate on it
+        min_gap: 0.05                 # a hole wider than 5% between the groups ...
+        min_share: 0.1                # ... each with at least 10% of the hosts
       policy:                         # when the run passes
         max_failed_hosts: 0           # at most this many hosts counted as failing ...
         max_failed_percent: null      # ... and at most this share of all hosts
@@ -62,6 +66,8 @@ class DetectionSettings:
     min_hosts: int = 8  # fewer hosts than this: no fleet statistics
     floor_sigmas: float = 2.0  # combined sibling check: its floor follows the family noise (0: fixed)
     min_floor: float = 0.01  # ... but never below 1%
+    majority_max_hosts: int = 20  # below this many hosts, also majority agreement (analysis.majority)
+    sku_reference: bool = True  # judge hosts against their GPU model's reference (analysis.sku_reference)
 
 
 _D = DetectionSettings()
@@ -143,6 +149,8 @@ class FleetGate(BaseModel):
     min_hosts: int = Field(default=_D.min_hosts, ge=3)
     floor_sigmas: float = Field(default=_D.floor_sigmas, ge=0)
     min_floor: float = Field(default=_D.min_floor, ge=0, le=1)
+    majority_max_hosts: int = Field(default=_D.majority_max_hosts, ge=0)
+    sku_reference: bool = _D.sku_reference
 
     def settings(self) -> DetectionSettings:
         return DetectionSettings(
@@ -154,6 +162,8 @@ class FleetGate(BaseModel):
             min_hosts=self.min_hosts,
             floor_sigmas=self.floor_sigmas,
             min_floor=self.min_floor,
+            majority_max_hosts=self.majority_max_hosts,
+            sku_reference=self.sku_reference,
         )
 
 
@@ -187,6 +197,17 @@ class HistoryGate(BaseModel):
         return HistorySettings(**self.model_dump())
 
 
+class PopulationsGate(BaseModel):
+    """``gates.populations``: fleets that fall apart into populations (analysis.populations)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expected_mix: bool = False  # true: a split found in the numbers is reported, the gate does not fail on it
+    min_gap: float = Field(default=0.05, gt=0, le=10)  # a hole wider than 5% between two groups
+    min_share: float = Field(default=0.1, gt=0, le=0.5)  # ... each with at least 10% of the hosts (and 2)
+    by_inventory_group: bool = False  # also judge each inventory group within itself
+
+
 class Policy(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -205,6 +226,7 @@ class Gates(BaseModel):
     limits: list[Limit] = Field(default_factory=list)
     baseline: BaselineGate = Field(default_factory=BaselineGate)
     fleet: FleetGate = Field(default_factory=FleetGate)
+    populations: PopulationsGate = Field(default_factory=PopulationsGate)
     policy: Policy = Field(default_factory=Policy)
     # Not in the gates' dump: a report without --history stays as it was; with it, report.json's
     # "history" section shows the settings used.

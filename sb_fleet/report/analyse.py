@@ -20,7 +20,10 @@ from sb_fleet.analysis.detect import Detection, detect
 from sb_fleet.analysis.fleet_results import Fleet, HostInfo, load_fleet
 from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
 from sb_fleet.analysis.issues import FAIL, Issue
+from sb_fleet.analysis.majority import Disagreement, majority_check
+from sb_fleet.analysis.populations import PopulationSplit, by_facts, find_splits
 from sb_fleet.analysis.power_limits import load_power_limit_issues
+from sb_fleet.analysis.sku_reference import check_sku
 from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import column_stats
 from sb_fleet.analysis.superbench.baseline import load_baseline
@@ -78,29 +81,75 @@ def report(
     issues: dict[int, list[Issue]] = {}
     _merge(issues, check_completeness(fleet.columns, fleet.values, fleet.expected_benchmarks))
     if fleet.run_dir is not None:  # a GPU power limit below its default (hostprep's facts)
-        for name, found in load_power_limit_issues(fleet.run_dir, fleet.hosts).items():
-            issues.setdefault(host_index[name], []).extend(found)
+        for name, limit_issues in load_power_limit_issues(fleet.run_dir, fleet.hosts).items():
+            issues.setdefault(host_index[name], []).extend(limit_issues)
     sw_issues, sw_warnings = check_software(fleet)  # hosts that ran another container image
     _merge(issues, sw_issues)
     warnings.extend(sw_warnings)
-    gpu_by_name = {h.name: h.gpu_model for h in expected}
-    gpu_models = [gpu_by_name.get(h) for h in fleet.hosts]
-    partitions = partition_by_model(gpu_models)
+    by_name = {h.name: h for h in expected}
+    gpu_models = [by_name[h].gpu_model if h in by_name else None for h in fleet.hosts]
     detection = Detection(issues={})
+    splits: list[PopulationSplit] = []
+    disagreements: list[Disagreement] = []
+    partitions: dict[str, np.ndarray] = {"": np.arange(len(fleet.hosts), dtype=np.int64)}
     if gates.fleet.enabled:
+        settings = gates.fleet.settings()
+        pop = gates.populations
+        traits = [_traits(by_name.get(h)) for h in fleet.hosts]
+        groups = (
+            [by_name[h].groups if h in by_name else () for h in fleet.hosts]
+            if pop.by_inventory_group
+            else None
+        )
+        by_fact = by_facts(traits, groups)
+        if len(by_fact) > 1:
+            warnings.append(
+                f"{len(by_fact)} populations from the facts, each judged within itself: "
+                + ", ".join(f"{label} ({len(rows)} hosts)" for label, rows in by_fact.items())
+            )
+        partitions = {}
+        for label, rows in by_fact.items():
+            found, parts = find_splits(
+                fleet.columns, fleet.values, fleet.hosts, rows, label, pop.min_gap, pop.min_share
+            )
+            splits += found
+            partitions.update({plabel: prows for prows, plabel in parts})
         for label, rows in partitions.items():
-            part = detect(fleet.columns, fleet.values[rows], fleet.directions, gates.fleet.settings())
+            part = detect(fleet.columns, fleet.values[rows], fleet.directions, settings)
+            if len(rows) < settings.majority_max_hosts:
+                names = [fleet.hosts[r] for r in rows]
+                maj = majority_check(fleet.columns, fleet.values[rows], fleet.directions, names, settings)
+                for r, lst in maj.issues.items():
+                    part.issues.setdefault(r, []).extend(lst)
+                disagreements += maj.disagreements
             for r, lst in part.issues.items():
                 detection.issues.setdefault(int(rows[r]), []).extend(lst)
             detection.flagged_cells |= {(int(rows[r]), c) for r, c in part.flagged_cells}
             detection.families += [dataclasses.replace(f, partition=label) for f in part.families]
-            if len(rows) < gates.fleet.min_hosts:
-                who = f"with GPU model {label}" if label else "reported"
+            if len(rows) < settings.min_hosts:
+                who = f"in {label}" if label else "reported"
+                how = (
+                    "judged by majority agreement against the suite's noise priors"
+                    if len(rows) >= 3
+                    else "no majority to judge by"
+                )
                 warnings.append(
-                    f"only {len(rows)} host(s) {who}: fleet-relative detection needs at least "
-                    f"{gates.fleet.min_hosts}; give rules and a baseline, or limits in the gates"
+                    f"only {len(rows)} host(s) {who}: {how}; fleet statistics need at least "
+                    f"{settings.min_hosts} (rules, a baseline or limits in the gates add evidence)"
                 )
         _merge(issues, detection.issues)
+        if settings.sku_reference:
+            _merge(issues, check_sku(fleet.columns, fleet.values, fleet.directions, gpu_models))
+        for sp in splits:
+            warnings.append(
+                sp.sentence() + ("" if pop.expected_mix else " (gates.populations.expected_mix: false)")
+            )
+        if disagreements:
+            a, b = disagreements[0].hosts
+            warnings.append(
+                f"{a} and {b} disagree on {len(disagreements)} metric(s) by far more than their noise, and two "
+                f"hosts have no majority: first {disagreements[0].sentence()}"
+            )
     rule_summaries: list[RuleSummary] = []
     rules_diagnosis: Diagnosis | None = None
     rules_unmatched: dict[str, list[str]] = {}
@@ -188,6 +237,16 @@ def report(
     if confirmations:  # validate --confirm: a failure that did not reproduce is flaky, not failed
         hosts = [_confirmed(h, confirmations.get(h.name)) for h in hosts]
     gate = decide(gates.policy, [h.verdict for h in hosts])
+    if splits and not gates.populations.expected_mix:  # an unexplained mix never passes silently
+        gate = dataclasses.replace(
+            gate, passed=False, policy=f"{gate.policy}; {len(splits)} unexpected population split(s)"
+        )
+    if disagreements:  # two hosts that disagree: which one is faulty is unknown, so the fleet fails
+        gate = dataclasses.replace(
+            gate,
+            passed=False,
+            policy=f"{gate.policy}; the two hosts disagree on {len(disagreements)} metric(s)",
+        )
     if fabric is not None and fabric.gate_failure:  # a bad link fails the fleet, not its two hosts
         gate = dataclasses.replace(gate, passed=False, policy=f"{gate.policy}; {fabric.gate_failure}")
     view = None
@@ -225,6 +284,8 @@ def report(
         history=view,
         fabric=fabric,
         health=_health(fleet.run_dir, warnings),
+        populations=splits,
+        disagreements=disagreements,
     )
 
 
@@ -255,19 +316,12 @@ def _confirmed(h: HostReport, c: Confirmation | None) -> HostReport:
     return dataclasses.replace(h, reason=f"{h.reason}; {note}" if h.reason else note)
 
 
-def partition_by_model(gpu_models: list[str | None]) -> dict[str, np.ndarray]:
-    """Rows of the fleet by GPU model: different models are never compared with each other.
-
-    With one model (or none known) the whole fleet is one partition, labelled "". Hosts whose
-    model is unknown in a mixed fleet form their own partition, labelled "unknown".
-    """
-    known = {m for m in gpu_models if m}
-    if len(known) <= 1:
-        return {"": np.arange(len(gpu_models))}
-    out: dict[str, list[int]] = {}
-    for i, m in enumerate(gpu_models):
-        out.setdefault(m or "unknown", []).append(i)
-    return {k: np.asarray(v, dtype=np.int64) for k, v in sorted(out.items())}
+def _traits(info: HostInfo | None) -> tuple[tuple[str, str], ...]:
+    if info is None:
+        return ()
+    if info.traits:
+        return info.traits
+    return (("gpu_model", info.gpu_model),) if info.gpu_model else ()
 
 
 def _cells(issues: dict[int, list[Issue]], fleet: Fleet) -> set[tuple[int, int]]:
@@ -281,21 +335,37 @@ def _cells(issues: dict[int, list[Issue]], fleet: Fleet) -> set[tuple[int, int]]
     return out
 
 
+_EXPLICIT = frozenset({"baseline", "floor", "ceiling", "sku"})
+_INFERRED = frozenset({"fleet", "sibling", "majority"})
+
+
 def _dedupe(lst: list[Issue]) -> list[Issue]:
-    """Drop repeats of (metric, check); put failures first, the largest deviation first among them.
+    """Drop repeats of (metric, check) and inferred findings on a metric a rule, baseline, limit or
+    SKU reference already flags; put failures first, the largest deviation first among them.
 
     A failed return code a rule already reported is one finding, not two (SuperBench counts it once).
     """
     seen: set[tuple] = set()
     by_rule = {i.metric for i in lst if i.check.startswith("rule:")}
+    # A metric the user's own references already flag is one finding: the inferred one adds nothing.
+    explicit = {i.metric for i in lst if i.check in _EXPLICIT or i.check.startswith("rule:")}
     out = []
     for i in lst:
         key = (i.metric, i.check)
         if key in seen or (i.check == "return_code" and i.metric in by_rule):
             continue
+        if i.check in _INFERRED and i.metric in explicit:
+            continue
         seen.add(key)
         out.append(i)
-    out.sort(key=lambda i: (i.severity != FAIL, -abs(i.deviation or 0.0)))
+    # At equal deviation the user's own references (rules, baseline, limits) come before inferred ones.
+    out.sort(
+        key=lambda i: (
+            i.severity != FAIL,
+            -abs(i.deviation or 0.0),
+            not (i.check in _EXPLICIT or i.check.startswith("rule:")),
+        )
+    )
     return out
 
 

@@ -15,6 +15,8 @@ from sb_fleet.analysis.crossnode.fabric import FabricView
 from sb_fleet.analysis.detect import FamilyStats
 from sb_fleet.analysis.fleet_results import Fleet, LineProblem
 from sb_fleet.analysis.gates import GateResult
+from sb_fleet.analysis.majority import Disagreement
+from sb_fleet.analysis.populations import PopulationSplit
 from sb_fleet.analysis.stats import ColumnStats
 from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary
 from sb_fleet.analysis.verdict import VERDICTS, HostReport
@@ -41,13 +43,19 @@ class ReportResult:
     flagged_cells: set[tuple[int, int]] = field(default_factory=set)
     partitions: dict[str, np.ndarray] = field(
         default_factory=dict
-    )  # GPU model -> rows (see partition_by_model)
+    )  # population label -> rows (analysis.populations)
     seconds: float = 0.0
     rules_diagnosis: Diagnosis | None = None  # SuperBench's own view of the rules (analysis.sbdiagnosis)
     rules_unmatched: dict[str, list[str]] = field(default_factory=dict)  # rule -> patterns matching nothing
     history: HistoryView | None = None  # with --history: regressions against own past, offenders, trends
     fabric: FabricView | None = None  # a pattern run: the node, NIC, link or path culprits (analysis.fabric)
     health: dict | None = None  # the run's health.json (sb_fleet.analysis.health_verdict), when it has one
+    populations: list[PopulationSplit] = field(
+        default_factory=list
+    )  # splits the numbers show (analysis.populations)
+    disagreements: list[Disagreement] = field(
+        default_factory=list
+    )  # two hosts, no majority (analysis.majority)
 
     @property
     def exit_code(self) -> int:

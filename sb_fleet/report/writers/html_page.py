@@ -58,7 +58,7 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
 <div class="controls"><input id="q" placeholder="find a host (any verdict)" size="30">
 <select id="vf"><option value="">all verdicts</option><option>fail</option><option>incomplete</option><option>missing</option><option>flaky</option></select>
 <span id="shown" class="muted"></span></div>
-<div class="scroll"><table id="hosts"><thead><tr><th>Host</th><th>Verdict</th><th>Outcome</th><th>Categories</th><th>Main finding</th></tr></thead><tbody></tbody></table></div>
+<div class="scroll"><table id="hosts"><thead><tr><th>Host</th><th>Verdict</th><th>Outcome</th><th>Categories</th><th>Metric</th><th>Value</th><th>Against</th><th>Reference</th><th>Deviation</th><th>Noise &sigma;</th><th>Main finding</th></tr></thead><tbody></tbody></table></div>
 </section>
 <section><h2>Metric distributions</h2>
 <p class="muted">Histogram of every value of the family across the fleet (GPUs and NICs pooled); dashed black: fleet median; dashed red: fleet-check limit; red dots: flagged values (click for the host).</p>
@@ -130,7 +130,7 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
     document.getElementById("drill-title").textContent = h.name + ": " + h.verdict + " (outcome " + h.outcome + ")";
     var t = el("table");
     var hr = el("tr");
-    ["Check", "Category", "Metric", "Value", "Reference", "Deviation", "Explanation"].forEach(function (x) { hr.appendChild(el("th", null, x)); });
+    ["Check", "Category", "Metric", "Value", "Against", "Reference", "Deviation", "Noise \u03c3", "Explanation"].forEach(function (x) { hr.appendChild(el("th", null, x)); });
     t.appendChild(hr);
     h.issues.forEach(function (i) {
       var tr = el("tr");
@@ -138,8 +138,10 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
       tr.appendChild(el("td", null, i.category));
       tr.appendChild(el("td", {"class": "mono"}, i.metric));
       tr.appendChild(el("td", null, fmt(i.value)));
+      tr.appendChild(el("td", null, i.basis));
       tr.appendChild(el("td", null, fmt(i.reference)));
       tr.appendChild(el("td", null, pct(i.deviation)));
+      tr.appendChild(el("td", null, i.noise_sigmas !== null ? i.noise_sigmas.toFixed(1) : ""));
       tr.appendChild(el("td", null, i.detail));
       t.appendChild(tr);
     });
@@ -164,7 +166,14 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
       var cats = {};
       h.issues.forEach(function (i) { cats[i.category] = true; });
       tr.appendChild(el("td", null, Object.keys(cats).sort().join(", ")));
-      var top = h.issues.length ? (h.issues[0].metric ? h.issues[0].metric + ": " : "") + h.issues[0].detail : "";
+      var i0 = h.issues.length ? h.issues[0] : null;
+      tr.appendChild(el("td", {"class": "mono"}, i0 ? i0.metric : ""));
+      tr.appendChild(el("td", null, i0 ? fmt(i0.value) : ""));
+      tr.appendChild(el("td", null, i0 ? i0.basis : ""));
+      tr.appendChild(el("td", null, i0 ? fmt(i0.reference) : ""));
+      tr.appendChild(el("td", null, i0 ? pct(i0.deviation) : ""));
+      tr.appendChild(el("td", null, i0 && i0.noise_sigmas !== null ? i0.noise_sigmas.toFixed(1) : ""));
+      var top = i0 ? i0.detail : "";
       if (h.issues.length > 1) { top += " (+" + (h.issues.length - 1) + " more)"; }
       tr.appendChild(el("td", null, top));
       tr.addEventListener("click", function () { drill(h.name); });
@@ -177,7 +186,7 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
         tr.appendChild(el("td", {"class": "mono"}, n));
         tr.appendChild(el("td", {"class": "v-pass"}, "pass"));
         tr.appendChild(el("td", null, "ok"));
-        tr.appendChild(el("td", null, ""));
+        ["", "", "", "", "", "", ""].forEach(function (x) { tr.appendChild(el("td", null, x)); });
         tr.appendChild(el("td", null, "no issue"));
         tr.addEventListener("click", function () { drill(n); });
         tb.appendChild(tr);

@@ -57,7 +57,8 @@ def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any
         "families": [
             {
                 "family": f.family,
-                "gpu_model": f.partition or None,
+                "gpu_model": f.partition or None,  # the population (GPU model, driver, firmware or a split)
+                "population": f.partition or None,
                 "direction": {1: "higher", -1: "lower", 0: "unknown"}[f.direction],
                 "columns": [fleet.columns[c] for c in f.columns],
                 "center": _num(f.center),
@@ -82,6 +83,8 @@ def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any
         ],
         "problems": [{"file": p.path, "line": p.line, "message": p.message} for p in result.problems],
         "warnings": list(result.warnings),
+        "populations": [sp.to_json() for sp in result.populations],
+        "disagreements": [d.to_json() for d in result.disagreements],
         "gates": result.gates.model_dump(mode="json"),
         "seconds": round(result.seconds, 3),
         **({"history": result.history.to_json()} if result.history is not None else {}),

@@ -35,6 +35,19 @@ def issue_line(i: Issue) -> str:
     return f"{metric}{i.detail or _fmt(i.value)}{dev if not i.detail else ''} [{i.check}]"
 
 
+def _hosts(names: tuple[str, ...]) -> str:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"{len(names)}: {_cell(shown)}"
+
+
+def _why(i: Issue) -> str:
+    """The metric, value, what it was judged against, the reference, the deviation and the noise units."""
+    dev = f"{i.deviation * 100:+.1f}%" if i.deviation is not None else ""
+    sig = f"{i.sigmas:.1f}" if i.sigmas is not None else ""
+    metric = f"`{_cell(i.metric)}`" if i.metric else ""
+    return f"| {metric} | {_fmt(i.value) if i.value is not None else ''} | {_cell(i.basis)} | {_fmt(i.reference) if i.reference is not None else ''} | {dev} | {sig} |"
+
+
 def _flagged_families(result: ReportResult) -> list[tuple[str, FamilyStats, int]]:
     """Families with at least one flagged host, most flagged first."""
     by_col: dict[int, set[int]] = {}
@@ -85,23 +98,57 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
     for rule, patterns in result.rules_unmatched.items():  # a rule that judges nothing passes every host
         lines.append(f"- **WARNING: rule `{rule}` matches no metric**: {patterns}")
     lines.append("")
+    if result.populations:  # a fleet that falls apart (analysis.populations): never a silent pass
+        expected = result.gates.populations.expected_mix
+        lines += [
+            f"## Populations ({'expected mix' if expected else 'unexpected: the gate fails'})",
+            "",
+            "| Scope | Family | Lower group | Centre | Upper group | Centre | Apart | Gap | Families showing it |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for sp in result.populations:
+            lo, hi = sp.groups
+            lines.append(
+                f"| {_cell(sp.scope or 'fleet')} | `{_cell(sp.family)}` | {_hosts(lo)} | {_fmt(sp.centers[0])} "
+                f"| {_hosts(hi)} | {_fmt(sp.centers[1])} | {sp.apart * 100:.0f}% | {sp.gap * 100:.1f}% "
+                f"| {len(sp.families)} |"
+            )
+        lines.append("")
+    if result.disagreements:  # two hosts, no majority (analysis.majority)
+        a, b = result.disagreements[0].hosts
+        lines += [
+            f"## Two hosts disagree: {_cell(a)} and {_cell(b)} (the gate fails; neither is named the faulty one)",
+            "",
+            f"| Metric | {_cell(a)} | {_cell(b)} | Difference | Noise σ |",
+            "|---|---|---|---|---|",
+        ]
+        for d in result.disagreements[:MAX_HOST_ROWS]:
+            lines.append(
+                f"| `{_cell(d.metric)}` | {_fmt(d.values[0])} | {_fmt(d.values[1])} | {d.deviation * 100:+.1f}% "
+                f"| {d.sigmas:.1f} |"
+            )
+        lines.append("")
 
     bad = sorted((h for h in result.hosts if h.verdict != "pass"), key=lambda h: (_ORDER[h.verdict], h.name))
     if bad:
         lines += [
             f"## Hosts to act on ({len(bad)})",
             "",
-            "| Host | Verdict | Categories | Main finding |",
-            "|---|---|---|---|",
+            "| Host | Verdict | Categories | Metric | Value | Against | Reference | Deviation | Noise σ | Main finding |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for h in bad[:MAX_HOST_ROWS]:
-            top = issue_line(h.issues[0]) if h.issues else ""
+            i0 = h.issues[0] if h.issues else None
+            why = _why(i0) if i0 is not None else "| | | | | |"
+            top = (i0.detail or _fmt(i0.value)) + f" [{i0.check}]" if i0 is not None else ""
             more = f" (+{len(h.issues) - 1} more)" if len(h.issues) > 1 else ""
             lines.append(
-                f"| {_cell(h.name)} | {h.verdict} | {_cell(', '.join(h.categories))} | {_cell(top + more)} |"
+                f"| {_cell(h.name)} | {h.verdict} | {_cell(', '.join(h.categories))} {why} {_cell(top + more)} |"
             )
         if len(bad) > MAX_HOST_ROWS:
-            lines.append(f"| ... | | | {len(bad) - MAX_HOST_ROWS} more in report.json / report.html |")
+            lines.append(
+                f"| ... | | | | | | | | | {len(bad) - MAX_HOST_ROWS} more in report.json / report.html |"
+            )
         lines.append("")
         cats: Counter[str] = Counter()
         for h in bad:

@@ -1,0 +1,228 @@
+"""Verdict quality at every fleet size: recall and false positives of ``sb-fleet report`` (no rules, no baseline).
+
+Prints, on freshly generated fleets (seeds the tests do not use):
+
+* **small fleets** of every size 3-16 with one faulty host (``tests/synth/small.py``: seen and
+  unseen fault kinds, sizes drawn from the issue's ranges, 6% and more), and healthy ones: recall
+  per size and kind, false positives per healthy host;
+* **gross faults**: fleets of 3-10 hosts with one metric at 1/1000 of its peers: flagged, and only
+  that host;
+* **populations**: 200-host fleets where 70% run GEMM and NCCL 40% slow, or 30% run 60% faster:
+  the gate must fail and the split be named; and fleets with a benign batch 1-2% apart: no split;
+* **large fleets**: 2,000 hosts (``tests/synth/fleet.py``, its 8 fault kinds) plus the unseen
+  kinds planted on further hosts: recall and false-positive rate.
+
+Usage::
+
+    python bench/verdict_quality.py [--sizes 3-16] [--trials 12] [--large 2000] [--large-seeds 7001,7002]
+    python bench/verdict_quality.py --noise 0.003,0.02     # fleets noisier than the suite's priors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sb_fleet.report.analyse import report  # noqa: E402
+from tests.synth.fleet import generate  # noqa: E402
+from tests.synth.small import GROSS, SEEN, UNSEEN, generate_small, plant  # noqa: E402
+
+
+def judge(lines: list[str], hosts: list[str]) -> tuple[dict[str, str], object]:
+    with tempfile.TemporaryDirectory(prefix="sb-fleet-vq-") as d:
+        run = Path(d)
+        (run / "manifest.json").write_text('{"schema_version": 1}')
+        (run / "results-summary.jsonl").write_text("\n".join(lines) + "\n")
+        (run / "hosts.json").write_text(
+            json.dumps({"schema_version": 1, "hosts": [{"name": h, "groups": ["gpu"]} for h in hosts]})
+        )
+        r = report(run)
+    return {h.name: h.verdict for h in r.hosts}, r
+
+
+def small(sizes: list[int], trials: int, noise: tuple[float, float], seed0: int) -> None:
+    kinds = (*SEEN, *UNSEEN)
+    found: dict[tuple[int, str], int] = Counter()
+    tried: dict[tuple[int, str], int] = Counter()
+    fp = Counter()
+    healthy = Counter()
+    fp_examples: list[str] = []
+    misses: list[str] = []
+    seed = seed0
+    for n in sizes:
+        for _t in range(trials):
+            for kind in (*kinds, None):
+                seed += 1
+                fleet, _ = generate_small(n, seed, kind, noise)
+                verdict, r = judge(fleet.lines, fleet.hosts)
+                for h in fleet.hosts:
+                    if h in fleet.faults:
+                        tried[(n, kind)] += 1
+                        ok = verdict[h] == "fail"
+                        found[(n, kind)] += ok
+                        if not ok and len(misses) < 8:
+                            misses.append(f"n={n} {kind} seed {seed}")
+                    else:
+                        healthy[n] += 1
+                        if verdict[h] != "pass":
+                            fp[n] += 1
+                            if len(fp_examples) < 8:
+                                host = next(x for x in r.hosts if x.name == h)
+                                i = host.issues[0]
+                                fp_examples.append(
+                                    f"n={n} seed {seed} {h}: [{i.check}] {i.metric}: {i.detail}"
+                                )
+    print(
+        f"\n## small fleets, one faulty host (faults >= 6%), {trials} fleets per size and kind, noise {noise}"
+    )
+    head = f"{'n':>3} " + " ".join(f"{k[:10]:>10}" for k in kinds) + f" {'recall':>7} {'FP/host':>8}"
+    print(head)
+    all_f = all_t = all_fp = all_h = 0
+    seen_f = seen_t = unseen_f = unseen_t = 0
+    for n in sizes:
+        cells = []
+        for k in kinds:
+            cells.append(f"{found[(n, k)]:>4}/{tried[(n, k)]:<5}")
+            if k in SEEN:
+                seen_f, seen_t = seen_f + found[(n, k)], seen_t + tried[(n, k)]
+            else:
+                unseen_f, unseen_t = unseen_f + found[(n, k)], unseen_t + tried[(n, k)]
+        f = sum(found[(n, k)] for k in kinds)
+        t = sum(tried[(n, k)] for k in kinds)
+        all_f, all_t, all_fp, all_h = all_f + f, all_t + t, all_fp + fp[n], all_h + healthy[n]
+        print(f"{n:>3} " + " ".join(cells) + f" {f / t * 100:>6.1f}% {fp[n] / healthy[n] * 100:>7.2f}%")
+    print(
+        f"all sizes: recall {all_f}/{all_t} = {all_f / all_t * 100:.1f}% (seen {seen_f / seen_t * 100:.1f}%, "
+        f"unseen {unseen_f / unseen_t * 100:.1f}%); 4-16 hosts: recall "
+        f"{sum(found[(n, k)] for n in sizes if n >= 4 for k in kinds)}/"
+        f"{sum(tried[(n, k)] for n in sizes if n >= 4 for k in kinds)}; "
+        f"false positives {all_fp}/{all_h} healthy hosts = {all_fp / all_h * 100:.2f}%"
+    )
+    for m in misses:
+        print(f"  missed: {m}")
+    for e in fp_examples:
+        print(f"  false positive: {e}")
+
+
+def gross(trials: int, noise: tuple[float, float], seed0: int) -> None:
+    print(f"\n## one metric at 1/1000 of its peers, fleets of 3-10 hosts, {trials} per size")
+    bad = []
+    total = ok = 0
+    for n in range(3, 11):
+        for t in range(trials):
+            seed = seed0 + 100 * n + t
+            fleet, _ = generate_small(n, seed, None, noise)
+            rng = np.random.default_rng(seed)
+            rows = [json.loads(x) for x in fleet.lines]
+            i = int(rng.integers(n))
+            what = plant(rows[i], GROSS, rng)
+            verdict, _ = judge([json.dumps(r) for r in rows], fleet.hosts)
+            flagged = {h for h, v in verdict.items() if v != "pass"}
+            total += 1
+            if flagged == {rows[i]["node"]}:
+                ok += 1
+            else:
+                bad.append(f"n={n} seed {seed} {what}: flagged {sorted(flagged)}, planted {rows[i]['node']}")
+    print(f"flagged, and only that host: {ok}/{total}")
+    for b in bad[:8]:
+        print(f"  {b}")
+
+
+def populations(seed0: int) -> None:
+    print("\n## populations, 200 hosts")
+    cases = [("70% run GEMM and NCCL 40% slow", 0.7, 0.6), ("30% run 60% faster", 0.3, 1.6)]
+    for trial in range(3):
+        for what, share, factor in cases:
+            seed = seed0 + trial * 10 + int(share * 10)
+            fleet = generate(200, seed=seed, fault_fraction=0.0)
+            rng = np.random.default_rng(seed)
+            rows = [json.loads(x) for x in fleet.lines]
+            for r in rows:
+                if rng.random() < share:
+                    for k in list(r):
+                        if k.startswith(("gemm-flops/", "nccl-bw/")) and not k.endswith("return_code"):
+                            r[k] = r[k] / factor if "_time" in k else r[k] * factor
+            verdict, res = judge([json.dumps(r) for r in rows], fleet.hosts)
+            splits = res.populations  # type: ignore[attr-defined]
+            sizes = [f"{len(s.groups[0])}+{len(s.groups[1])} ({s.apart * 100:.0f}% apart)" for s in splits]
+            print(f"{what}: gate {'passed' if res.gate.passed else 'FAILED'}; splits: {sizes or 'none'}")  # type: ignore[attr-defined]
+    for shift in (0.01, 0.02):
+        quiet = 0
+        for trial in range(5):
+            fleet = generate(
+                200, seed=seed0 + 500 + trial, fault_fraction=0.0, benign_shift=shift, benign_fraction=0.4
+            )
+            _, res = judge(fleet.lines, fleet.hosts)
+            quiet += not res.populations  # type: ignore[attr-defined]
+        print(f"benign batch {shift * 100:.0f}% apart (40% of hosts): no split in {quiet}/5 fleets")
+
+
+def large(n: int, seeds: list[int]) -> None:
+    print(
+        f"\n## large fleets, {n} hosts (seen: tests/synth/fleet.py's kinds; unseen: tests/synth/small.py's)"
+    )
+    planted: Counter = Counter()
+    found: Counter = Counter()
+    fp = healthy = 0
+    for seed in seeds:
+        fleet = generate(n, seed=seed)
+        rng = np.random.default_rng(seed + 17)
+        rows = [json.loads(x) for x in fleet.lines]
+        faults = dict(fleet.faults)
+        free = [i for i, r in enumerate(rows) if r["node"] not in faults]
+        pick = rng.choice(len(free), size=10 * len(UNSEEN), replace=False)
+        for j, idx in enumerate(pick):
+            kind = UNSEEN[j % len(UNSEEN)]
+            plant(rows[free[idx]], kind, rng)
+            faults[rows[free[idx]]["node"]] = f"unseen:{kind}"
+        verdict, _ = judge([json.dumps(r) for r in rows], fleet.hosts)
+        for h, kind in faults.items():
+            planted[kind] += 1
+            found[kind] += verdict[h] != "pass"
+        for h in fleet.hosts:
+            if h not in faults:
+                healthy += 1
+                fp += verdict[h] != "pass"
+    for kind in sorted(planted):
+        print(f"{kind:28} {found[kind]:>5}/{planted[kind]:<5} {found[kind] / planted[kind] * 100:6.1f}%")
+    tp, tt = sum(found.values()), sum(planted.values())
+    print(
+        f"recall {tp}/{tt} = {tp / tt * 100:.2f}%; false positives {fp}/{healthy} = {fp / healthy * 100:.3f}%"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="3-16")
+    ap.add_argument("--trials", type=int, default=12)
+    ap.add_argument("--noise", default="0.003,0.01", help="range of each family's noise in the small fleets")
+    ap.add_argument("--large", type=int, default=2000)
+    ap.add_argument("--large-seeds", default="7001,7002")
+    ap.add_argument("--only", default="small,gross,populations,large")
+    args = ap.parse_args()
+    lo, hi = (int(x) for x in args.sizes.split("-"))
+    noise = tuple(float(x) for x in args.noise.split(","))
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    only = set(args.only.split(","))
+    if "small" in only:
+        small(list(range(lo, hi + 1)), args.trials, noise, 880_000)  # type: ignore[arg-type]
+    if "gross" in only:
+        gross(args.trials, noise, 990_000)  # type: ignore[arg-type]
+    if "populations" in only:
+        populations(660_000)
+    if "large" in only and args.large:
+        large(args.large, [int(s) for s in args.large_seeds.split(",")])
+
+
+if __name__ == "__main__":
+    main()
