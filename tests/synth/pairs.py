@@ -3,7 +3,8 @@
 Every pair's bus bandwidth is a healthy figure (default 180 GB/s, an NDR pair's all-reduce) with
 its own run-to-run spread (``noise``, relative sigma). Faults multiply the pairs they touch by a
 factor the caller picks: a slow node (all its pairs), a slow link (one pair), a slow NIC (one rail of
-one host), a slow path (every pair whose hosts sit under two given leaf groups), a failed pair.
+one host), a slow path (every pair whose hosts sit under two given leaf groups), a failed pair, a
+host whose every pair is capped at a figure (its traffic shaped, as ``tc`` does in the real tests).
 The truth comes back with the matrix.
 
 A shared or busy fabric is ``spread``: every pair's figure (all its rails together) is further
@@ -31,6 +32,9 @@ class Faults:
     nics: dict[tuple[str, str], float] = field(default_factory=dict)  # (host, nic) -> factor on that rail
     paths: list[tuple[set[str], set[str], float]] = field(default_factory=list)  # hosts x hosts -> factor
     failed: set[frozenset[str]] = field(default_factory=set)
+    caps: dict[str, float] = field(
+        default_factory=dict
+    )  # host -> the most any of its pairs gives (tc-shaped)
 
 
 def pair_matrix(
@@ -76,5 +80,9 @@ def pair_matrix(
             value = sum(per_nic.values())
         else:
             value = base * f * (1 + rng.gauss(0, noise))
+        cap = min(faults.caps.get(a, math.inf), faults.caps.get(b, math.inf))
+        if value > cap:
+            value = cap * (1 + rng.gauss(0, noise))
+            per_nic = None if per_nic is None else {n: value / len(per_nic) for n in per_nic}
         out.append(PairResult(a, b, value, round=rnd, nics=per_nic))
     return PairMatrix("nccl-bw/allreduce_busbw", tuple(hosts), tuple(out), "GB/s", True)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 PAIR_MATRIX_SCHEMA = 1
+NODE_FLOOR = 0.75  # a host's part is a median over its partners: its noise, in pair sigmas, is at least this
 ROBUST_FROM = 60  # pairs: from this many on, the fabric's spread is trimmed by the MAD, below by its own SD
 
 
@@ -259,8 +260,8 @@ def _spread(e: np.ndarray, trim: float = 3.0) -> tuple[float, float]:
     if not len(e):
         return centre, sigma
     for _ in range(8):
-        centre = float(np.median(keep))
-        sigma = float(np.sqrt(np.mean((keep - centre) ** 2)))
+        centre = float(np.mean(keep))
+        sigma = float(np.std(keep))
         cut = e[e >= centre - trim * max(sigma, 1e-9)]
         if len(cut) == len(keep) or len(cut) < 3:
             break
@@ -320,18 +321,24 @@ def _fit(a: np.ndarray, b: np.ndarray, y: np.ndarray, n: int) -> _Fit:
     u = np.zeros(n)
     mu = float(np.median(y)) if len(y) else 0.0
     group = np.concatenate((a, b))
-    for _round in range(8):
+    counts = np.bincount(group, minlength=n)
+    seen = counts > 0
+    for _round in range(10):
         e = y - mu - u[a] - u[b]
-        step = _grouped_median(group, np.concatenate((e, e)), n)
-        step = np.nan_to_num(step)
-        u = u + step
-        shift = float(np.median(u[np.bincount(group, minlength=n) > 0])) if len(group) else 0.0
-        u -= shift
-        mu += shift * 2
+        step = np.nan_to_num(_grouped_median(group, np.concatenate((e, e)), n))
+        # what every host's step shares is an error of the overall level, counted once (it is in
+        # both ends of every pair): it goes to mu, the rest to each host's part
+        common = float(np.median(step[seen])) if seen.any() else 0.0
+        mu += common
+        step[seen] -= common
+        u += step
+        centre = float(np.median(u[seen])) if seen.any() else 0.0
+        u -= centre
+        mu += 2 * centre
         if float(np.max(np.abs(step), initial=0.0)) < 1e-3:  # 0.1%
             break
     e = y - mu - u[a] - u[b]
-    return _Fit(mu, u, e, np.bincount(group, minlength=n))
+    return _Fit(mu, u, e, counts)
 
 
 def _ends(a: np.ndarray, b: np.ndarray, y: np.ndarray, fit: _Fit, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -425,8 +432,8 @@ def localise(
     # each pair against what each of its hosts gives with its *other* partners (the pair left out of
     # that host's part): an honest prediction, whose errors measure how consistent the fabric is
     end_a, end_b = _ends(ia, ib, y, fit, len(names))
-    honest = end_a + end_b - (y - fit.mu)  # the pair less both hosts' parts, each without this pair
-    honest = honest[np.isfinite(honest)]
+    honest_all = end_a + end_b - (y - fit.mu)  # the pair less both hosts' parts, each without this pair
+    honest = honest_all[np.isfinite(honest_all)]
     # the median absolute deviation resists many slow pairs (a bad spine link slows a third of them),
     # but on the few dozen pairs of a small fleet it is itself too unsteady to set a bar with
     centre, sigma = _robust(honest, s.mad_k) if len(honest) >= ROBUST_FROM else _spread(honest)
@@ -435,11 +442,6 @@ def localise(
     to_fig = (lambda g: math.exp(g)) if higher else (lambda g: math.exp(-g))
     median = to_fig(fit.mu)
     threshold = median * bar if higher else median / bar
-    if -s.mad_k * sigma < math.log(s.slow_ratio):
-        notes.append(
-            f"the pairs agree with their hosts' other pairs to within {math.exp(sigma):.2f}x (one robust sigma): "
-            f"a pair is slow below {bar:.0%} of what its partner typically gives"
-        )
     u = {h: float(fit.u[i]) for i, h in enumerate(names)}
     # (end at a, end at b): the pair against what b, resp. a, gives with its other partners
     ea, eb = end_a - centre, end_b - centre
@@ -462,38 +464,63 @@ def localise(
         x = float(ea[j] if ok[j][1].a == h else eb[j])
         return x if math.isfinite(x) else 0.0
 
+    culprits: list[Culprit] = []
+    # NICs first: a host whose slowness is one rail's is a NIC culprit, not a node culprit.
+    nic_culprits, nic_explained, nic_medians, nic_bar = _nics(matrix, s)
+    culprits += nic_culprits
+    nic_hosts = {h for c in nic_culprits for h in c.hosts}
+
+    # Nodes: a host whose part is far below the typical host's, and slow with most of its partners.
+    def find_nodes(sig: float) -> list[tuple[str, list[str], list[str]]]:
+        found: list[tuple[str, list[str], list[str]]] = []
+        for h in sorted(names, key=lambda h: (u[h], h)):
+            rest = sorted(partners[h])
+            m = int(fit.partners[at[h]])
+            if m < s.min_partners or h in nic_hosts:
+                continue
+            nb = min(math.log(s.slow_ratio), -s.mad_k * sig * max(1.2533 / math.sqrt(m), NODE_FLOOR))
+            if u[h] >= nb:
+                break  # sorted: nobody after is slower
+            slow_with = [o for o in rest if frozenset((h, o)) not in nic_explained and at_end(h, o) < nb]
+            if len(slow_with) / len(rest) >= s.majority and len(slow_with) >= s.min_partners:
+                found.append((h, rest, slow_with))
+        return found
+
+    nodes = find_nodes(sigma)
+    if nodes:
+        # the spread again without the named hosts' pairs: a shaped host's pairs all give the same
+        # figure, and kept they would narrow it. Never narrower than with them (on the few pairs of a
+        # small fleet the spread is itself unsteady); wider, it judges the hosts and pairs again.
+        theirs = {frozenset((h, o)) for h, _r, _w in nodes for o in partners[h]}
+        keep = np.fromiter((k not in theirs for k in keys), dtype=bool, count=len(keys))
+        rest_honest = honest_all[keep & np.isfinite(honest_all)]
+        if len(rest_honest) >= 3:
+            centre2, sigma2 = (
+                _robust(rest_honest, s.mad_k) if len(rest_honest) >= ROBUST_FROM else _spread(rest_honest)
+            )
+            if sigma2 > sigma:
+                centre, sigma = centre2, sigma2
+                log_bar = min(math.log(s.slow_ratio), -s.mad_k * sigma)
+                bar = math.exp(log_bar)
+                threshold = median * bar if higher else median / bar
+                ea, eb = end_a - centre, end_b - centre
+                nodes = find_nodes(sigma)
+
     with np.errstate(invalid="ignore"):
         slow = (ea < log_bar) | (eb < log_bar)  # NaN (a host with no other pair) is not slow
     bad_keys = {keys[j] for j in np.flatnonzero(slow)} | {k for k in latest if k not in index}
+    for h, _rest, slow_with in nodes:
+        bad_keys |= {frozenset((h, o)) for o in slow_with}
     bad_partners: dict[str, set[str]] = defaultdict(set)
     for k in bad_keys:
         p = latest[k]
         bad_partners[p.a].add(p.b)
         bad_partners[p.b].add(p.a)
-    explained: set[frozenset[str]] = set()
-    culprits: list[Culprit] = []
+    explained = {k for k in nic_explained if k in bad_keys}
 
-    # NICs first: a host whose slowness is one rail's is a NIC culprit, not a node culprit.
-    nic_culprits, nic_explained, nic_medians, nic_bar = _nics(matrix, s)
-    culprits += nic_culprits
-    explained |= {k for k in nic_explained if k in bad_keys}
-    nic_hosts = {h for c in nic_culprits for h in c.hosts}
-
-    # Nodes: a host whose part is far below the typical host's, and slow with most of its partners.
     named: set[str] = set()
-    order = sorted(names, key=lambda h: (u[h], h))
-    for h in order:
-        rest = sorted(partners[h])
-        m = int(fit.partners[at[h]])
-        if m < s.min_partners or h in nic_hosts:
-            continue
-        nb = min(math.log(s.slow_ratio), -s.mad_k * 1.2533 * sigma / math.sqrt(m))
-        if u[h] >= nb:
-            break  # sorted: nobody after is slower
-        slow_with = [o for o in rest if frozenset((h, o)) not in explained and at_end(h, o) < nb]
+    for h, rest, slow_with in nodes:
         frac = len(slow_with) / len(rest)
-        if frac < s.majority or len(slow_with) < s.min_partners:
-            continue
         node_ev = sorted((evidence[frozenset((h, o))] for o in slow_with), key=lambda e: (e.ratio, e.a, e.b))
         culprits.append(
             Culprit(
@@ -511,10 +538,6 @@ def localise(
             )
         )
         named.add(h)
-        for o in slow_with:
-            bad_keys.add(frozenset((h, o)))
-            bad_partners[h].add(o)
-            bad_partners[o].add(h)
         explained |= {frozenset((h, o)) for o in partners[h] if frozenset((h, o)) in bad_keys}
 
     remaining = [k for k in bad_keys if k not in explained]
@@ -558,6 +581,11 @@ def localise(
     # good: no culprit of its own and no slow pair left unexplained (a bad node's partners stay good)
     involved = {h for c in culprits for h in c.hosts} | {h for e in unexplained for h in (e.a, e.b)}
     good = tuple(h for h in matrix.hosts if h in partners and h not in involved)
+    if -s.mad_k * sigma < math.log(s.slow_ratio):
+        notes.append(
+            f"the pairs agree with their hosts' other pairs to within {math.exp(sigma):.2f}x (one robust sigma): "
+            f"a pair is slow below {bar:.0%} of what its partner typically gives"
+        )
     # each host's typical pair (what a typical partner gets with it): what a second pass judges against
     references = {h: round(to_fig(fit.mu + u[h]), 6) for h in names if fit.partners[at[h]]}
     return Localisation(
