@@ -11,8 +11,14 @@ failed, what explains it:
   switches, while the same hosts are fine elsewhere (a bad uplink or spine port);
 * a **link**: slow only between these two hosts, each fine with its other partners.
 
-Each verdict carries its evidence (the pairs, their values and their ratio to the fleet's pair
-median) and a confidence. :func:`second_pass` plans re-pairing every suspect with known-good hosts,
+"Slow" is never one fleet-wide threshold: on a shared or busy fabric healthy pairs spread several-fold,
+and a bar under that spread hides a host that is slow with every partner. Each pair is judged against
+what its two hosts give with their *other* partners (a robust additive fit of the pairs' log figures,
+each pair left out of its own hosts' parts), in units of how consistent the fabric is with itself;
+see :func:`localise` and docs/analysis.md.
+
+Each verdict carries its evidence (the pairs, their values and their ratio to the fleet's typical
+pair) and a confidence. :func:`second_pass` plans re-pairing every suspect with known-good hosts,
 :func:`confirm` folds that second matrix in, and :class:`Bisection` narrows a failed all-nodes run
 down to the culprit in at most ceil(log2 N) extra rounds.
 
@@ -409,23 +415,34 @@ def localise(
         if p.a != p.b:
             latest[p.key] = p  # a pair measured twice: its last figure
     notes: list[str] = []
-    ok = [
-        (k, p, g)
-        for k, p in latest.items()
-        if p.status == "ok" and (g := _goodness(p.value, higher)) is not None
-    ]
-    if not ok:
-        failed = [p for p in latest.values() if p.status != "ok" or p.value is None]
-        notes.append("no pair produced a figure: nothing to compare against")
-        ev = tuple(Evidence(p.a, p.b, None, 0.0, p.status) for p in failed)
-        return Localisation(
-            matrix.metric, matrix.unit, None, None, len(latest), len(failed), (), ev, (), tuple(notes)
-        )
-    names = sorted({h for p in latest.values() for h in (p.a, p.b)})
+    keys = list(latest)
+    pairs = list(latest.values())
+    npairs = len(pairs)
+    names = sorted({h for p in pairs for h in (p.a, p.b)})
     at = {h: i for i, h in enumerate(names)}
-    ia = np.fromiter((at[p.a] for _k, p, _g in ok), dtype=np.int64, count=len(ok))
-    ib = np.fromiter((at[p.b] for _k, p, _g in ok), dtype=np.int64, count=len(ok))
-    y = np.fromiter((g for _k, _p, g in ok), dtype=float, count=len(ok))
+    ia_all = np.fromiter((at[p.a] for p in pairs), dtype=np.int64, count=npairs)
+    ib_all = np.fromiter((at[p.b] for p in pairs), dtype=np.int64, count=npairs)
+    v = np.fromiter(
+        (p.value if p.status == "ok" and p.value is not None else math.nan for p in pairs),
+        dtype=float,
+        count=npairs,
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        has = np.isfinite(v) & (v > 0)
+        y_all = np.log(np.where(has, v, 1.0)) * (1.0 if higher else -1.0)
+    okj = np.flatnonzero(has)
+    if not len(okj):
+        failed = [p for p in pairs if p.status != "ok" or p.value is None]
+        notes.append("no pair produced a figure: nothing to compare against")
+        ev0 = tuple(Evidence(p.a, p.b, None, 0.0, p.status) for p in failed)
+        return Localisation(
+            matrix.metric, matrix.unit, None, None, npairs, len(failed), (), ev0, (), tuple(notes)
+        )
+    ia, ib, y = ia_all[okj], ib_all[okj], y_all[okj]
+    ok_at = np.full(npairs, -1, dtype=np.int64)  # pair -> its place among the pairs with a figure
+    ok_at[okj] = np.arange(len(okj))
+    index = dict(zip(keys, range(npairs), strict=True))
+    in_pairs = np.bincount(np.concatenate((ia_all, ib_all)), minlength=len(names)) > 0
     fit = _fit(ia, ib, y, len(names))
     # the residuals' spread, the slow tail trimmed; a fit of one part per host leaves fewer degrees
     # of freedom than pairs, which the spread of the residuals understates
@@ -445,23 +462,37 @@ def localise(
     u = {h: float(fit.u[i]) for i, h in enumerate(names)}
     # (end at a, end at b): the pair against what b, resp. a, gives with its other partners
     ea, eb = end_a - centre, end_b - centre
-    keys = [k for k, _p, _g in ok]
-    index = dict(zip(keys, range(len(keys)), strict=True))
 
-    partners: dict[str, set[str]] = defaultdict(set)
-    evidence: dict[frozenset[str], Evidence] = {}
-    for key, p in latest.items():
-        partners[p.a].add(p.b)
-        partners[p.b].add(p.a)
-        r = _ratio(p.value, median, higher) if p.status == "ok" else 0.0
-        evidence[key] = Evidence(p.a, p.b, p.value if p.status == "ok" else None, round(r, 4), p.status)
+    partner_cache: dict[str, set[str]] = {}
+
+    def partners_of(h: str) -> set[str]:
+        """Every host h was paired with (a failed pair too): asked for the few hosts a verdict needs."""
+        if h not in partner_cache:
+            i = at[h]
+            mine = np.flatnonzero((ia_all == i) | (ib_all == i))
+            partner_cache[h] = {names[int(ib_all[j] if ia_all[j] == i else ia_all[j])] for j in mine}
+        return partner_cache[h]
+
+    evidence_cache: dict[frozenset[str], Evidence] = {}
+
+    def evidence(k: frozenset[str]) -> Evidence:
+        if k not in evidence_cache:
+            p = latest[k]
+            r = _ratio(p.value, median, higher) if p.status == "ok" else 0.0
+            evidence_cache[k] = Evidence(
+                p.a, p.b, p.value if p.status == "ok" else None, round(r, 4), p.status
+            )
+        return evidence_cache[k]
 
     def at_end(h: str, o: str) -> float:
         """log of pair (h, o) against what o gives with its other partners: o's end of the pair."""
         j = index.get(frozenset((h, o)))
         if j is None:
+            return 0.0
+        q = int(ok_at[j])
+        if q < 0:
             return -math.inf
-        x = float(ea[j] if ok[j][1].a == h else eb[j])
+        x = float(ea[q] if int(ia[q]) == at[h] else eb[q])
         return x if math.isfinite(x) else 0.0
 
     culprits: list[Culprit] = []
@@ -474,13 +505,13 @@ def localise(
     def find_nodes(sig: float) -> list[tuple[str, list[str], list[str]]]:
         found: list[tuple[str, list[str], list[str]]] = []
         for h in sorted(names, key=lambda h: (u[h], h)):
-            rest = sorted(partners[h])
             m = int(fit.partners[at[h]])
             if m < s.min_partners or h in nic_hosts:
                 continue
             nb = min(math.log(s.slow_ratio), -s.mad_k * sig * max(1.2533 / math.sqrt(m), NODE_FLOOR))
             if u[h] >= nb:
                 break  # sorted: nobody after is slower
+            rest = sorted(partners_of(h))
             slow_with = [o for o in rest if frozenset((h, o)) not in nic_explained and at_end(h, o) < nb]
             if len(slow_with) / len(rest) >= s.majority and len(slow_with) >= s.min_partners:
                 found.append((h, rest, slow_with))
@@ -491,8 +522,8 @@ def localise(
         # the spread again without the named hosts' pairs: a shaped host's pairs all give the same
         # figure, and kept they would narrow it. Never narrower than with them (on the few pairs of a
         # small fleet the spread is itself unsteady); wider, it judges the hosts and pairs again.
-        theirs = {frozenset((h, o)) for h, _r, _w in nodes for o in partners[h]}
-        keep = np.fromiter((k not in theirs for k in keys), dtype=bool, count=len(keys))
+        theirs = np.array([at[h] for h, _r, _w in nodes])
+        keep = ~(np.isin(ia, theirs) | np.isin(ib, theirs))
         rest_honest = honest_all[keep & np.isfinite(honest_all)]
         if len(rest_honest) >= 3:
             centre2, sigma2 = (
@@ -508,7 +539,9 @@ def localise(
 
     with np.errstate(invalid="ignore"):
         slow = (ea < log_bar) | (eb < log_bar)  # NaN (a host with no other pair) is not slow
-    bad_keys = {keys[j] for j in np.flatnonzero(slow)} | {k for k in latest if k not in index}
+    bad_keys = {keys[int(okj[q])] for q in np.flatnonzero(slow)} | {
+        keys[int(j)] for j in np.flatnonzero(~has)
+    }
     for h, _rest, slow_with in nodes:
         bad_keys |= {frozenset((h, o)) for o in slow_with}
     bad_partners: dict[str, set[str]] = defaultdict(set)
@@ -521,7 +554,7 @@ def localise(
     named: set[str] = set()
     for h, rest, slow_with in nodes:
         frac = len(slow_with) / len(rest)
-        node_ev = sorted((evidence[frozenset((h, o))] for o in slow_with), key=lambda e: (e.ratio, e.a, e.b))
+        node_ev = sorted((evidence(frozenset((h, o))) for o in slow_with), key=lambda e: (e.ratio, e.a, e.b))
         culprits.append(
             Culprit(
                 "node",
@@ -538,13 +571,14 @@ def localise(
             )
         )
         named.add(h)
-        explained |= {frozenset((h, o)) for o in partners[h] if frozenset((h, o)) in bad_keys}
+        explained |= {frozenset((h, o)) for o in partners_of(h) if frozenset((h, o)) in bad_keys}
 
     remaining = [k for k in bad_keys if k not in explained]
 
     # Paths: the remaining slow pairs are exactly one switch distance, or one pair of leaf switches.
     if remaining and (distance or leaves):
-        path_culprits, path_explained = _paths(evidence, remaining, bad_keys, distance, leaves, named, s)
+        every = {k: evidence(k) for k in keys}
+        path_culprits, path_explained = _paths(every, remaining, bad_keys, distance, leaves, named, s)
         culprits += path_culprits
         explained |= path_explained
         remaining = [k for k in remaining if k not in explained]
@@ -552,10 +586,10 @@ def localise(
     # Links: each remaining pair, its hosts fine with their other partners.
     unexplained: list[Evidence] = []
     for k in sorted(remaining, key=lambda k: sorted(k)):
-        e = evidence[k]
+        e = evidence(k)
         a, b = e.a, e.b
-        other_a = partners[a] - {b} - named
-        other_b = partners[b] - {a} - named
+        other_a = partners_of(a) - {b} - named
+        other_b = partners_of(b) - {a} - named
         bad_a = len(bad_partners[a] - {b} - named)
         bad_b = len(bad_partners[b] - {a} - named)
         if not other_a or not other_b:
@@ -580,7 +614,7 @@ def localise(
     culprits.sort(key=lambda c: ({"node": 0, "nic": 1, "path": 2, "link": 3}[c.kind], -c.score, c.target))
     # good: no culprit of its own and no slow pair left unexplained (a bad node's partners stay good)
     involved = {h for c in culprits for h in c.hosts} | {h for e in unexplained for h in (e.a, e.b)}
-    good = tuple(h for h in matrix.hosts if h in partners and h not in involved)
+    good = tuple(h for h in matrix.hosts if h in at and in_pairs[at[h]] and h not in involved)
     if -s.mad_k * sigma < math.log(s.slow_ratio):
         notes.append(
             f"the pairs agree with their hosts' other pairs to within {math.exp(sigma):.2f}x (one robust sigma): "
@@ -593,7 +627,7 @@ def localise(
         matrix.unit,
         median,
         threshold,
-        len(evidence),
+        npairs,
         len(bad_keys),
         tuple(culprits),
         tuple(unexplained),
