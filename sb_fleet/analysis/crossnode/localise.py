@@ -321,16 +321,28 @@ class _Fit:
     u: np.ndarray  # per host
     e: np.ndarray  # per ok pair
     partners: np.ndarray  # per host: pairs with a figure
+    load: np.ndarray  # per ok pair: its round's part (0 without rounds)
 
 
-def _fit(a: np.ndarray, b: np.ndarray, y: np.ndarray, n: int) -> _Fit:
+def _fit(a: np.ndarray, b: np.ndarray, y: np.ndarray, n: int, rnd: np.ndarray | None = None) -> _Fit:
+    """``rnd``: each pair's round (-1: none). A round of at least three pairs gets a part of its own, the
+    load that came and went while it ran (a busy machine, a shared spine), shared by all its pairs."""
     u = np.zeros(n)
     mu = float(np.median(y)) if len(y) else 0.0
     group = np.concatenate((a, b))
     counts = np.bincount(group, minlength=n)
     seen = counts > 0
+    rg = np.zeros(len(y), dtype=np.int64)
+    nr = 0
+    if rnd is not None and len(rnd):
+        ids, inv, sizes = np.unique(rnd, return_inverse=True, return_counts=True)
+        usable = (ids >= 0) & (sizes >= 3)
+        nr = int(usable.sum())
+        slot = np.where(usable, np.cumsum(usable) - 1, nr)  # unusable rounds share one slot, kept at 0
+        rg = slot[inv]
+    r = np.zeros(nr + 1)
     for _round in range(10):
-        e = y - mu - u[a] - u[b]
+        e = y - mu - u[a] - u[b] - r[rg]
         step = np.nan_to_num(_grouped_median(group, np.concatenate((e, e)), n))
         # what every host's step shares is an error of the overall level, counted once (it is in
         # both ends of every pair): it goes to mu, the rest to each host's part
@@ -341,10 +353,20 @@ def _fit(a: np.ndarray, b: np.ndarray, y: np.ndarray, n: int) -> _Fit:
         centre = float(np.median(u[seen])) if seen.any() else 0.0
         u -= centre
         mu += 2 * centre
-        if float(np.max(np.abs(step), initial=0.0)) < 1e-3:  # 0.1%
+        moved = float(np.max(np.abs(step), initial=0.0))
+        if nr:
+            e = y - mu - u[a] - u[b] - r[rg]
+            rstep = np.nan_to_num(_grouped_median(rg, e, nr + 1))
+            rstep[nr] = 0.0
+            r += rstep
+            shift = float(np.median(r[:nr]))
+            r[:nr] -= shift
+            mu += shift
+            moved = max(moved, float(np.max(np.abs(rstep))))
+        if moved < 1e-3:  # 0.1%
             break
-    e = y - mu - u[a] - u[b]
-    return _Fit(mu, u, e, counts)
+    e = y - mu - u[a] - u[b] - r[rg]
+    return _Fit(mu, u, e, counts, r[rg])
 
 
 def _ends(a: np.ndarray, b: np.ndarray, y: np.ndarray, fit: _Fit, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -380,6 +402,25 @@ def _ends(a: np.ndarray, b: np.ndarray, y: np.ndarray, fit: _Fit, n: int) -> tup
     end_a = y - fit.mu - part_b
     end_b = y - fit.mu - part_a
     return end_a, end_b
+
+
+def _honest_spread(
+    a: np.ndarray, b: np.ndarray, y: np.ndarray, fit: _Fit, n: int, s: LocaliseSettings
+) -> tuple[float, float]:
+    """Centre and sigma of the pairs' leave-one-out errors. The median absolute deviation resists many
+    slow pairs (a bad spine link slows a third of them), but on the few dozen pairs of a small fleet it is
+    itself too unsteady to set a bar with: there the standard deviation, its low tail trimmed."""
+    end_a, end_b = _ends(a, b, y, fit, n)
+    honest = end_a + end_b - (y - fit.mu)
+    honest = honest[np.isfinite(honest)]
+    return _robust(honest, s.mad_k) if len(honest) >= ROBUST_FROM else _spread(honest)
+
+
+def _round_size(rounds: np.ndarray) -> int:
+    """The typical number of pairs in a round that gets a part of its own (0: none does)."""
+    ids, sizes = np.unique(rounds[rounds >= 0], return_counts=True)
+    sizes = sizes[sizes >= 3]
+    return int(np.median(sizes)) if len(sizes) else 0
 
 
 def _confidence(score: float, tested: int, s: LocaliseSettings) -> str:
@@ -443,17 +484,36 @@ def localise(
     ok_at[okj] = np.arange(len(okj))
     index = dict(zip(keys, range(npairs), strict=True))
     in_pairs = np.bincount(np.concatenate((ia_all, ib_all)), minlength=len(names)) > 0
+    rounds = np.fromiter(
+        (p.round if isinstance(p.round, int) else -1 for p in pairs), dtype=np.int64, count=npairs
+    )[okj]
+    # Rounds: load that came and went while a round ran (a busy machine, a shared spine) slows all its
+    # pairs together. A round's part is kept only where it stands out of what its k pairs' own noise
+    # would give it by chance (3 sigmas of a median of k); the pairs are then judged without it.
+    k_round = _round_size(rounds)
+    load = np.zeros(len(y))
+    if k_round:
+        with_rounds = _fit(ia, ib, y, len(names), rounds)
+        _c, sig_r = _honest_spread(ia, ib, y - with_rounds.load, with_rounds, len(names), s)
+        sig_r *= math.sqrt(k_round / (k_round - 1))
+        load = np.where(
+            np.abs(with_rounds.load) > 3 * 1.2533 * sig_r / math.sqrt(k_round), with_rounds.load, 0.0
+        )
+        if np.any(load != 0):
+            notes.append(
+                f"{len(np.unique(rounds[load != 0]))} round(s) ran under a load of their own (all their pairs "
+                "moved together): their pairs are judged with it taken out"
+            )
+    y = y - load
     fit = _fit(ia, ib, y, len(names))
-    # the residuals' spread, the slow tail trimmed; a fit of one part per host leaves fewer degrees
-    # of freedom than pairs, which the spread of the residuals understates
     # each pair against what each of its hosts gives with its *other* partners (the pair left out of
     # that host's part): an honest prediction, whose errors measure how consistent the fabric is
     end_a, end_b = _ends(ia, ib, y, fit, len(names))
     honest_all = end_a + end_b - (y - fit.mu)  # the pair less both hosts' parts, each without this pair
-    honest = honest_all[np.isfinite(honest_all)]
-    # the median absolute deviation resists many slow pairs (a bad spine link slows a third of them),
-    # but on the few dozen pairs of a small fleet it is itself too unsteady to set a bar with
-    centre, sigma = _robust(honest, s.mad_k) if len(honest) >= ROBUST_FROM else _spread(honest)
+    centre, sigma = _honest_spread(ia, ib, y, fit, len(names), s)
+    if np.any(load != 0):
+        sigma *= math.sqrt(k_round / (k_round - 1))  # the kept rounds' parts took some spread with them
+    inflate = math.sqrt(k_round / (k_round - 1)) if np.any(load != 0) else 1.0
     log_bar = min(math.log(s.slow_ratio), -s.mad_k * sigma)
     bar = math.exp(log_bar)
     to_fig = (lambda g: math.exp(g)) if higher else (lambda g: math.exp(-g))
@@ -529,6 +589,7 @@ def localise(
             centre2, sigma2 = (
                 _robust(rest_honest, s.mad_k) if len(rest_honest) >= ROBUST_FROM else _spread(rest_honest)
             )
+            sigma2 *= inflate
             if sigma2 > sigma:
                 centre, sigma = centre2, sigma2
                 log_bar = min(math.log(s.slow_ratio), -s.mad_k * sigma)

@@ -175,3 +175,39 @@ def test_localisation_json_keeps_what_the_second_pass_needs():
     # a localisation written before bar/references were kept still reads, and confirm falls back
     old = {k: v for k, v in loc.to_json().items() if k not in ("bar", "references", "nic_bar")}
     assert Localisation.from_json(old).bar is None
+
+
+# A real run (tests/integration/test_patterns.py::test_link_fault_names_the_pair_and_neither_host, on a
+# shared 2-core machine): 6 loopback hosts, the link host002 <-> host005 shaped to 200 Mbit/s, and
+# round 4 hit by load from elsewhere, all three of its pairs 3-5x down. (round, a, b, GB/s)
+LOADED_ROUND = [
+    (0, "host001", "host006", 0.2377),
+    (0, "host002", "host005", 0.0125),
+    (0, "host003", "host004", 0.4547),
+    (1, "host001", "host002", 0.4967),
+    (1, "host003", "host006", 0.4033),
+    (1, "host004", "host005", 0.3499),
+    (2, "host001", "host003", 0.4098),
+    (2, "host004", "host002", 0.3530),
+    (2, "host005", "host006", 0.2373),
+    (3, "host001", "host004", 0.2923),
+    (3, "host005", "host003", 0.3456),
+    (3, "host006", "host002", 0.2541),
+    (4, "host001", "host005", 0.0866),
+    (4, "host006", "host004", 0.1282),
+    (4, "host002", "host003", 0.0875),
+]
+
+
+def test_a_round_under_load_of_its_own_is_taken_out_and_the_link_still_named():
+    from sb_fleet.analysis.crossnode.localise import PairMatrix, PairResult
+
+    hosts = tuple(f"host00{i}" for i in range(1, 7))
+    pairs = tuple(PairResult(a, b, v, round=r, index=i % 3) for i, (r, a, b, v) in enumerate(LOADED_ROUND))
+    loc = localise(PairMatrix("tcp-bw", hosts, pairs, "GB/s"))
+    assert kinds(loc) == [("link", "host002 <-> host005")], (kinds(loc), loc.notes)
+    assert loc.culprits[0].confidence == "high"
+    assert any("1 round(s) ran under a load of their own" in n for n in loc.notes), loc.notes
+    # without the rounds the loaded round's spread hides the link: the rounds are what tells them apart
+    flat = PairMatrix("tcp-bw", hosts, tuple(PairResult(p.a, p.b, p.value) for p in pairs), "GB/s")
+    assert ("link", "host002 <-> host005") not in kinds(localise(flat))
