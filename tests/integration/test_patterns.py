@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -255,6 +256,54 @@ def test_pair_wise_names_the_slow_host(fleet8, run_root):
     html = (run_dir / "report.html").read_text()
     assert f"{slow.name} is slow with 7 of 7 partners" in html, report.stdout + report.stderr
     assert '<section class="pairmap" id="pairmap">' in html
+
+
+@contextlib.contextmanager
+def cpu_load() -> Iterator[subprocess.Popen]:
+    """A busy loop beside the run, as on a shared machine: every pair competes with it for a core, so the
+    healthy pairs spread (the noisy fabric the localisation must see through). Stopped by its own pid."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield busy
+    finally:
+        busy.kill()
+        busy.wait(10)
+
+
+def test_pair_wise_names_the_slow_host_at_6_hosts_under_cpu_load(fleet8, run_root):
+    """The issue's own case: 6 hosts, one shaped to 300 Mbit/s both ways, a busy machine. Every pair with the
+    slow host is many times slower than the healthy pairs, which themselves spread several-fold."""
+    slow = fleet8.hosts[4]
+    run_dir = run_root / "slowhost6"
+    slow_nic = [["match", "ip", "dst", f"{slow.addr}/32"], ["match", "ip", "src", f"{slow.addr}/32"]]
+    with cpu_load() as busy, shaped(slow_nic, probe=(fleet8.hosts[0].addr, slow.addr), rate="300mbit") as got:
+        r, took = validate(fleet8, inventory(fleet8, 6, "inv6.ini"), run_dir)
+        through = got()
+        still_busy = busy.poll() is None
+    doc = verdicts(run_dir, r)
+    values = sorted((round(p["value"], 4), p["a"], p["b"]) for p in doc["matrix"]["pairs"] if p.get("value"))
+    print(
+        f"pair-wise tcp-bw over 6 loopback hosts under CPU load (mpi mode, 5 rounds): {took:.1f} s (validate), "
+        f"load {os.getloadavg()}, {through} bytes shaped; pairs (GB/s): {values}"
+    )
+    assert still_busy, "the CPU load ended before the run did"
+    # the fault was in effect for the whole first pass: the slow host and its 5 partners each sent
+    # (1 warm-up + 3 steps) x 8 MiB through the shaped class (a qdisc removed from outside reads -1)
+    assert through >= 2 * 5 * 4 * 8 * 2**20, f"the planted fault was not in effect: {through} bytes shaped"
+    assert len(doc["matrix"]["pairs"]) == 15, r.stdout + r.stderr
+    failed = [p for p in doc["matrix"]["pairs"] if p.get("status", "ok") != "ok"]
+    assert not failed, [(p["a"], p["b"], p["round"], p.get("reason")) for p in failed]
+    culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]
+    assert culprits == [("node", slow.name)], (culprits, doc["localisation"], values, r.stdout[-2000:])
+    c = doc["localisation"]["culprits"][0]
+    assert c["confidence"] == "high" and (c["bad"], c["tested"]) == (5, 5), c
+    follow = json.loads((run_dir / "followup.json").read_text())["entries"]["tcp-bw"]["second_pass"]
+    again = follow["localisation"]["culprits"]
+    assert [(c["kind"], c["target"], c["confirmed"]) for c in again] == [("node", slow.name, True)], follow
+    verdict = {h["name"]: h for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
+    assert verdict[slow.name]["verdict"] == "fail", verdict[slow.name]
+    assert all(v["verdict"] == "pass" for h, v in verdict.items() if h != slow.name), verdict
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
 
 
 def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):

@@ -26,7 +26,9 @@ lacks is recorded as ``<metric>_miss`` (category ``FailedTest``) but is not a
 violation of a ``variance`` or ``value`` rule, so it neither labels the node
 defective nor counts in what the rule stores. (sb-fleet still reports it as a
 missed test, which makes the host ``incomplete``, never ``fail``.) Store rules'
-own categories never reach a host's categories. Multi rules may name store
+own categories never reach a host's categories, in SuperBench's files or in
+sb-fleet's host view: a multi rule that fires carries the store rules' violations
+as its evidence, under its own category. Multi rules may name store
 rules defined after them: rules are evaluated in file order, with each multi
 rule moved after the rules it reads (a cycle is an error).
 
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -308,9 +310,13 @@ def apply_rules(
                 r = int(row)
                 # SuperBench adds a multi rule's category even when the rule is stored.
                 record(r, f"{rule.name}:{rule.criteria.text}", rule.categories)
+                # The store rules' violations are the multi rule's evidence, under the multi rule's
+                # category: SuperBench never adds a store rule's category to a node (only a missed
+                # test's FailedTest, which stays as it is).
                 for k in rule.criteria.keys:
                     for iss in stored_issues.get(k, {}).get(r, []):
-                        add(bucket, r, iss)
+                        kept = iss.category == MISS_CATEGORY
+                        add(bucket, r, iss if kept else replace(iss, category=rule.categories))
                 add(
                     bucket,
                     r,
