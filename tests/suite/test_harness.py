@@ -287,6 +287,6 @@ def test_runner_timeout_and_dead_process_leave_results(tmp_path):
     two = rank_results(tmp_path / "res", "two")
     assert [r["rank"] for r in two] == [0, 1] and all(r["status"] == "ok" for r in two)
     summary = node_summary(two)
-    assert {"kernel-launch/event_time:0", "kernel-launch/event_time:1"} <= set(summary)
+    assert {"kernel-launch/torch_launch_time:0", "kernel-launch/torch_launch_time:1"} <= set(summary)
     assert all(math.isfinite(v) for v in summary.values())
     assert time.monotonic() - t0 < 150

@@ -235,7 +235,7 @@ def parse_query_gpu(
             )
         vals: dict[str, Any] = {}
         throttle: list[str] = []
-        for (_, attr, kind), raw in zip(fields, cols, strict=True):
+        for (_, attr, kind), raw in zip(fields, cols):  # noqa: B905 (3.9: lengths checked above)
             v = _conv(kind, raw)
             if attr in THROTTLE_HW.values():
                 if v:

@@ -42,12 +42,17 @@ def tiny_params(name: str, **extra) -> dict:
     return p
 
 
-def expected_metrics(precisions: list[str], actions: list[str], tflops: bool) -> set[str]:
+def expected_metrics(
+    precisions: list[str], actions: list[str], tflops: bool, energy: bool = False
+) -> set[str]:
+    """The metric names a model run gives; ``energy``: also the declared power and per-watt figures (a run
+    gives them only where the host has an energy counter)."""
     names = set()
     for p in precisions:
         for a in actions:
             names |= {f"{p}_{a}_step_time", f"{p}_{a}_throughput", f"{p}_{a}_device_busy"}
-            names |= {f"{p}_{a}_power", f"{p}_{a}_throughput_per_watt"}  # energy over the timed loop
+            if energy:
+                names |= {f"{p}_{a}_power", f"{p}_{a}_throughput_per_watt"}
             if a == "inference":
                 for q in ("50", "90", "95", "99", "99.9"):
                     names |= {f"{p}_inference_step_time_{q}", f"{p}_inference_throughput_{q}"}

@@ -87,7 +87,7 @@ def test_superbench_precision_spellings_map_to_metric_prefixes():
     args = cls.parse_params({"precision": ["float32", "float16", "fp16", "bfloat16"], "device": "cpu"})
     assert args["precision"] == ["fp32", "fp16", "bf16"]
     names = {m.name for m in cls(args).metrics()}
-    assert names == expected_metrics(["fp32", "fp16", "bf16"], ["train"], tflops=False)
+    assert names == expected_metrics(["fp32", "fp16", "bf16"], ["train"], tflops=False, energy=True)
     # SuperBench's defaults: fp32 and fp16 training.
     assert cls.parse_params({})["precision"] == ["fp32", "fp16"]
     assert cls.parse_params({})["model_action"] == ["train"]
@@ -99,7 +99,7 @@ def test_metric_names_units_and_reduction():
         cls.parse_params({"precision": ["fp16"], "model_action": ["train", "inference"], "device": "cpu"})
     )
     metrics = {m.name: m for m in bench.metrics()}
-    assert set(metrics) == expected_metrics(["fp16"], ["train", "inference"], tflops=True)
+    assert set(metrics) == expected_metrics(["fp16"], ["train", "inference"], tflops=True, energy=True)
     assert (
         metrics["fp16_train_step_time"].unit == "ms" and not metrics["fp16_train_step_time"].higher_is_better
     )
