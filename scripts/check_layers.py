@@ -114,7 +114,9 @@ def check_control_node(root: Path) -> list[str]:
             by_file[path.name].append(str(path.relative_to(root)))
     for fname, paths in sorted(by_file.items()):
         if len(paths) > 1:
-            bad.append(f"file name {fname} is used {len(paths)} times: {', '.join(paths)}; name each by what it holds")
+            bad.append(
+                f"file name {fname} is used {len(paths)} times: {', '.join(paths)}; name each by what it holds"
+            )
     return bad
 
 
