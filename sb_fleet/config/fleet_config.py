@@ -14,8 +14,9 @@ A SuperBench config loads as it is::
           parameters: {...}
           timeout: 600
 
-sb-fleet adds two optional top-level sections: ``fleet`` (how to reach and
-prepare hosts) and ``gates`` (pass/fail policy of the report). Unknown keys
+sb-fleet adds optional top-level sections: ``fleet`` (how to reach and
+prepare hosts), ``collect`` (what one host may cost the control node at collect,
+sb_fleet/config/collect_budgets.py) and ``gates`` (pass/fail policy of the report). Unknown keys
 are errors everywhere except under ``superbench.var``, which exists to hold
 YAML anchors, and a benchmark's ``parameters``, which each benchmark checks.
 """
@@ -27,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sb_fleet.config.collect_budgets import CollectBudgets, default_budgets
 from sb_fleet.config.container_settings import ContainerSettings
 from sb_fleet.config.gatespec import Gates
 from sb_fleet.config.traffic_patterns import PatternSpec
@@ -118,7 +120,9 @@ class FleetSettings(_Strict):
     known_hosts: str | None = None
     host_key_checking: Literal["strict", "accept-new"] = "strict"
     ssh_connect_timeout: int = Field(10, ge=1)
-    collect_timeout: int = Field(300, ge=1)
+    collect_timeout: int = Field(
+        300, ge=1
+    )  # s: the longest stall of one read at collect (per host: collect.host_timeout)
     # Environment of every benchmark process on the hosts, e.g. NCCL_IB_HCA, NCCL_SOCKET_IFNAME,
     # GLOO_SOCKET_IFNAME (set it to the interface the hosts reach each other on for multi-node runs).
     env: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -138,6 +142,7 @@ class Config(_Strict):
     version: str | None = None
     fleet: FleetSettings = Field(default_factory=lambda: FleetSettings.model_validate({}))
     superbench: SuperBenchSection
+    collect: CollectBudgets = Field(default_factory=default_budgets)
     gates: Gates = Field(default_factory=Gates)
 
 

@@ -41,7 +41,14 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
     try:
         with ex.progress.stage("collect", fetch):
             outcomes.update(
-                collect_all(targets, ex.ssh, ex.forks, run.config.fleet.collect_timeout, ex.progress.update)
+                collect_all(
+                    targets,
+                    ex.ssh,
+                    ex.forks,
+                    run.config.fleet.collect_timeout,
+                    ex.progress.update,
+                    run.config.collect,
+                )
             )
     except CollectAborted as exc:
         # The control node's disk is full: record who was collected if the disk still takes it, then stop.
