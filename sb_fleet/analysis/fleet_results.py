@@ -2,13 +2,18 @@
 
 The input is either a run directory (``manifest.json`` inside) or any
 SuperBench ``results-summary.jsonl``. A malformed line (truncated JSON, a
-non-numeric value, a node seen twice) is reported with its line number and
-the rest of the file is analysed.
+node seen twice, JSON nested too deep) is reported with its line number and
+the rest of the file is analysed. A value that is not a finite number (NaN,
+±inf, a string, a number past the double range) is an invalid value of its
+metric: reported as a line problem and kept in :attr:`Fleet.invalid`, which
+the report turns into a failing issue of the host
+(:mod:`sb_fleet.analysis.invalid_values`); ``null`` is SuperBench's "no value"
+and stays absent. A run directory adds the invalid values the normaliser
+found in the hosts' raw files (``invalid-values.json``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -18,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from sb_fleet import bounded_json
 from sb_fleet.analysis.superbench.metric_names import Directions, MetricInfo, load_metrics_json
 from sb_fleet.errors import ResultsError
+from sb_fleet.rundir.normalize import INVALID_VALUES, shown
 from sb_fleet.safe_files import safe_name
 
 SUMMARY = "results-summary.jsonl"
@@ -68,6 +75,7 @@ class Fleet:
     expected_benchmarks: list[str] | None = None  # from plan.json
     directions: Directions = field(default_factory=Directions)
     run_dir: Path | None = None
+    invalid: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> {metric: invalid value}
 
     def column_index(self) -> dict[str, int]:
         return {c: i for i, c in enumerate(self.columns)}
@@ -86,13 +94,14 @@ def _loader() -> Callable[[bytes], Any]:
 
         fast = orjson.loads
     except ImportError:  # pragma: no cover - orjson is a dependency, this is a fallback
-        return json.loads
+        return bounded_json.loads
 
     def loads(line: bytes) -> Any:
         try:
             return fast(line)
         except ValueError:
-            return json.loads(line)  # accepts what orjson refuses (NaN, Infinity), or raises the same way
+            # accepts what orjson refuses (NaN, Infinity, 1e400), within bounds (depth, size), or raises
+            return bounded_json.loads(line)
 
     return loads
 
@@ -101,7 +110,16 @@ _NUMERIC = {int, float}
 
 
 def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[LineProblem]]:
-    """Parse a results-summary.jsonl. Returns hosts, columns, matrix and per-line problems.
+    """Parse a results-summary.jsonl. Returns hosts, columns, matrix and per-line problems."""
+    hosts, columns, matrix, problems, _ = parse_summary_checked(path)
+    return hosts, columns, matrix, problems
+
+
+def parse_summary_checked(
+    path: Path,
+) -> tuple[list[str], list[str], np.ndarray, list[LineProblem], dict[str, dict[str, str]]]:
+    """Parse a results-summary.jsonl. Returns hosts, columns, matrix, per-line problems and the
+    invalid values (host -> {metric: value as text}).
 
     Lines written by one tool share their key order, so each distinct key
     layout is resolved to column indexes once; a line with only numbers
@@ -123,6 +141,7 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
         tuple[int, np.ndarray, np.ndarray]
     ] = []  # rows with a non-numeric value: (row, cols, values)
     loads = _loader()
+    invalid: dict[str, dict[str, str]] = {}
 
     def columns_for(keys: list[str]) -> np.ndarray:
         out = np.empty(len(keys), dtype=np.int64)
@@ -139,7 +158,8 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
         try:
             obj = loads(line)
         except (ValueError, UnicodeDecodeError) as exc:
-            problems.append(LineProblem(name, lineno, f"not valid JSON ({exc}); line skipped"))
+            why = " ".join(str(exc).split())[:200]
+            problems.append(LineProblem(name, lineno, f"not valid JSON ({why}); line skipped"))
             continue
         if not isinstance(obj, dict):
             problems.append(LineProblem(name, lineno, "not a JSON object; line skipped"))
@@ -180,13 +200,15 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
         for j, v in enumerate(vals):
             if v is None:
                 continue  # SuperBench writes null for a value it could not produce
-            if type(v) in _NUMERIC and not math.isinf(v):
+            if type(v) in _NUMERIC and _finite(v):
                 good_c.append(int(cols[j]))
                 good_v.append(float(v))
             else:
                 bad.append((kk[j], v))
         if bad:
             problems.append(_bad_values(name, lineno, node, bad))
+            for k, v in bad:
+                invalid.setdefault(node, {}).setdefault(str(k), shown(v))
         odd_rows.append((row, np.array(good_c, dtype=np.int64), np.array(good_v, dtype=float)))
     columns = list(col_idx)
     matrix = np.full((len(hosts), len(columns)), np.nan)
@@ -194,19 +216,27 @@ def parse_summary(path: Path) -> tuple[list[str], list[str], np.ndarray, list[Li
         if not rows_of or not len(cols):
             continue
         block = np.array(vals_of, dtype=float)  # one conversion per layout, not one per line
-        inf = np.isinf(block)
+        inf = ~np.isfinite(block)  # NaN, ±inf: invalid values, never "absent"
         if inf.any():
             kk = keys_wo(keys, pos)
             for r, j in zip(*np.nonzero(inf), strict=True):
                 host = hosts[rows_of[r]]
                 problems.append(_bad_values(name, first_line[host], host, [(kk[j], float(block[r, j]))]))
+                invalid.setdefault(host, {}).setdefault(kk[j], shown(float(block[r, j])))
             block[inf] = np.nan
         matrix[np.ix_(np.asarray(rows_of), cols)] = block
     for row, cols_h, vals_h in odd_rows:
         if len(cols_h):
             matrix[row, cols_h] = vals_h
     problems.sort(key=lambda p: p.line)
-    return hosts, columns, matrix, problems
+    return hosts, columns, matrix, problems, invalid
+
+
+def _finite(v: int | float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past the double range
+        return False
 
 
 def keys_wo(keys: tuple[str, ...], pos: int) -> list[str]:
@@ -214,14 +244,14 @@ def keys_wo(keys: tuple[str, ...], pos: int) -> list[str]:
 
 
 def _bad_values(path: str, lineno: int, node: str, bad: list[tuple[str, Any]]) -> LineProblem:
-    shown = ", ".join(f"{k!r}={v!r}"[:80] for k, v in bad[:3])
+    text = ", ".join(f"{k!r}={shown(v)}"[:80] for k, v in bad[:3])
     more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-    return LineProblem(path, lineno, f"node {node!r}: non-numeric value(s) ignored: {shown}{more}")
+    return LineProblem(path, lineno, f"node {node!r}: invalid value(s), not a finite number: {text}{more}")
 
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return bounded_json.read(path)
     except (OSError, ValueError) as exc:
         raise ResultsError(path, None, f"cannot read ({exc})", "the run directory may be damaged") from exc
 
@@ -281,7 +311,7 @@ def _host_facts(run: Path, host: str, facts: set[str] | None = None) -> dict:
     if not p.is_file():
         return {}
     try:
-        data = json.loads(p.read_text())
+        data = bounded_json.read(p)
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -311,16 +341,22 @@ def load_fleet(source: Path) -> Fleet:
         raise ResultsError(
             source, None, "no such file or directory", f"give a run directory or a {SUMMARY} file"
         )
-    hosts, columns, values, problems = parse_summary(source)
-    return Fleet(source=str(source), hosts=hosts, columns=columns, values=values, problems=problems)
+    hosts, columns, values, problems, invalid = parse_summary_checked(source)
+    return Fleet(
+        source=str(source), hosts=hosts, columns=columns, values=values, problems=problems, invalid=invalid
+    )
 
 
 def _load_run_dir(run: Path) -> Fleet:
     summary = run / SUMMARY
+    invalid: dict[str, dict[str, str]] = {}
     if summary.is_file():
-        hosts, columns, values, problems = parse_summary(summary)
+        hosts, columns, values, problems, invalid = parse_summary_checked(summary)
     else:
         hosts, columns, values, problems = [], [], np.full((0, 0), np.nan), []
+    for host, metrics in _load_invalid(run).items():  # what the normaliser left out of the summary
+        for metric, value in metrics.items():
+            invalid.setdefault(host, {}).setdefault(metric, value)
     expected = _load_hosts(run)
     if not expected:
         outcomes = _load_outcomes(run)
@@ -354,4 +390,15 @@ def _load_run_dir(run: Path) -> Fleet:
         expected_benchmarks=benchmarks,
         directions=Directions(declared),
         run_dir=run,
+        invalid=invalid,
     )
+
+
+def _load_invalid(run: Path) -> dict[str, dict[str, str]]:
+    p = run / INVALID_VALUES
+    if not p.is_file():
+        return {}
+    data = _read_json(p)
+    if not isinstance(data, dict):
+        raise ResultsError(p, None, "expected an object of host name -> {metric: value}")
+    return {str(h): {str(k): str(v) for k, v in m.items()} for h, m in data.items() if isinstance(m, dict)}

@@ -10,10 +10,10 @@ every host off the tied digests' first is flagged and the detail says so.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
+from sb_fleet import bounded_json
 from sb_fleet.analysis.fleet_results import Fleet
 from sb_fleet.analysis.issues import FAIL, Issue
 
@@ -29,7 +29,7 @@ def host_digests(run_dir: Path, hosts: list[str]) -> dict[str, str]:
     for h in hosts:
         p = Path(run_dir) / "facts" / f"{safe_name(h)}.json"
         try:
-            d = json.loads(p.read_text())
+            d = bounded_json.read(p)
         except (OSError, ValueError):
             continue
         v = d.get(METRIC) if isinstance(d, dict) else None

@@ -14,9 +14,10 @@ A SuperBench config loads as it is::
           parameters: {...}
           timeout: 600
 
-sb-fleet adds three optional top-level sections: ``fleet`` (how to reach and
-prepare hosts), ``gates`` (pass/fail policy of the report) and ``health`` (the checks before the
-benchmarks: :mod:`sb_fleet.config.health_profiles`). Unknown keys
+sb-fleet adds optional top-level sections: ``fleet`` (how to reach and prepare hosts), ``collect``
+(what one host may cost the control node at collect, sb_fleet/config/collect_budgets.py), ``gates``
+(pass/fail policy of the report), ``health`` (the checks before the benchmarks:
+:mod:`sb_fleet.config.health_profiles`) and ``slurm`` (the fleet from Slurm). Unknown keys
 are errors everywhere except under ``superbench.var``, which exists to hold
 YAML anchors, and a benchmark's ``parameters``, which each benchmark checks.
 """
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sb_fleet.config.collect_budgets import CollectBudgets, default_budgets
 from sb_fleet.config.container_settings import ContainerSettings
 from sb_fleet.config.gatespec import Gates
 from sb_fleet.config.health_profiles import HealthSettings
@@ -168,7 +170,9 @@ class FleetSettings(_Strict):
     known_hosts: str | None = None
     host_key_checking: Literal["strict", "accept-new"] = "strict"
     ssh_connect_timeout: int = Field(10, ge=1)
-    collect_timeout: int = Field(300, ge=1)
+    collect_timeout: int = Field(
+        300, ge=1
+    )  # s: the longest stall of one read at collect (per host: collect.host_timeout)
     # Environment of every benchmark process on the hosts, e.g. NCCL_IB_HCA, NCCL_SOCKET_IFNAME,
     # GLOO_SOCKET_IFNAME (set it to the interface the hosts reach each other on for multi-node runs).
     env: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -193,6 +197,7 @@ class Config(_Strict):
     version: str | None = None
     fleet: FleetSettings = Field(default_factory=lambda: FleetSettings.model_validate({}))
     superbench: SuperBenchSection
+    collect: CollectBudgets = Field(default_factory=default_budgets)
     gates: Gates = Field(default_factory=Gates)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)  # -i slurm:..., sb-fleet drain
     health: HealthSettings = Field(default_factory=lambda: HealthSettings.model_validate({}))

@@ -1,16 +1,30 @@
 """Collect: bring every host's result files back, in parallel, fetching only what is missing.
 
-One SSH connection per host (paramiko), two commands on it: a listing with
-checksums (``find`` + ``sha256sum``), then one ``tar`` stream of just the
-files that are missing or changed locally. Each file is written under a
-temporary name, its checksum verified, then renamed into
-``raw/<host>/``: a dropped connection keeps every file already fetched, and
-never leaves a partial file under a final name. Hosts with
-``ansible_connection=local`` are copied from the local file system by the
-same rules.
+One SSH connection per host (paramiko) and three commands on it: a listing of the results
+directory (``find -printf``: type, size and path of every entry, NUL-separated), the checksums of the
+files that will be kept (``sha256sum``), then one ``tar`` stream of just the files that are missing or
+changed locally. Each file is written under a temporary name, its checksum verified, then renamed
+into ``raw/<host>/``: a dropped connection keeps every file already fetched, and never leaves a
+partial file under a final name. Hosts with ``ansible_connection=local`` are read from the local
+file system by the same rules.
 
-Remote paths are user input (inventory variables): they reach the remote
-shell only through :func:`sh_path`, which quotes them.
+A host can only hurt itself (budgets: the config's ``collect`` section,
+:class:`sb_fleet.config.collect_budgets.CollectBudgets`, docs/collect-budgets.md):
+
+* the whole host has ``host_timeout`` seconds of wall time (a watchdog closes its connection), and
+  each read at most ``fleet.collect_timeout`` seconds of stall;
+* the listing is parsed as it streams in, never held whole: at most ``max_files`` entries and
+  :data:`MAX_RECORD` bytes per entry, else the host fails at once;
+* a file over ``max_file_bytes``, the files past ``max_host_bytes`` (in path order), a special file
+  (fifo, socket, device, symlink), a path that clashes with another (``x`` a file and ``x/y``) or
+  with what was collected before, an unsafe or non-UTF-8 name: not fetched, and the host's collect
+  is failed, naming the first such problem; its other files are still fetched;
+* the tar stream may carry no more than the listed files' bytes, and no header larger than
+  :data:`MAX_TAR_HEADER` bytes;
+* a listing command that fails (a missing ``find``: exit 127) fails the host.
+
+Every other host is collected as usual. Remote paths are user input (inventory variables): they
+reach the remote shell only through :func:`sh_path`, which quotes them.
 """
 
 from __future__ import annotations
@@ -18,15 +32,17 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import stat
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
+from sb_fleet.config.collect_budgets import CollectBudgets, default_budgets
 from sb_fleet.config.inventory import Host
 from sb_fleet.errors import InfraError
 from sb_fleet.fleet.progress import RUNNING
@@ -35,6 +51,17 @@ from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.safe_files import ChecksumMismatch, atomic_write_stream, sha256_file
 
 _KH_LOCK = threading.Lock()
+MAX_RECORD = 4096 + 64  # bytes of one listing entry: PATH_MAX and its type and size
+MAX_TAR_HEADER = 64 << 10  # bytes of a tar long-name or pax header
+MAX_COMMAND = 64 << 10  # bytes of one remote command line (checksums and tar, in batches)
+KINDS = {
+    "p": "fifo",
+    "s": "socket",
+    "c": "character device",
+    "b": "block device",
+    "l": "symlink",
+    "D": "door",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +69,10 @@ class CollectTarget:
     host: Host
     remote_dir: str  # the host's results directory, may start with ~/
     local_dir: Path
+
+
+class HostRefused(Exception):
+    """The host is past a collect budget or sent what cannot be taken: its collect fails (this host only)."""
 
 
 def sh_path(path: str) -> str:
@@ -64,24 +95,182 @@ def safe_rel(rel: str) -> str | None:
     return "/".join(parts)
 
 
+def _unescape(name: str) -> str:
+    """A name as ``sha256sum`` escapes it (a line starting with a backslash): ``\\n``, ``\\r``, ``\\\\``."""
+    out, i = [], 0
+    while i < len(name):
+        c = name[i]
+        if c == "\\" and i + 1 < len(name):
+            out.append({"n": "\n", "r": "\r", "\\": "\\"}.get(name[i + 1], name[i + 1]))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 def parse_listing(text: str) -> dict[str, str]:
     """``sha256sum`` output -> {relative path: digest}; lines that are not a checksum are ignored."""
     out = {}
     for line in text.splitlines():
-        digest, _, name = line.partition("  ")
+        escaped = line.startswith("\\")
+        digest, _, name = line[1 if escaped else 0 :].partition("  ")
         if len(digest) != 64 or not name:
             continue
+        if escaped:
+            name = _unescape(name)
         rel = safe_rel(name[2:] if name.startswith("./") else name)
         if rel:
             out[rel] = digest
     return out
 
 
+MAX_PROBLEMS = 20  # problems kept per host (the rest only counted)
+
+
+@dataclass
+class Listing:
+    """A results directory as listed: regular files (path -> size), directories, and what is wrong.
+    Every entry counts against ``max_files``, a refused or repeated one too."""
+
+    files: dict[str, int] = field(default_factory=dict)
+    dirs: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    seen: int = 0
+    more_problems: int = 0
+
+    def problem(self, text: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(text)
+        else:
+            self.more_problems += 1
+
+    def add(self, kind: str, size: int, path: str, max_files: int) -> None:
+        self.seen += 1
+        if self.seen > max_files:
+            raise HostRefused(f"the results directory has more than {max_files} entries (collect.max_files)")
+        try:
+            path.encode()
+        except UnicodeEncodeError:
+            self.problem(f"a file name that is not UTF-8 ({path[:80]!r}): not fetched")
+            return
+        rel = safe_rel(path)
+        if rel is None or rel != path:
+            self.problem(f"unsafe path {path[:120]!r} in the listing: not fetched")
+            return
+        if rel in self.files or rel in self.dirs:
+            self.problem(f"{rel}: listed twice: not fetched")
+            return
+        if kind == "f":
+            self.files[rel] = size
+        elif kind == "d":
+            self.dirs.add(rel)
+        else:
+            self.problem(f"{rel}: a {KINDS.get(kind, 'special file')}, not a regular file: not fetched")
+
+
+class ListingParser:
+    """``find -printf '%y %s %P\\0'`` output, fed as it streams in: never more than one record held."""
+
+    def __init__(self, max_files: int):
+        self.max_files = max_files
+        self.listing = Listing()
+        self._rest = b""
+
+    def feed(self, data: bytes) -> None:
+        parts = (self._rest + data).split(b"\0")
+        self._rest = parts.pop()
+        if len(self._rest) > MAX_RECORD:
+            raise HostRefused(f"a listing entry longer than {MAX_RECORD} bytes: the listing is not find's")
+        for rec in parts:
+            self._record(rec)
+
+    def close(self) -> Listing:
+        if self._rest:
+            raise HostRefused("the listing ends in the middle of an entry")
+        return self.listing
+
+    def _record(self, rec: bytes) -> None:
+        if len(rec) > MAX_RECORD:
+            raise HostRefused(f"a listing entry longer than {MAX_RECORD} bytes: the listing is not find's")
+        kind, sp1, rest = rec.partition(b" ")
+        size, sp2, path = rest.partition(b" ")
+        if len(kind) != 1 or not sp1 or not sp2 or not size.isdigit() or len(size) > 19 or not path:
+            raise HostRefused(f"a malformed listing entry {rec[:80]!r}: the listing is not find's")
+        name = path.decode(errors="surrogateescape")
+        self.listing.add(kind.decode(errors="replace"), int(size), name, self.max_files)
+
+
+def parse_find_listing(data: bytes, max_files: int) -> Listing:
+    """A whole listing at once (the streaming parser, fed one buffer)."""
+    p = ListingParser(max_files)
+    p.feed(data)
+    return p.close()
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _exists(p: Path) -> bool:
+    try:
+        os.lstat(p)
+    except OSError:
+        return False
+    return True
+
+
+def plan_fetch(listing: Listing, local_root: Path, budgets: CollectBudgets) -> dict[str, int]:
+    """The files that may be fetched (path -> size); what may not is added to ``listing.problems``."""
+    ok: dict[str, int] = {}
+    total = 0
+    over_host: list[str] = []
+    for rel in sorted(listing.files):
+        size = listing.files[rel]
+        parts = rel.split("/")
+        ancestors = ["/".join(parts[:i]) for i in range(1, len(parts))]
+        clash = next((a for a in ancestors if a in listing.files), None)
+        if clash is not None:
+            listing.problem(f"path clash: {clash} is a file and {rel} is below it: {rel} not fetched")
+            continue
+        if rel in listing.dirs or _is_dir(local_root / rel):
+            listing.problem(f"path clash: {rel} is a file and a directory: not fetched")
+            continue
+        local_clash = next(
+            (a for a in ancestors if _exists(local_root / a) and not _is_dir(local_root / a)), None
+        )
+        if local_clash is not None:
+            listing.problem(
+                f"path clash: {local_clash} was collected as a file and {rel} is below it: not fetched"
+            )
+            continue
+        if size > budgets.max_file_bytes:
+            listing.problem(
+                f"{rel}: {size} bytes, over the {budgets.max_file_bytes}-byte limit per file "
+                f"(collect.max_file_bytes): not fetched"
+            )
+            continue
+        if total + size > budgets.max_host_bytes:
+            over_host.append(rel)
+            continue
+        total += size
+        ok[rel] = size
+    if over_host:
+        listing.problem(
+            f"the host's files total more than {budgets.max_host_bytes} bytes (collect.max_host_bytes): "
+            f"{len(over_host)} file(s) not fetched, from {over_host[0]}"
+        )
+    return ok
+
+
 def local_digests(root: Path) -> dict[str, str]:
     out = {}
     if root.is_dir():
         for p in root.rglob("*"):
-            if p.is_file() and not p.name.startswith("."):
+            if p.is_file() and not p.is_symlink() and not p.name.startswith("."):
                 out[str(p.relative_to(root))] = sha256_file(p)
     return out
 
@@ -149,72 +338,294 @@ def _exec(client, command: str, timeout: float) -> tuple[int, bytes, bytes]:  # 
 
 
 def listing_command(remote_dir: str) -> str:
+    """Type, size and path of every entry of the results directory (hidden ones pruned), NUL-ended."""
     return (
-        f"cd {sh_path(remote_dir)} 2>/dev/null || exit 3; find . -type f ! -name '.*' -exec sha256sum {{}} +"
+        f"cd {sh_path(remote_dir)} 2>/dev/null || exit 3; "
+        "exec find . -mindepth 1 -name '.*' -prune -o -printf '%y %s %P\\0'"
     )
 
 
-def collect_remote(t: CollectTarget, ssh: SshSettings, timeout: float) -> tuple[int, int]:
-    """Fetch what is missing from one SSH host; (files fetched, files listed). Raises on failure."""
+@dataclass
+class Fetched:
+    fetched: int
+    listed: int
+    problems: list[str] = field(default_factory=list)
+
+
+class _Channel:
+    """One remote command's stdout as a bounded stream: at most ``limit`` bytes (else :class:`HostRefused`),
+    each read waiting at most the channel's stall timeout; stderr kept to its first 2,000 bytes."""
+
+    def __init__(self, client: Any, command: str, stall: float, limit: int, what: str):
+        self.chan = client.get_transport().open_session(timeout=stall)
+        self.chan.settimeout(stall)
+        self.chan.exec_command(command)
+        self.stall = stall
+        self.limit = limit
+        self.what = what
+        self.total = 0
+        self.err = bytearray()
+
+    def _drain_stderr(self) -> None:
+        while self.chan.recv_stderr_ready():
+            e = self.chan.recv_stderr(1 << 16)
+            if not e:
+                break
+            if len(self.err) < 2000:
+                self.err += e[: 2000 - len(self.err)]
+
+    def read(self, n: int = -1) -> bytes:
+        self._drain_stderr()
+        data = self.chan.recv(1 << 16 if n is None or n < 0 else min(n, 1 << 16))
+        self.total += len(data)
+        if self.total > self.limit:
+            raise HostRefused(f"the host sent more than {self.limit} bytes for {self.what}")
+        return data
+
+    def chunks(self) -> Iterator[bytes]:
+        while True:
+            data = self.read()
+            if not data:
+                return
+            yield data
+
+    def exit_status(self) -> tuple[int, str]:
+        self._drain_stderr()
+        if not self.chan.status_event.wait(self.stall):
+            raise TimeoutError(f"no exit status for {self.what} within {self.stall}s")
+        self._drain_stderr()
+        rc = self.chan.recv_exit_status()
+        self.chan.close()
+        return rc, " ".join(self.err.decode(errors="replace").split())[:300]
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A tar member whose long-name or pax header may not exceed :data:`MAX_TAR_HEADER` bytes (tarfile
+    reads such headers whole into memory)."""
+
+    @classmethod
+    def fromtarfile(cls, tarfile_: tarfile.TarFile) -> _BoundedTarInfo:
+        fileobj: Any = tarfile_.fileobj
+        buf = fileobj.read(tarfile.BLOCKSIZE)
+        obj = cls.frombuf(buf, tarfile_.encoding or "utf-8", tarfile_.errors)
+        long_header = obj.type in (
+            *tarfile.GNU_TYPES,
+            tarfile.XHDTYPE,
+            tarfile.XGLTYPE,
+            tarfile.SOLARIS_XHDTYPE,
+        )
+        if long_header and obj.size > MAX_TAR_HEADER:
+            raise HostRefused(f"a tar header of {obj.size} bytes (more than {MAX_TAR_HEADER})")
+        obj.offset = fileobj.tell() - tarfile.BLOCKSIZE
+        return obj._proc_member(tarfile_)  # type: ignore[attr-defined]
+
+
+def _command_batches(prefix: str, paths: list[str]) -> Iterable[list[str]]:
+    """``paths`` in batches whose command line stays under :data:`MAX_COMMAND` bytes."""
+    batch: list[str] = []
+    size = len(prefix)
+    for p in paths:
+        n = len(shlex.quote(p)) + 1
+        if batch and size + n > MAX_COMMAND:
+            yield batch
+            batch, size = [], len(prefix)
+        batch.append(p)
+        size += n
+    if batch:
+        yield batch
+
+
+def _tar_limit(sizes: Iterable[int]) -> int:
+    """The most bytes a tar of files of these sizes may take: headers, padding, long names, the end."""
+    return sum(3 * tarfile.BLOCKSIZE + 2 * MAX_TAR_HEADER + -(-s // 512) * 512 for s in sizes) + (1 << 20)
+
+
+def collect_remote(
+    t: CollectTarget, ssh: SshSettings, timeout: float, budgets: CollectBudgets | None = None
+) -> Fetched:
+    """Fetch what is missing from one SSH host within the budgets. Raises on failure (:class:`HostRefused`
+    for a budget or what cannot be taken, ``FileNotFoundError`` for no results directory, connection
+    errors as they come)."""
+    budgets = budgets or default_budgets()
+    t0 = time.monotonic()
     client = connect(t.host, ssh)
+    expired = threading.Event()
+
+    def watchdog() -> None:
+        expired.set()
+        client.close()  # every read on this host's connection ends now
+
+    left = budgets.host_timeout - (time.monotonic() - t0)
+    timer = threading.Timer(max(0.0, left), watchdog)
+    timer.daemon = True
+    timer.start()
+    too_long = f"took longer than {budgets.host_timeout}s (collect.host_timeout): stopped"
     try:
-        client.get_transport().set_keepalive(15)
-        rc, out, err = _exec(client, listing_command(t.remote_dir), timeout)
-        if rc == 3:
-            raise FileNotFoundError(f"no results on the host ({t.remote_dir} does not exist)")
-        remote = parse_listing(out.decode(errors="replace"))
-        todo = missing(remote, local_digests(t.local_dir))
-        if not todo:
-            return 0, len(remote)
-        fetched = 0
-        # One tar stream for all missing files; batches keep the command line short.
-        for batch in _batches(todo, 400):
-            cmd = f"cd {sh_path(t.remote_dir)} && tar -cf - -- " + " ".join(shlex.quote(p) for p in batch)
-            _, stdout, _ = client.exec_command(cmd, timeout=timeout)
-            with tarfile.open(fileobj=stdout, mode="r|") as tar:
-                for m in tar:
-                    rel = safe_rel(m.name)
-                    if rel is None or not m.isfile() or rel not in remote:
-                        continue
-                    f = tar.extractfile(m)
-                    if f is not None and store_member(t.local_dir, rel, f, remote[rel]):
-                        fetched += 1
-        return fetched, len(remote)
+        result = _collect_on(client, t, timeout, budgets)
+    except Exception:
+        if expired.is_set():  # whatever the closed connection looked like (an error, an early end)
+            raise HostRefused(too_long) from None
+        raise
     finally:
+        timer.cancel()
         client.close()
+    if expired.is_set():
+        raise HostRefused(too_long)
+    return result
 
 
-def collect_local(t: CollectTarget) -> tuple[int, int]:
+def _collect_on(client: Any, t: CollectTarget, timeout: float, budgets: CollectBudgets) -> Fetched:
+    client.get_transport().set_keepalive(15)
+    d = sh_path(t.remote_dir)
+    # 1. The listing, parsed as it streams in.
+    ls = _Channel(
+        client, listing_command(t.remote_dir), timeout, budgets.max_files * MAX_RECORD, "the listing"
+    )
+    parser = ListingParser(budgets.max_files)
+    for chunk in ls.chunks():
+        parser.feed(chunk)
+    rc, err = ls.exit_status()
+    if rc == 3:
+        raise FileNotFoundError(f"no results on the host ({t.remote_dir} does not exist)")
+    if rc != 0:
+        raise HostRefused(f"the listing command failed (exit {rc}){': ' + err if err else ''}")
+    listing = parser.close()
+    sizes = plan_fetch(listing, t.local_dir, budgets)
+    # 2. Checksums of the files that may be fetched.
+    remote: dict[str, str] = {}
+    prefix = f"cd {d} && exec sha256sum -- "
+    for batch in _command_batches(prefix, sorted(sizes)):
+        limit = sum(2 * len(p) + 80 for p in batch) + 4096
+        ch = _Channel(client, prefix + " ".join(shlex.quote(p) for p in batch), timeout, limit, "checksums")
+        out = b"".join(ch.chunks())
+        ch.exit_status()  # a file gone since the listing has no checksum: reported below
+        got = parse_listing(out.decode(errors="replace"))
+        remote.update({rel: got[rel] for rel in batch if rel in got})
+    unsummed = [rel for rel in sizes if rel not in remote]
+    if unsummed:
+        listing.problem(f"{unsummed[0]}: no checksum from the host (gone since the listing?): not fetched")
+    # 3. One tar stream per batch of the files missing here.
+    todo = missing(remote, local_digests(t.local_dir))
+    fetched = 0
+    bad: list[str] = []
+    tprefix = f"cd {d} && exec tar -cf - -- "
+    for batch in _command_batches(tprefix, todo):
+        wanted = set(batch)
+        cmd = tprefix + " ".join(shlex.quote(p) for p in batch)
+        stream = _Channel(client, cmd, timeout, _tar_limit(sizes[p] for p in batch), "the tar stream")
+        with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as tar:  # type: ignore[call-overload]
+            for m in tar:
+                rel = safe_rel(m.name)
+                if rel is None or not m.isfile() or rel not in wanted or m.size != sizes[rel]:
+                    continue
+                f = tar.extractfile(m)
+                if f is not None and store_member(t.local_dir, rel, f, remote[rel]):
+                    fetched += 1
+                    wanted.discard(rel)
+        stream.exit_status()
+        bad.extend(sorted(wanted))
+    if bad:
+        listing.problem(f"{bad[0]}: not received whole (changed since the listing?){_more(bad)}")
+    return Fetched(fetched, len(listing.files), _problems(listing))
+
+
+def _problems(listing: Listing) -> list[str]:
+    extra = [f"{listing.more_problems} more problem(s) not shown"] if listing.more_problems else []
+    return listing.problems + extra
+
+
+def _more(items: list[str]) -> str:
+    return f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+
+
+def _walk_local(src: Path, max_files: int) -> Listing:
+    """A local results directory as :class:`Listing` (hidden entries skipped, symlinks not followed)."""
+    listing = Listing()
+    todo = [src]
+    while todo:
+        d = todo.pop()
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name.startswith("."):
+                    continue
+                rel = os.path.relpath(e.path, src).replace(os.sep, "/")
+                st = e.stat(follow_symlinks=False)
+                mode = st.st_mode
+                if stat.S_ISDIR(mode):
+                    listing.add("d", 0, rel, max_files)
+                    todo.append(Path(e.path))
+                elif stat.S_ISREG(mode):
+                    listing.add("f", st.st_size, rel, max_files)
+                else:
+                    kind = (
+                        "l"
+                        if stat.S_ISLNK(mode)
+                        else "p"
+                        if stat.S_ISFIFO(mode)
+                        else "s"
+                        if stat.S_ISSOCK(mode)
+                        else "c"
+                    )
+                    listing.add(kind, 0, rel, max_files)
+    return listing
+
+
+def collect_local(t: CollectTarget, budgets: CollectBudgets | None = None) -> Fetched:
+    budgets = budgets or default_budgets()
     src = Path(os.path.expanduser(t.remote_dir))
     if not src.is_dir():
         raise FileNotFoundError(f"no results on the host ({t.remote_dir} does not exist)")
-    remote = local_digests(src)
+    listing = _walk_local(src, budgets.max_files)
+    sizes = plan_fetch(listing, t.local_dir, budgets)
+    remote = {rel: sha256_file(src / rel) for rel in sizes}
     fetched = 0
     for rel in missing(remote, local_digests(t.local_dir)):
         with open(src / rel, "rb") as f:
             if store_member(t.local_dir, rel, f, remote[rel]):
                 fetched += 1
-    return fetched, len(remote)
+    return Fetched(fetched, len(listing.files), _problems(listing))
 
 
-def collect_host(t: CollectTarget, ssh: SshSettings, timeout: float) -> HostOutcome:
+def collect_host(
+    t: CollectTarget, ssh: SshSettings, timeout: float, budgets: CollectBudgets | None = None
+) -> HostOutcome:
     """Collect one host and say how it went; never raises for a host's own trouble."""
     import paramiko
 
     t0 = time.monotonic()
     name = t.host.name
     try:
-        fetched, listed = collect_local(t) if t.host.is_local else collect_remote(t, ssh, timeout)
+        r = collect_local(t, budgets) if t.host.is_local else collect_remote(t, ssh, timeout, budgets)
+        details: dict[str, Any] = {"fetched": r.fetched, "listed": r.listed}
+        if r.problems:
+            details["problems"] = r.problems[:20]
+            return HostOutcome(
+                name,
+                "collect",
+                Outcome.FAILED,
+                f"collect failed: {r.problems[0]}{_more(r.problems)}; fetched {r.fetched} of {r.listed} file(s)",
+                round(time.monotonic() - t0, 3),
+                details,
+            )
         return HostOutcome(
             name,
             "collect",
             Outcome.OK,
-            f"fetched {fetched} of {listed} file(s)",
+            f"fetched {r.fetched} of {r.listed} file(s)",
             round(time.monotonic() - t0, 3),
-            {"fetched": fetched, "listed": listed},
+            details,
         )
     except InfraError:
         raise
+    except HostRefused as exc:
+        return HostOutcome(
+            name,
+            "collect",
+            Outcome.FAILED,
+            f"collect failed: {exc}",
+            round(time.monotonic() - t0, 3),
+            {**_kept(t.local_dir), "refused": str(exc)},
+        )
     except paramiko.BadHostKeyException:
         return HostOutcome(
             name,
@@ -284,6 +695,7 @@ def collect_all(
     parallel: int,
     timeout: float,
     progress: Callable[[str, Outcome | str, str], None] | None = None,
+    budgets: CollectBudgets | None = None,
 ) -> dict[str, HostOutcome]:
     """Collect every target in parallel (bounded); one outcome per host.
 
@@ -300,7 +712,7 @@ def collect_all(
         if progress:
             progress(name, RUNNING, "collect")
         try:
-            o = collect_host(t, ssh, timeout)
+            o = collect_host(t, ssh, timeout, budgets)
         except InfraError as exc:
             abort.append(exc)
             o = HostOutcome(

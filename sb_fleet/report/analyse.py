@@ -19,6 +19,7 @@ from sb_fleet.analysis.crossnode.fabric import FabricView, load_fabric
 from sb_fleet.analysis.detect import Detection, detect
 from sb_fleet.analysis.fleet_results import Fleet, HostInfo, load_fleet
 from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
+from sb_fleet.analysis.invalid_values import invalid_value_issues
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.majority import Disagreement, majority_check
 from sb_fleet.analysis.populations import PopulationSplit, by_facts, find_splits
@@ -202,6 +203,12 @@ def report(
                 else:
                     issues.setdefault(row, []).extend(lst)
             warnings.extend(fabric.warnings())
+    for name, lst in invalid_value_issues(fleet).items():  # NaN, inf, strings: failing findings
+        row = host_index.get(name)
+        if row is None:
+            unreported.setdefault(name, []).extend(lst)
+        else:
+            issues.setdefault(row, []).extend(lst)
 
     hosts: list[HostReport] = []
     seen: set[str] = set()

@@ -17,8 +17,15 @@ writes ``<key>/<run>/<metric>`` per run; the spread across runs stays in each re
 ``last`` (the highest rank's value) is accepted as a reduce op.
 
 Pure apart from reading the files it is given. A rank file that is unreadable, truncated, not a
-result object or without a return code is that entry's problem (return code 3, SuperBench's
+result object, without a return code, or outside the parser's bounds (:mod:`sb_fleet.bounded_json`:
+too large, nested too deep) is that entry's problem (return code 3, SuperBench's
 INVALID_BENCHMARK_RESULT), never an exception, so one corrupt file costs only its own benchmark.
+
+A value that is not a finite number (NaN, ±inf, a string, a number past the double range such as
+``1e400``) makes its metric invalid: the metric is left out of the summary, recorded in the host's
+``invalid`` (metric -> the value as text, written to ``invalid-values.json``) and the host's
+``benchmarks`` outcome is failed, naming the metric and the value. ``null`` stays what SuperBench
+means by it: a value the benchmark could not produce (left out, not invalid).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sb_fleet import bounded_json
 from sb_fleet.config.traffic_patterns import base_key
 from sb_fleet.outcome import HostOutcome, Outcome
 
@@ -40,6 +48,7 @@ REDUCERS: dict[str, Callable[[list[float]], float]] = {
     "last": lambda xs: xs[-1],
 }
 CORRUPT_RC = 3  # SuperBench's INVALID_BENCHMARK_RESULT
+INVALID_VALUES = "invalid-values.json"  # host -> {metric: the invalid value, as text}
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,7 @@ class HostRecord:
     statuses: dict[str, EntryStatus] = field(default_factory=dict)  # entry key -> status
     problems: list[str] = field(default_factory=list)
     meta: dict[str, dict] = field(default_factory=dict)  # "<key>/<metric>" -> unit, higher_is_better
+    invalid: dict[str, str] = field(default_factory=dict)  # summary metric name -> the bad value, as text
 
     def summary_line(self) -> str:
         return json.dumps({"node": self.host, **dict(sorted(self.metrics.items()))}, allow_nan=False)
@@ -75,10 +85,29 @@ def _finite(v: object) -> bool:
         return False
 
 
-def _mean(values: Iterable) -> float | None:
-    xs = [float(v) for v in values if _finite(v)]
-    m = sum(xs) / len(xs) if xs else None
-    return m if m is not None and math.isfinite(m) else None
+def shown(v: object) -> str:
+    """A value as text for a message: short, one line."""
+    try:
+        text = repr(v)
+    except ValueError:  # an int too long for repr
+        text = "<a number of more than 4300 digits>"
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _mean(values: Iterable) -> tuple[float | None, object | None]:
+    """The mean of a rank's run values, or (None, the first invalid value); nulls are left out."""
+    xs = []
+    for v in values:
+        if v is None:
+            continue
+        if not _finite(v):
+            return None, v
+        xs.append(float(v))
+    if not xs:
+        return None, None
+    m = sum(xs) / len(xs)
+    return (m, None) if math.isfinite(m) else (None, m)
 
 
 def _return_code(d: Mapping) -> int | None:
@@ -127,13 +156,16 @@ def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> Non
         out.statuses[key] = EntryStatus(status, worst_rc, reason)
     per_metric: dict[str, dict[int, float]] = {}
     reduce_ops: dict[str, object] = {}
+    invalid: dict[str, tuple[int, object]] = {}  # metric -> (rank, its first invalid value)
     for rank, d in sorted(ranks.items()):
         result = d.get("result")
         ops = d.get("reduce_op")
         for metric, values in result.items() if isinstance(result, dict) else ():
             if metric == "return_code":
                 continue
-            v = _mean(values if isinstance(values, list) else [values])
+            v, bad_value = _mean(values if isinstance(values, list) else [values])
+            if bad_value is not None:
+                invalid.setdefault(str(metric), (rank, bad_value))
             if v is None:
                 continue
             per_metric.setdefault(metric, {})[rank] = v
@@ -142,17 +174,31 @@ def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> Non
         for metric, meta in metas.items() if isinstance(metas, dict) else ():
             if isinstance(meta, dict):
                 out.meta.setdefault(f"{key}/{metric}", {k: meta.get(k) for k in ("unit", "higher_is_better")})
+    for metric, (rank, value) in invalid.items():
+        name = f"{key}/{metric}:{rank}" if multi and reduce_ops.get(metric) is None else f"{key}/{metric}"
+        _invalid(out, name, rank, value)
     for metric, by_rank in per_metric.items():
         op = reduce_ops.get(metric)
+        if metric in invalid and op is not None:
+            continue  # one rank's invalid value makes the node's reduced value invalid
         if op is None:
             for r, v in sorted(by_rank.items()):
                 out.metrics[f"{key}/{metric}:{r}" if multi else f"{key}/{metric}"] = v
         elif isinstance(op, str) and op in REDUCERS:
             v = REDUCERS[op]([by_rank[r] for r in sorted(by_rank)])
-            if math.isfinite(v):  # a sum can overflow
+            if math.isfinite(v):
                 out.metrics[f"{key}/{metric}"] = v
+            else:  # a sum past the double range
+                _invalid(out, f"{key}/{metric}", None, v)
         else:
             out.problems.append(f"{key}/{metric}: unknown reduce op {op!r}: left out")
+
+
+def _invalid(out: HostRecord, name: str, rank: int | None, value: object) -> None:
+    text = shown(value)
+    out.invalid.setdefault(name, text)
+    where = f" (rank {rank})" if rank is not None else ""
+    out.problems.append(f"{name}: invalid value {text}{where}: not a finite number; the metric is left out")
 
 
 def read_entry(key: str, files: Iterable[Path], out: HostRecord) -> None:
@@ -164,11 +210,12 @@ def read_entry(key: str, files: Iterable[Path], out: HostRecord) -> None:
         except ValueError:
             continue
         try:
-            data = json.loads(f.read_text())
+            data = bounded_json.read(f)
             if not isinstance(data, dict) or not isinstance(data.get("result", {}), dict):
                 raise ValueError("not a result object")
         except (OSError, ValueError) as exc:
-            out.problems.append(f"{key}: {f.name}: corrupt or truncated result file ({str(exc)[:120]})")
+            why = " ".join(str(exc).split())[:120]
+            out.problems.append(f"{key}: {f.name}: corrupt or truncated result file ({why})")
             data = {"return_code": CORRUPT_RC, "status": "failed", "reason": "corrupt result file"}
         ranks[rank] = data
     reduce_entry(key, ranks, out)
@@ -196,7 +243,9 @@ def summarize_host(host: str, raw_dir: Path, merge_rounds: bool = True) -> HostR
 
 def benchmark_outcome(rec: HostRecord, expected: Iterable[str]) -> HostOutcome:
     """The host's ``benchmarks`` outcome: timeout beats failed beats missing entries beats ok."""
-    details = {"entries": {k: st.to_json() for k, st in rec.statuses.items()}}
+    details: dict = {"entries": {k: st.to_json() for k, st in rec.statuses.items()}}
+    if rec.invalid:
+        details["invalid"] = dict(rec.invalid)
     bad = [(k, st) for k, st in rec.statuses.items() if st.status not in ("ok", "skipped")]
     timed_out = [(k, st) for k, st in bad if st.status == "timeout"]
     absent = [k for k in expected if k not in rec.statuses]
@@ -204,6 +253,11 @@ def benchmark_outcome(rec: HostRecord, expected: Iterable[str]) -> HostOutcome:
     if timed_out:
         k, st = timed_out[0]
         return HostOutcome(h, "benchmarks", Outcome.TIMEOUT, f"{k}: {st.reason}", details=details)
+    if rec.invalid and not bad:
+        metric, value = next(iter(rec.invalid.items()))
+        more = f" (and {len(rec.invalid) - 1} more)" if len(rec.invalid) > 1 else ""
+        reason = f"invalid value {value} for {metric}{more}"
+        return HostOutcome(h, "benchmarks", Outcome.FAILED, reason, details=details)
     if bad or rec.problems:
         reason = f"{bad[0][0]}: {bad[0][1].reason}" if bad else rec.problems[0]
         return HostOutcome(h, "benchmarks", Outcome.FAILED, reason, details=details)

@@ -106,6 +106,7 @@ class SshFleet:
         root: Path | None = None,
         subnet: str = "127.0.1",
         check_torch: bool = True,
+        path_prefix: str | None = None,
     ):
         self.n = n
         self.shared = shared_sshd
@@ -121,6 +122,8 @@ class SshFleet:
         self.ws_root = Path(self.user.pw_dir) / f"ws-{self.dir.name}"
         self.tmp_root = Path(self.user.pw_dir) / f"tmp-{self.dir.name}"  # each host's TMPDIR below it
         self.check_torch = check_torch
+        # A directory put first on every login's PATH (a host whose tools are not what they seem).
+        self.path_prefix = path_prefix
         self.rules: list[list[str]] = []  # iptables rules this fleet added (removed by heal/cleanup)
         self.mounts: list[Path] = []  # tmpfs mounts this fleet made (unmounted by cleanup)
 
@@ -195,7 +198,8 @@ class SshFleet:
                 "-o",
                 f"ListenAddress={listen}",
                 "-o",
-                f"SetEnv=TMPDIR={tmp}",
+                f"SetEnv=TMPDIR={tmp}"
+                + (f" PATH={self.path_prefix}:/usr/local/bin:/usr/bin:/bin" if self.path_prefix else ""),
                 "-E",
                 str(self.dir / f"sshd-{tag}.log"),
             ],

@@ -217,3 +217,52 @@ def test_a_source_that_fails_mid_stream_is_not_a_disk_error(tmp_path):
     with pytest.raises(TimeoutError, match="timed out"):
         atomic_write_stream(tmp_path / "f.json", lost())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_streamed_listing_budgets_clashes_and_special_files(tmp_path):
+    """Issue 21: the listing is parsed as it streams; clashes, special and oversized files are refused."""
+    from sb_fleet.config.collect_budgets import CollectBudgets
+    from sb_fleet.fleet.fetch import HostRefused, ListingParser, parse_find_listing, plan_fetch
+
+    data = b"d 0 a\0f 10 a/r.json\0f 3 x\0f 3 x/y\0p 0 fifo\0f 999 big\0f 5 ../e\0"
+    p = ListingParser(100)
+    for i in range(len(data)):  # a byte at a time: the same listing
+        p.feed(data[i : i + 1])
+    listing = p.close()
+    assert listing.files == {"a/r.json": 10, "x": 3, "x/y": 3, "big": 999}
+    b = CollectBudgets(host_timeout=5, max_files=100, max_file_bytes=100, max_host_bytes=12)
+    ok = plan_fetch(listing, tmp_path, b)
+    assert ok == {"a/r.json": 10}  # x fits the file budget but not the host's once a/r.json is in
+    text = " | ".join(listing.problems)
+    for word in (
+        "fifo",
+        "path clash: x is a file and x/y",
+        "collect.max_file_bytes",
+        "collect.max_host_bytes",
+        "unsafe",
+    ):
+        assert word in text, (word, text)
+    with pytest.raises(HostRefused, match="collect.max_files"):
+        parse_find_listing(b"f 1 a\0" + b"".join(b"f 1 n%d\0" % i for i in range(5)), 3)
+    with pytest.raises(HostRefused, match="longer than"):
+        ListingParser(10).feed(b"f 1 " + b"a" * 10_000)
+
+
+def test_invalid_values_fail_the_host_naming_metric_and_value():
+    from sb_fleet.rundir.normalize import HostRecord, benchmark_outcome, reduce_entry
+
+    rec = HostRecord("h1")
+    ranks = {
+        0: {
+            "return_code": 0,
+            "result": {"bw": [float("nan")], "lat": [1.0], "s": ["x"]},
+            "reduce_op": {"bw": "max"},
+        },
+        1: {"return_code": 0, "result": {"bw": [2.0], "lat": [2.0], "s": [1]}, "reduce_op": {"bw": "max"}},
+    }
+    reduce_entry("e", ranks, rec)
+    assert rec.invalid == {"e/bw": "nan", "e/s:0": "'x'"}
+    assert "e/bw" not in rec.metrics and rec.metrics["e/lat:1"] == 2.0
+    o = benchmark_outcome(rec, ["e"])
+    assert o.outcome == Outcome.FAILED and "invalid value nan for e/bw" in o.reason
+    json.loads(rec.summary_line())

@@ -18,12 +18,12 @@ Pure except :func:`load_fabric`, which reads the two files.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sb_fleet import bounded_json
 from sb_fleet.analysis.crossnode.localise import Culprit, Localisation
 from sb_fleet.analysis.issues import FAIL, Issue, relative
 
@@ -184,7 +184,7 @@ def load_fabric(run_dir: Path) -> tuple[FabricView | None, list[str]]:
     problems: list[str] = []
     for f in sorted((run_dir / "pairs").glob("*.json")):
         try:
-            doc = json.loads(f.read_text())
+            doc = bounded_json.read(f)
             pairs[str(doc["entry"])] = doc
         except (OSError, ValueError, KeyError, TypeError) as exc:
             problems.append(f"{f}: unreadable pair file ({exc}); its culprits are not judged")
@@ -192,7 +192,7 @@ def load_fabric(run_dir: Path) -> tuple[FabricView | None, list[str]]:
     path = run_dir / FOLLOWUP_FILE
     if path.exists():
         try:
-            followup = json.loads(path.read_text())
+            followup = bounded_json.read(path)
         except (OSError, ValueError) as exc:
             problems.append(f"{path}: unreadable ({exc}); the second pass and bisection are not judged")
     if not pairs and followup is None:

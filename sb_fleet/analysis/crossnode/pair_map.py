@@ -14,6 +14,7 @@ import json
 from html import escape
 from pathlib import Path
 
+from sb_fleet import bounded_json
 from sb_fleet.analysis.crossnode.fabric import FOLLOWUP_FILE
 from sb_fleet.analysis.crossnode.localise import Localisation, PairMatrix
 
@@ -147,7 +148,7 @@ def pair_sections(source: str | Path) -> str:
         followup = dict(json.loads((root / FOLLOWUP_FILE).read_text()).get("entries") or {})
     for f in sorted((root / "pairs").glob("*.json")):
         try:
-            doc = json.loads(f.read_text())
+            doc = bounded_json.read(f)
             matrix = PairMatrix.from_json(doc["matrix"])
             after = (followup.get(str(doc.get("entry"))) or {}).get("second_pass") or {}
             loc = Localisation.from_json(after.get("localisation") or doc["localisation"])

@@ -10,11 +10,11 @@ results-summary.jsonl alone gives the summary's numbers only (SuperBench's own p
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from sb_fleet import bounded_json
 from sb_fleet.analysis.figures.figures import Figures, build_figures
 from sb_fleet.analysis.figures.peaks import host_peaks, load_facts
 from sb_fleet.analysis.fleet_results import Fleet
@@ -25,7 +25,7 @@ MAX_RAW_HOSTS = 500  # above this many hosts, per-run values are not read (repor
 
 def _read(p: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(p.read_text())
+        data = bounded_json.read(p)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

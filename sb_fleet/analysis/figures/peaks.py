@@ -20,13 +20,13 @@ Pure: facts in, peaks out (:func:`load_facts` is the one function that reads fil
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sb_fleet import bounded_json
 from sb_fleet.analysis.figures.cpu_uarch import identify_core
 from sb_fleet.safe_files import safe_name
 
@@ -309,7 +309,7 @@ def load_facts(run_dir: Path | None, hosts: list[str]) -> dict[str, dict[str, An
     for h in hosts:
         p = Path(run_dir) / "facts" / f"{safe_name(h)}.json"
         try:
-            data = json.loads(p.read_text())
+            data = bounded_json.read(p)
         except (OSError, ValueError):
             continue
         if isinstance(data, dict):

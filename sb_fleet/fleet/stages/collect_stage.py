@@ -5,10 +5,10 @@ the one normaliser over every host of the run into ``results-summary.jsonl``, ``
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Any
 
+from sb_fleet import bounded_json
 from sb_fleet.analysis.crossnode.pattern_outputs import write_pattern_outputs
 from sb_fleet.config.traffic_patterns import base_key
 from sb_fleet.errors import InfraError
@@ -16,7 +16,7 @@ from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.fetch import CollectAborted, CollectTarget, collect_all, remove_partials
 from sb_fleet.fleet.stages.run_stage import remote_results
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.rundir.normalize import benchmark_outcome, summarize_host
+from sb_fleet.rundir.normalize import INVALID_VALUES, benchmark_outcome, summarize_host
 from sb_fleet.rundir.outcome_table import load_stage, save_stage
 from sb_fleet.rundir.rundir import RunDir
 from sb_fleet.rundir.runinputs import RunInputs
@@ -41,7 +41,14 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
     try:
         with ex.progress.stage("collect", fetch):
             outcomes.update(
-                collect_all(targets, ex.ssh, ex.forks, run.config.fleet.collect_timeout, ex.progress.update)
+                collect_all(
+                    targets,
+                    ex.ssh,
+                    ex.forks,
+                    run.config.fleet.collect_timeout,
+                    ex.progress.update,
+                    run.config.collect,
+                )
             )
     except CollectAborted as exc:
         # The control node's disk is full: record who was collected if the disk still takes it, then stop.
@@ -62,6 +69,7 @@ def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str
     lines: list[str] = []
     meta: dict[str, dict] = {}
     problems: dict[str, list[str]] = {}
+    invalid: dict[str, dict[str, str]] = {}
     outcomes: dict[str, HostOutcome] = {}
     run_id = rd.run_id
     for h in hosts:
@@ -80,10 +88,13 @@ def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str
             lines.append(rec.summary_line())
         if rec.problems:
             problems[h] = rec.problems
+        if rec.invalid:
+            invalid[h] = rec.invalid
         outcomes[h] = benchmark_outcome(rec, expected)
     atomic_write_text(rd.path / "results-summary.jsonl", "".join(ln + "\n" for ln in lines))
     rd.write_json("metrics.json", meta)
     rd.write_json("problems.json", problems)
+    rd.write_json(INVALID_VALUES, invalid)
     save_stage(rd, "benchmarks", outcomes)
     return outcomes
 
@@ -96,5 +107,5 @@ def collected_docs(results: Path) -> list[tuple[str, Any]]:
         if "logs" in f.parts or not f.is_file():
             continue
         with contextlib.suppress(OSError, ValueError):
-            docs.append((str(f.relative_to(results)), json.loads(f.read_text())))
+            docs.append((str(f.relative_to(results)), bounded_json.read(f)))
     return docs

@@ -41,7 +41,7 @@ def test_malformed_lines_are_reported_and_the_rest_is_analysed(tmp_path: Path) -
     by_line = {pr.line: pr.message for pr in fleet.problems}
     assert set(by_line) == {2, 3, 4, 5, 6, 8, 9}
     assert "not valid JSON" in by_line[2]
-    assert "non-numeric" in by_line[3] and "'fast'" in by_line[3]
+    assert "invalid value" in by_line[3] and "'fast'" in by_line[3]
     assert "duplicate node 'a' (first seen on line 1)" in by_line[4]
     assert 'no "node"' in by_line[5]
     assert "not a JSON object" in by_line[6]
@@ -53,15 +53,51 @@ def test_malformed_lines_are_reported_and_the_rest_is_analysed(tmp_path: Path) -
     assert np.isnan(v[1, idx["gemm-flops/fp16_flops:0"]]) and v[1, idx["gemm-flops/fp32_flops:0"]] == 3.0
     assert np.isnan(v[2, idx["gemm-flops/fp16_flops:0"]])
     assert v[4, idx["gemm-flops/fp16_flops:0"]] == 4.0
+    assert fleet.invalid == {
+        "c": {"gemm-flops/fp16_flops:0": "'fast'"},
+        "d": {"gemm-flops/fp16_flops:0": "True"},
+        "e": {"gemm-flops/fp16_flops:0": "inf"},
+    }
     r = report(p)
     assert len(r.problems) == 7 and {h.name for h in r.hosts} == {"a", "c", "d", "e", "f"}
+    by_host = {h.name: h for h in r.hosts}
+    for name in ("c", "d", "e"):  # an invalid value fails its host, naming the metric and the value
+        h = by_host[name]
+        assert h.verdict == "fail", h
+        assert any(i.check == "invalid-value" and i.metric == "gemm-flops/fp16_flops:0" for i in h.issues)
+        assert fleet.invalid[name]["gemm-flops/fp16_flops:0"] in h.issues[0].detail
 
 
-def test_nan_written_by_python_json_is_a_missing_value(tmp_path: Path) -> None:
+def test_nan_written_by_python_json_is_an_invalid_value(tmp_path: Path) -> None:
+    """NaN (as Python's json writes it) is not "absent": the host did not measure the metric."""
     p = tmp_path / "r.jsonl"
-    p.write_text('{"node": "a", "m/x:0": NaN, "m/y:0": 1}\n')
+    p.write_text('{"node": "a", "m/x:0": NaN, "m/y:0": 1}\n{"node": "b", "m/x:0": 2, "m/y:0": 1}\n')
     fleet = load_fleet(p)
-    assert fleet.problems == [] and np.isnan(fleet.values[0, 0]) and fleet.values[0, 1] == 1
+    assert np.isnan(fleet.values[0, 0]) and fleet.values[0, 1] == 1
+    assert len(fleet.problems) == 1 and "'m/x:0'=nan" in fleet.problems[0].message
+    assert fleet.invalid == {"a": {"m/x:0": "nan"}}
+    by_host = {h.name: h for h in report(p).hosts}
+    assert by_host["a"].verdict == "fail" and by_host["a"].issues[0].metric == "m/x:0"
+    assert by_host["b"].verdict == "pass"
+
+
+def test_numbers_of_any_size_and_any_depth_never_raise(tmp_path: Path) -> None:
+    """1e400, a 5,000-digit integer, a line nested 100,000 deep: problems of their line, no traceback."""
+    p = tmp_path / "r.jsonl"
+    lines = [
+        '{"node": "a", "m/x:0": 1e400, "m/y:0": 1}',
+        '{"node": "b", "m/x:0": ' + "9" * 5000 + ', "m/y:0": 1}',
+        '{"node": "c", "m/x:0": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"node": "d", "m/x:0": -' + "9" * 350 + ', "m/y:0": 1}',
+        '{"node": "e", "m/x:0": 2, "m/y:0": 1}',
+    ]
+    p.write_text("\n".join(lines) + "\n")
+    fleet = load_fleet(p)
+    assert fleet.hosts == ["a", "b", "d", "e"]
+    assert fleet.invalid == {"a": {"m/x:0": "inf"}, "b": {"m/x:0": "inf"}, "d": {"m/x:0": "-inf"}}
+    assert any(pr.line == 3 and "nested deeper" in pr.message for pr in fleet.problems)
+    verdicts = {h.name: h.verdict for h in report(p).hosts}
+    assert verdicts == {"a": "fail", "b": "fail", "d": "fail", "e": "pass"}
 
 
 def test_missing_or_foreign_source_is_an_error(tmp_path: Path) -> None:
