@@ -191,14 +191,21 @@ def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> Non
             else:  # a sum past the double range
                 _invalid(out, f"{key}/{metric}", None, v)
         else:
-            out.problems.append(f"{key}/{metric}: unknown reduce op {op!r}: left out")
+            out.problems.append(f"{one_line(key)}/{one_line(metric)}: unknown reduce op {op!r}: left out")
+
+
+def one_line(name: str) -> str:
+    """A host-given name on one line of a problem list (its control characters escaped)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(name))
 
 
 def _invalid(out: HostRecord, name: str, rank: int | None, value: object) -> None:
     text = shown(value)
     out.invalid.setdefault(name, text)
     where = f" (rank {rank})" if rank is not None else ""
-    out.problems.append(f"{name}: invalid value {text}{where}: not a finite number; the metric is left out")
+    out.problems.append(
+        f"{one_line(name)}: invalid value {text}{where}: not a finite number; the metric is left out"
+    )
 
 
 def read_entry(key: str, files: Iterable[Path], out: HostRecord) -> None:
