@@ -4,8 +4,8 @@ The host needs only a Python 3 interpreter: the checks (``sb_bench.health``, sta
 inline as a base64 zip in the command's argv, are imported from a private temp file that is removed once
 imported, and print one JSON document. Each host's rules are its profile's (``sb_health_profile``, else
 ``health.profile``), rendered here as base64 JSON; its roots and tool directory come from the inventory
-(``sb_path_sysfs``, ``sb_path_procfs``, ``sb_tool_dir``). Every value reaches the shell through Ansible's
-``quote`` filter.
+(``sb_path_sysfs``, ``sb_path_procfs``, ``sb_tool_dir``), its workspace and Python from the plan's hosts
+file (``hosts-vars.yml``, data). Every value reaches the shell through Ansible's ``quote`` filter.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from sb_fleet.config.fleet_config import Config
 from sb_fleet.config.health_profiles import HealthProfile, resolve_profiles
+from sb_fleet.plan.ansible_data import HOSTS_FILE
 from sb_fleet.plan.resources import suite_dir
 from sb_fleet.plan.templates import template_env
 from sb_fleet.safe_files import atomic_write_json, atomic_write_text
@@ -70,14 +71,12 @@ def render_check(config: Config, out: Path, config_dir: Path) -> Path:
         out / PROFILES_FILE, {n: p.model_dump(mode="json") for n, p in sorted(profiles.items())}
     )
     pb = out / CHECK_PLAYBOOK
-    fleet = config.fleet
     atomic_write_text(
         pb,
         template_env()
         .get_template("check.yml.j2")
         .render(
-            default_workspace=fleet.workspace,
-            default_python=fleet.python,
+            hosts_file=HOSTS_FILE,
             default_profile=h.profile or NO_PROFILE,
             expect=expect,
             payload=base64.b64encode(health_payload()).decode(),

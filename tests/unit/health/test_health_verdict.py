@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from sb_fleet.analysis.health_verdict import fleet_drift, judge, parse_health
 from sb_fleet.config.fleet_config import Config
@@ -23,6 +22,7 @@ from sb_fleet.config.health_profiles import (
 from sb_fleet.errors import ConfigError
 from sb_fleet.exits import exit_for
 from sb_fleet.outcome import Outcome
+from sb_fleet.plan import ansible_data
 from sb_fleet.plan.render_health import BOOT, health_payload, render_check
 from sb_fleet.report.writers.health_section import html, junit_cases, markdown
 
@@ -148,8 +148,14 @@ def test_check_playbook_renders_and_its_payload_runs(tmp_path):
         {"superbench": {"benchmarks": {}}, "health": {"profile": "h100-sxm-8x-ib400"}}
     )
     pb = render_check(cfg, tmp_path, tmp_path)
-    play = yaml.safe_load(pb.read_text())[0]
+    play = ansible_data.load(pb.read_text())[0]
     assert play["tasks"][0]["ansible.builtin.raw"].startswith("{{ sb_health_argv")
+    # every value is data, the host's workspace and Python from the plan's hosts file (never a template)
+    assert play["vars_files"] == [ansible_data.HOSTS_FILE]
+    assert play["vars"]["sb_ws"] == "{{ sb_hosts[inventory_hostname].workspace }}"
+    assert play["vars"]["sb_health_argv"][0] == "{{ sb_hosts[inventory_hostname].python }}"
+    unsafe = ansible_data.unsafe_strings(pb.read_text())
+    assert play["vars"]["sb_health_boot"] in unsafe and play["vars"]["sb_health_default_profile"] in unsafe
     assert play["vars"]["sb_health_default_profile"] == "h100-sxm-8x-ib400"
     assert "{{" not in play["vars"]["sb_health_boot"] and "{%" not in play["vars"]["sb_health_boot"]
     m = make_machine(tmp_path / "m", gpus=8, gpu_over={3: {"pcie.link.width.current": 8}})
