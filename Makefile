@@ -13,7 +13,7 @@ demo: setup
 ## imported by the control-node tests, patches sys.intern in a way torch's compiler rejects.
 test: setup
 	.venv/bin/python -m pytest -q tests/suite; a=$$?; \
-	.venv/bin/python -m pytest -q --ignore=tests/suite; b=$$?; \
+	.venv/bin/python -m pytest -q --durations=40 --ignore=tests/suite; b=$$?; \
 	test $$a -eq 0 -a $$b -eq 0
 
 ## Unit tests only (no fleet, seconds).
