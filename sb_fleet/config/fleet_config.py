@@ -158,6 +158,8 @@ class FleetSettings(_Strict):
     # empty: each workspace builds its own venv.
     cache: str = "~/.sb-fleet/cache"
     runtime: Literal["none", "docker", "podman", "enroot"] = "none"
+    # ssh: Ansible over SSH; slurm: every step in a Slurm allocation, srun per node (the slurm section)
+    launcher: Literal["ssh", "slurm"] = "ssh"
     python: str = "/usr/bin/python3"
     venv: bool = True
     install_requirements: Literal["auto", "always", "never"] = "auto"
@@ -199,7 +201,8 @@ class Config(_Strict):
     superbench: SuperBenchSection
     collect: CollectBudgets = Field(default_factory=default_budgets)
     gates: Gates = Field(default_factory=Gates)
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)  # -i slurm:..., sb-fleet drain
+    # -i slurm:..., sb-fleet drain, fleet.launcher: slurm
+    slurm: SlurmSettings = Field(default_factory=lambda: SlurmSettings.model_validate({}))
     health: HealthSettings = Field(default_factory=lambda: HealthSettings.model_validate({}))
 
 

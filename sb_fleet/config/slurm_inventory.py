@@ -40,6 +40,18 @@ class SlurmSettings(BaseModel):
     host_vars: dict[str, str | int | bool] = Field(default_factory=dict)  # e.g. ansible_user, ansible_port
     sinfo: str = "sinfo"
     scontrol: str = "scontrol"
+    # fleet.launcher: slurm (sb_fleet/fleet/slurm_launch.py): the allocation every step runs in
+    srun: str = "srun"
+    salloc: str = "salloc"
+    scancel: str = "scancel"
+    squeue: str = "squeue"
+    job_id: str | None = None  # a running allocation to use (else $SLURM_JOB_ID, else sb-fleet makes one)
+    partition: str | None = None  # for the allocation sb-fleet makes
+    reservation: str | None = None  # ... and nodes sb-fleet drained are re-tested inside it
+    account: str | None = None
+    time_limit: int = Field(240, ge=1, le=100_000)  # minutes, the allocation's limit
+    grant_timeout: int = Field(600, ge=1, le=86_400)  # s to wait for the allocation (salloc --immediate)
+    exclusive: bool = True  # no user job shares a node with the benchmarks
 
     @field_validator("host_vars")
     @classmethod
@@ -51,11 +63,25 @@ class SlurmSettings(BaseModel):
                 raise ValueError(f"{k}: no template markers or newlines in a host variable")
         return v
 
-    @field_validator("sinfo", "scontrol")
+    @field_validator("sinfo", "scontrol", "srun", "salloc", "scancel", "squeue")
     @classmethod
     def _cmd(cls, v: str) -> str:
         if not v or any(c.isspace() for c in v):
             raise ValueError("a command name or path without spaces")
+        return v
+
+    @field_validator("job_id")
+    @classmethod
+    def _job(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[0-9]{1,12}", str(v)):
+            raise ValueError("a Slurm job id (digits)")
+        return v
+
+    @field_validator("partition", "reservation", "account")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.:+-]{1,128}", v):
+            raise ValueError("a Slurm name: letters, digits and _ . : + - (at most 128)")
         return v
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from sb_fleet.config.inventory import Inventory
 from sb_fleet.errors import InfraError
 from sb_fleet.fleet.progress import RUNNING, Progress
+from sb_fleet.fleet.slurm_launch import CONNECTION, PLUGIN_DIR, SrunReach
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan import ansible_data
@@ -132,6 +133,7 @@ class Executor:
     ansible_root: Path  # ansible/ of the run directory: one private data dir per stage below it
     python: str = field(default_factory=python_for_ansible)
     progress: Progress = field(default_factory=lambda: Progress(enabled=False))
+    srun: SrunReach | None = None  # launcher: slurm: every task an srun step in this job
 
     def run(
         self,
@@ -161,8 +163,27 @@ def run_playbook(
 
     private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     t0 = time.monotonic()
+    left_out: dict[str, HostOutcome] = {}
+    envvars = ansible_env(ssh, python)
+    if ex.srun is not None:  # the nodes Slurm did not allocate are skipped, with Slurm's reason
+        left_out = {
+            h: HostOutcome(h, stage, Outcome.SKIPPED, ex.srun.left_out[h])
+            for h in hosts
+            if h in ex.srun.left_out
+        }
+        for h, o in left_out.items():
+            progress(h, o.outcome, o.reason)
+        hosts = [h for h in hosts if h not in left_out]
+        extravars = {**(extravars or {}), "ansible_connection": CONNECTION}
+        envvars.update(
+            {
+                "ANSIBLE_CONNECTION_PLUGINS": str(PLUGIN_DIR),
+                "SB_FLEET_SRUN_JOB": ex.srun.job_id,
+                "SB_FLEET_SRUN": ex.srun.srun,
+            }
+        )
     if not hosts:
-        return StageResult(stage, {}, status="nothing to do")
+        return StageResult(stage, left_out, status="nothing to do")
     limit_file = private_dir / "limit.txt"
     atomic_write_text(limit_file, "".join(f"{h}\n" for h in hosts))
     vars_file = command_vars(private_dir, extravars)
@@ -201,7 +222,7 @@ def run_playbook(
             inventory=[str(Path(s).resolve()) for s in inventory.sources],
             limit=f"@{limit_file.resolve()}",
             forks=min(forks, max(len(hosts), 1)),
-            envvars=ansible_env(ssh, python),
+            envvars=envvars,
             quiet=True,
             event_handler=handler,
             cancel_callback=cancel,
@@ -227,7 +248,7 @@ def run_playbook(
                 f"ansible-playbook failed to run {playbook.name} (rc={rc}): {tail}; "
                 f"see {private_dir}/artifacts/{stage}/stdout"
             )
-    outcomes: dict[str, HostOutcome] = {}
+    outcomes: dict[str, HostOutcome] = dict(left_out)
     for h in hosts:
         if h in seen:
             outcomes[h] = seen[h]

@@ -36,7 +36,7 @@ import stat
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -45,7 +45,9 @@ from typing import IO, Any
 from sb_fleet.config.collect_budgets import CollectBudgets, default_budgets
 from sb_fleet.config.inventory import Host
 from sb_fleet.errors import InfraError
+from sb_fleet.fleet.channels import Channel, HostRefused, SrunNode, SshChannel
 from sb_fleet.fleet.progress import RUNNING
+from sb_fleet.fleet.slurm_launch import SrunReach, srun_command
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.safe_files import ChecksumMismatch, atomic_write_stream, sha256_file
@@ -69,10 +71,6 @@ class CollectTarget:
     host: Host
     remote_dir: str  # the host's results directory, may start with ~/
     local_dir: Path
-
-
-class HostRefused(Exception):
-    """The host is past a collect budget or sent what cannot be taken: its collect fails (this host only)."""
 
 
 def sh_path(path: str) -> str:
@@ -352,53 +350,6 @@ class Fetched:
     problems: list[str] = field(default_factory=list)
 
 
-class _Channel:
-    """One remote command's stdout as a bounded stream: at most ``limit`` bytes (else :class:`HostRefused`),
-    each read waiting at most the channel's stall timeout; stderr kept to its first 2,000 bytes."""
-
-    def __init__(self, client: Any, command: str, stall: float, limit: int, what: str):
-        self.chan = client.get_transport().open_session(timeout=stall)
-        self.chan.settimeout(stall)
-        self.chan.exec_command(command)
-        self.stall = stall
-        self.limit = limit
-        self.what = what
-        self.total = 0
-        self.err = bytearray()
-
-    def _drain_stderr(self) -> None:
-        while self.chan.recv_stderr_ready():
-            e = self.chan.recv_stderr(1 << 16)
-            if not e:
-                break
-            if len(self.err) < 2000:
-                self.err += e[: 2000 - len(self.err)]
-
-    def read(self, n: int = -1) -> bytes:
-        self._drain_stderr()
-        data = self.chan.recv(1 << 16 if n is None or n < 0 else min(n, 1 << 16))
-        self.total += len(data)
-        if self.total > self.limit:
-            raise HostRefused(f"the host sent more than {self.limit} bytes for {self.what}")
-        return data
-
-    def chunks(self) -> Iterator[bytes]:
-        while True:
-            data = self.read()
-            if not data:
-                return
-            yield data
-
-    def exit_status(self) -> tuple[int, str]:
-        self._drain_stderr()
-        if not self.chan.status_event.wait(self.stall):
-            raise TimeoutError(f"no exit status for {self.what} within {self.stall}s")
-        self._drain_stderr()
-        rc = self.chan.recv_exit_status()
-        self.chan.close()
-        return rc, " ".join(self.err.decode(errors="replace").split())[:300]
-
-
 class _BoundedTarInfo(tarfile.TarInfo):
     """A tar member whose long-name or pax header may not exceed :data:`MAX_TAR_HEADER` bytes (tarfile
     reads such headers whole into memory)."""
@@ -440,6 +391,35 @@ def _tar_limit(sizes: Iterable[int]) -> int:
     return sum(3 * tarfile.BLOCKSIZE + 2 * MAX_TAR_HEADER + -(-s // 512) * 512 for s in sizes) + (1 << 20)
 
 
+Opener = Callable[[str, float, int, str], Channel]
+
+
+def _watched(close: Callable[[], None], host_timeout: float, work: Callable[[], Fetched]) -> Fetched:
+    """``work()`` within the host's wall time: past it, ``close()`` ends every read of the host."""
+    expired = threading.Event()
+
+    def watchdog() -> None:
+        expired.set()
+        close()
+
+    timer = threading.Timer(max(0.0, host_timeout), watchdog)
+    timer.daemon = True
+    timer.start()
+    too_long = f"took longer than {host_timeout}s (collect.host_timeout): stopped"
+    try:
+        result = work()
+    except Exception:
+        if expired.is_set():  # whatever the closed connection looked like (an error, an early end)
+            raise HostRefused(too_long) from None
+        raise
+    finally:
+        timer.cancel()
+        close()
+    if expired.is_set():
+        raise HostRefused(too_long)
+    return result
+
+
 def collect_remote(
     t: CollectTarget, ssh: SshSettings, timeout: float, budgets: CollectBudgets | None = None
 ) -> Fetched:
@@ -449,38 +429,28 @@ def collect_remote(
     budgets = budgets or default_budgets()
     t0 = time.monotonic()
     client = connect(t.host, ssh)
-    expired = threading.Event()
-
-    def watchdog() -> None:
-        expired.set()
-        client.close()  # every read on this host's connection ends now
-
-    left = budgets.host_timeout - (time.monotonic() - t0)
-    timer = threading.Timer(max(0.0, left), watchdog)
-    timer.daemon = True
-    timer.start()
-    too_long = f"took longer than {budgets.host_timeout}s (collect.host_timeout): stopped"
-    try:
-        result = _collect_on(client, t, timeout, budgets)
-    except Exception:
-        if expired.is_set():  # whatever the closed connection looked like (an error, an early end)
-            raise HostRefused(too_long) from None
-        raise
-    finally:
-        timer.cancel()
-        client.close()
-    if expired.is_set():
-        raise HostRefused(too_long)
-    return result
-
-
-def _collect_on(client: Any, t: CollectTarget, timeout: float, budgets: CollectBudgets) -> Fetched:
     client.get_transport().set_keepalive(15)
+    left = budgets.host_timeout - (time.monotonic() - t0)
+
+    def opener(command: str, stall: float, limit: int, what: str) -> Channel:
+        return SshChannel(client, command, stall, limit, what)
+
+    return _watched(client.close, left, lambda: _collect_on(opener, t, timeout, budgets))
+
+
+def collect_srun(
+    t: CollectTarget, reach: SrunReach, timeout: float, budgets: CollectBudgets | None = None
+) -> Fetched:
+    """Fetch what is missing from one node through srun steps, by the same rules as over SSH."""
+    budgets = budgets or default_budgets()
+    node = SrunNode(reach.srun, reach.job_id, t.host.name)
+    return _watched(node.close, budgets.host_timeout, lambda: _collect_on(node.channel, t, timeout, budgets))
+
+
+def _collect_on(opener: Opener, t: CollectTarget, timeout: float, budgets: CollectBudgets) -> Fetched:
     d = sh_path(t.remote_dir)
     # 1. The listing, parsed as it streams in.
-    ls = _Channel(
-        client, listing_command(t.remote_dir), timeout, budgets.max_files * MAX_RECORD, "the listing"
-    )
+    ls = opener(listing_command(t.remote_dir), timeout, budgets.max_files * MAX_RECORD, "the listing")
     parser = ListingParser(budgets.max_files)
     for chunk in ls.chunks():
         parser.feed(chunk)
@@ -496,7 +466,7 @@ def _collect_on(client: Any, t: CollectTarget, timeout: float, budgets: CollectB
     prefix = f"cd {d} && exec sha256sum -- "
     for batch in _command_batches(prefix, sorted(sizes)):
         limit = sum(2 * len(p) + 80 for p in batch) + 4096
-        ch = _Channel(client, prefix + " ".join(shlex.quote(p) for p in batch), timeout, limit, "checksums")
+        ch = opener(prefix + " ".join(shlex.quote(p) for p in batch), timeout, limit, "checksums")
         out = b"".join(ch.chunks())
         ch.exit_status()  # a file gone since the listing has no checksum: reported below
         got = parse_listing(out.decode(errors="replace"))
@@ -512,7 +482,7 @@ def _collect_on(client: Any, t: CollectTarget, timeout: float, budgets: CollectB
     for batch in _command_batches(tprefix, todo):
         wanted = set(batch)
         cmd = tprefix + " ".join(shlex.quote(p) for p in batch)
-        stream = _Channel(client, cmd, timeout, _tar_limit(sizes[p] for p in batch), "the tar stream")
+        stream = opener(cmd, timeout, _tar_limit(sizes[p] for p in batch), "the tar stream")
         with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as tar:  # type: ignore[call-overload]
             for m in tar:
                 rel = safe_rel(m.name)
@@ -587,7 +557,11 @@ def collect_local(t: CollectTarget, budgets: CollectBudgets | None = None) -> Fe
 
 
 def collect_host(
-    t: CollectTarget, ssh: SshSettings, timeout: float, budgets: CollectBudgets | None = None
+    t: CollectTarget,
+    ssh: SshSettings,
+    timeout: float,
+    budgets: CollectBudgets | None = None,
+    srun: SrunReach | None = None,
 ) -> HostOutcome:
     """Collect one host and say how it went; never raises for a host's own trouble."""
     import paramiko
@@ -595,7 +569,12 @@ def collect_host(
     t0 = time.monotonic()
     name = t.host.name
     try:
-        r = collect_local(t, budgets) if t.host.is_local else collect_remote(t, ssh, timeout, budgets)
+        if srun is not None:
+            r = collect_srun(t, srun, timeout, budgets)
+        elif t.host.is_local:
+            r = collect_local(t, budgets)
+        else:
+            r = collect_remote(t, ssh, timeout, budgets)
         details: dict[str, Any] = {"fetched": r.fetched, "listed": r.listed}
         if r.problems:
             details["problems"] = r.problems[:20]
@@ -696,6 +675,7 @@ def collect_all(
     timeout: float,
     progress: Callable[[str, Outcome | str, str], None] | None = None,
     budgets: CollectBudgets | None = None,
+    srun: SrunReach | None = None,
 ) -> dict[str, HostOutcome]:
     """Collect every target in parallel (bounded); one outcome per host.
 
@@ -712,7 +692,7 @@ def collect_all(
         if progress:
             progress(name, RUNNING, "collect")
         try:
-            o = collect_host(t, ssh, timeout, budgets)
+            o = collect_host(t, ssh, timeout, budgets, srun)
         except InfraError as exc:
             abort.append(exc)
             o = HostOutcome(
@@ -753,7 +733,11 @@ fi
 
 
 def stop_runners(
-    targets: list[CollectTarget], ssh: SshSettings, parallel: int, timeout: float = 30
+    targets: list[CollectTarget],
+    ssh: SshSettings,
+    parallel: int,
+    timeout: float = 30,
+    srun: SrunReach | None = None,
 ) -> dict[str, str]:
     """Stop this run's runner on every target host, in parallel; host -> stopped|killed|finished|absent|error."""
     import subprocess
@@ -761,6 +745,9 @@ def stop_runners(
     def one(t: CollectTarget) -> tuple[str, str]:
         cmd = STOP_RUNNER.format(d=sh_path(t.remote_dir))
         try:
+            if srun is not None:
+                rc, out_s, err_s = srun_command(srun.srun, srun.job_id, t.host.name, cmd, timeout)
+                return t.host.name, (out_s.strip() or f"error: {err_s.strip()[:200]}")
             if t.host.is_local:
                 r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout)
                 return t.host.name, (r.stdout.strip() or f"error: {r.stderr.strip()[:200]}")

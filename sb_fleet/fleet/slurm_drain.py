@@ -27,6 +27,7 @@ from sb_fleet.rundir.rundir import RunDir
 OWNER = "sb-fleet"
 MAX_REASON = 255  # Slurm's reason field; the issue asks for under 256 characters
 SCONTROL_TIMEOUT_S = 60
+STATE_FLAGS = "*~#%$@^-!"  # sinfo's state suffixes (not responding, power saving, reserved for maint, ...)
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,8 @@ class NodeState:
     @property
     def unavailable(self) -> bool:
         s = self.state.lower()
-        return any(w in s for w in ("drain", "down", "fail", "maint", "reboot"))
+        # (maint alone: an idle node in a maintenance reservation, as the nightly run's may be)
+        return any(w in s for w in ("drain", "down", "fail", "reboot"))
 
     @property
     def ours(self) -> bool:
@@ -130,7 +132,8 @@ def parse_node_states(text: str) -> dict[str, NodeState]:
             continue
         reason = f[2].strip() if len(f) > 2 else ""
         out.setdefault(
-            f[0].strip(), NodeState(f[0].strip(), f[1].strip(), "" if reason == "none" else reason)
+            f[0].strip(),
+            NodeState(f[0].strip(), f[1].strip().rstrip(STATE_FLAGS), "" if reason == "none" else reason),
         )
     return out
 

@@ -9,8 +9,11 @@ recorded with it in the manifest.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +23,7 @@ from sb_fleet.exits import exit_for
 from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.pattern_followup import follow_up
 from sb_fleet.fleet.progress import Progress
+from sb_fleet.fleet.slurm_launch import Allocation, SrunReach, allocation
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.fleet.stages.check_stage import check as check_stage
 from sb_fleet.fleet.stages.cleanup_stage import cleanup as cleanup_stage
@@ -73,7 +77,10 @@ def inputs_for(opts: Options, create: bool = True) -> RunInputs:
     return create_run(path, cfg, inv, opts.limit)
 
 
-def executor(run: RunInputs, opts: Options) -> Executor:
+@contextlib.contextmanager
+def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Executor]:
+    """The one executor of a command on ``hosts``; under ``launcher: slurm``, with the command's Slurm
+    allocation, released when the command's stages are done (:mod:`sb_fleet.fleet.slurm_launch`)."""
     ssh = SshSettings.from_fleet(
         run.config.fleet, opts.accept_new_host_keys, opts.insecure_no_host_key_checking
     )
@@ -84,13 +91,43 @@ def executor(run: RunInputs, opts: Options) -> Executor:
         )
         print("sb-fleet: WARNING: host key checking is OFF for this run", file=sys.stderr)
     ssh.ansible_env()  # the control socket directory is checked (private, ours) before any host is touched
-    return Executor(
+    ex = Executor(
         inventory=run.inventory,
         ssh=ssh,
         forks=opts.forks or run.config.fleet.forks,
         ansible_root=run.rd.sub("ansible"),
         progress=Progress(enabled=opts.progress),
     )
+    if run.config.fleet.launcher != "slurm":
+        yield ex
+        return
+    s = run.config.slurm
+    with allocation(hosts, s, run.run_id) as alloc:
+        record_allocation(run, alloc)
+        say(
+            opts,
+            f"slurm: job {alloc.job_id or '-'} on {len(alloc.nodes)} node(s)"
+            + (f", {len(alloc.left_out)} left out" if alloc.left_out else "")
+            + (f", re-testing {len(alloc.borrowed)} node(s) sb-fleet drained" if alloc.borrowed else ""),
+        )
+        yield dataclasses.replace(ex, srun=SrunReach(s.srun, alloc.job_id, dict(alloc.left_out)))
+
+
+def record_allocation(run: RunInputs, alloc: Allocation) -> None:
+    """Each allocation a command of the run used, appended to ``slurm-launch.json``."""
+    path = "slurm-launch.json"
+    doc = run.rd.read_json(path) or {"allocations": []}
+    doc["allocations"].append(
+        {
+            "time": utcnow(),
+            "job_id": alloc.job_id,
+            "made_by_sb_fleet": alloc.made,
+            "nodes": list(alloc.nodes),
+            "left_out": dict(alloc.left_out),
+            "retested_drained": dict(alloc.borrowed),
+        }
+    )
+    run.rd.write_json(path, doc)
 
 
 def dry_run(run: RunInputs, hosts: list[str]) -> str:
@@ -123,13 +160,13 @@ def stage(opts: Options, name: str) -> tuple[int, RunInputs]:
     start = utcnow()
     run = inputs_for(opts, create=name != "collect")
     hosts = run.select(opts.limit)
-    ex = executor(run, opts)
-    if name == "deploy":
-        deploy_all(run, ex, hosts)
-    elif name == "run":
-        run_stage(run, ex, hosts, resume=opts.resume)
-    else:
-        collect_stage(run, ex, hosts)
+    with executor(run, opts, hosts) as ex:
+        if name == "deploy":
+            deploy_all(run, ex, hosts)
+        elif name == "run":
+            run_stage(run, ex, hosts, resume=opts.resume)
+        else:
+            collect_stage(run, ex, hosts)
     return finish(run, opts, start, hosts), run
 
 
@@ -138,7 +175,8 @@ def health_check(opts: Options) -> tuple[int, RunInputs]:
     start = utcnow()
     run = inputs_for(opts)
     hosts = run.select(opts.limit)
-    check_stage(run, executor(run, opts), hosts)
+    with executor(run, opts, hosts) as ex:
+        check_stage(run, ex, hosts)
     return finish(run, opts, start, hosts), run
 
 
@@ -220,25 +258,26 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
         from sb_fleet.history.history_store import check_store
 
         check_store(opts.history or run.config.fleet.history or "")
-    ex = executor(run, opts)
-    hosts = healthy_hosts(run, ex, hosts, opts)
+    with executor(run, opts, hosts) as ex:
+        hosts = healthy_hosts(run, ex, hosts, opts)
+        if hosts:
+            first = can_start(run, opts.resume)  # deploy starts the first step in the same exec where it can
+            if first is not None:
+                _, started = deploy_then_start(run, ex, hosts, first)
+                result = run_stage(run, ex, hosts, started=started)
+            else:
+                deploy_all(run, ex, hosts)
+                result = run_stage(run, ex, hosts, resume=opts.resume)
+            if result.interrupted:
+                return finish(run, opts, start, hosts), run
+            collect_stage(run, ex, hosts)
+            merge(run.rd, list(run.plan.hosts))
+            if opts.second_pass and run.plan.patterns:
+                follow_up(run, lambda sub: sub_stages(sub, opts), lambda m: say(opts, m))
     if not hosts:  # no host to benchmark: the report still accounts for every host
         merge(run.rd, list(run.plan.hosts))
         report(run, opts)
         return finish(run, opts, start, run.select(opts.limit), gate_passed=False), run
-    first = can_start(run, opts.resume)  # deploy starts the first step in the same exec where it can
-    if first is not None:
-        _, started = deploy_then_start(run, ex, hosts, first)
-        result = run_stage(run, ex, hosts, started=started)
-    else:
-        deploy_all(run, ex, hosts)
-        result = run_stage(run, ex, hosts, resume=opts.resume)
-    if result.interrupted:
-        return finish(run, opts, start, hosts), run
-    collect_stage(run, ex, hosts)
-    merge(run.rd, list(run.plan.hosts))
-    if opts.second_pass and run.plan.patterns:
-        follow_up(run, lambda sub: sub_stages(sub, opts), lambda m: say(opts, m))
     confirmations = confirm(run, opts) if opts.confirm else None
     gate = report(run, opts, confirmations)
     return finish(run, opts, start, run.select(opts.limit), gate_passed=gate == 0), run
@@ -253,10 +292,11 @@ def say(opts: Options, message: str) -> None:
 
 def sub_stages(sub: RunInputs, opts: Options) -> None:
     """deploy, run and collect a sub-run of validate (every host of it)."""
-    hosts, ex = sub.select(None), executor(sub, opts)
-    deploy_all(sub, ex, hosts)
-    run_stage(sub, ex, hosts)
-    collect_stage(sub, ex, hosts)
+    hosts = sub.select(None)
+    with executor(sub, opts, hosts) as ex:
+        deploy_all(sub, ex, hosts)
+        run_stage(sub, ex, hosts)
+        collect_stage(sub, ex, hosts)
 
 
 def confirm(run: RunInputs, opts: Options) -> dict | None:
@@ -300,7 +340,8 @@ def cleanup(opts: Options, images: bool, workspaces: bool, cache: bool = False) 
     pb = cleanup_playbook(run, images, workspaces, cache)
     if opts.dry_run:
         return 0, pb.read_text()
-    outcomes = cleanup_stage(run, executor(run, opts), hosts, pb)
+    with executor(run, opts, hosts) as ex:
+        outcomes = cleanup_stage(run, ex, hosts, pb)
     code = exit_for(o.outcome for o in outcomes.values())
     run.rd.record_command(list(opts.argv), start, utcnow(), code, hosts)
     lines = [f"{h}: {o.outcome.value}{' - ' + o.reason if o.reason else ''}" for h, o in outcomes.items()]

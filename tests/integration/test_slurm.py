@@ -1,12 +1,15 @@
 """Slurm for real: Debian's slurmctld and four slurmd on loopback (tests/fleetlib/slurm.py), whose nodes'
 NodeAddr are the addresses of a real sshd fleet. sb-fleet takes the fleet from Slurm, validates it over
-SSH, drains the planted bad node with its reason, leaves an admin's drained node alone, and resumes the
-node once it passes again."""
+SSH and with ``launcher: slurm`` (srun in an allocation it makes in a reservation), drains the planted
+bad node with its reason, leaves an admin's drained node alone, resumes the node once it passes again,
+and makes srun's failures and hangs that node's outcome."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -255,3 +258,143 @@ def test_the_health_checks_as_healthcheckprogram_drain_and_resume_only_their_own
     assert r.returncode == 0 and "slurm: slnode2 resumed" in r.stdout, r.stdout + r.stderr
     assert c.states()["slnode2"][0] == "idle"
     c.sh("scontrol", "update", "nodename=slnode1", "state=resume")
+
+
+def _launcher_config(cfg: Path, out: Path, **slurm: object) -> Path:
+    """The cluster's config with ``launcher: slurm`` and ``slurm`` settings added."""
+    doc = yaml.safe_load(cfg.read_text())
+    doc["fleet"]["launcher"] = "slurm"
+    doc["fleet"]["deploy_timeout"] = 120
+    doc["slurm"].update(slurm)
+    doc["health"] = {"enabled": False}
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+def _idle(c) -> None:  # noqa: ANN001
+    for n, (state, _) in c.states().items():
+        if not state.startswith("idle"):
+            c.sh("scontrol", "update", f"nodename={n}", "state=resume")
+
+
+def test_launcher_slurm_validates_in_an_allocation_drains_the_bad_node_and_retests_it(cluster, tmp_path):
+    """launcher: slurm: every step an srun step in the job sb-fleet allocates in the nightly reservation;
+    the planted bad node (its workspace path is a file: deploy fails there) is drained with the reason,
+    the admin's node is neither allocated nor touched; fixed, the next run re-tests it in the
+    reservation and resumes it."""
+    c, _, cfg = cluster
+    _idle(c)
+    c.sh(
+        "scontrol", "create", "reservation", "reservationname=sbnightly", "users=root",
+        "nodes=slnode[1-4]", "starttime=now", "duration=120", "flags=maint,ignore_jobs",
+    )  # fmt: skip
+    c.sh("scontrol", "update", "nodename=slnode4", "state=drain", "reason=admin maintenance")
+    lcfg = _launcher_config(cfg, tmp_path / "slurm-launch.yaml", reservation="sbnightly", grant_timeout=60)
+    bad = Path("/root/.sb-fleet/hosts/slnode3")
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    if bad.is_dir():
+        shutil.rmtree(bad)
+    bad.write_text("not a directory\n")
+    try:
+        t0 = time.monotonic()
+        r = sb_fleet(
+            "validate", "-i", "slurm:partition=gpu", "-c", str(lcfg), "--run-dir", str(tmp_path / "r1"),
+            "--drain", env=c.env, timeout=900,
+        )  # fmt: skip
+        first_s = time.monotonic() - t0
+    finally:
+        bad.unlink()
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    launch = json.loads((tmp_path / "r1" / "slurm-launch.json").read_text())["allocations"]
+    assert len(launch) == 1 and launch[0]["job_id"].isdigit() and launch[0]["made_by_sb_fleet"]
+    assert launch[0]["nodes"] == ["slnode1", "slnode2", "slnode3"]
+    assert "admin maintenance" in launch[0]["left_out"]["slnode4"]
+    # the steps ran through srun as the submitting user (root), not over SSH as the inventory's sbtest
+    assert "sb_srun" in (tmp_path / "r1" / "ansible" / "deploy" / "extravars.yml").read_text()
+    assert Path("/root/.sb-fleet/hosts/slnode1/suite").exists()
+    outcomes = json.loads((tmp_path / "r1" / "outcomes.json").read_text())["hosts"]
+    assert outcomes["slnode3"]["outcome"] == "failed", outcomes["slnode3"]
+    assert (
+        outcomes["slnode4"]["outcome"] == "skipped" and "admin maintenance" in outcomes["slnode4"]["reason"]
+    )
+    for n in ("slnode1", "slnode2"):
+        assert outcomes[n]["outcome"] == "ok", outcomes[n]
+        assert (tmp_path / "r1" / "raw" / n / "results" / "gemm-flops" / "rank0.json").is_file()
+    states = c.states()
+    assert states["slnode3"][0].startswith("drain") and states["slnode3"][1].startswith("sb-fleet r1-")
+    assert states["slnode4"] == ("drained", "admin maintenance")
+    # maint: idle in the maintenance reservation
+    assert states["slnode1"][0] in ("idle", "maint") and states["slnode2"][0] in ("idle", "maint"), states
+    assert c.sh("squeue", "-h").stdout.strip() == ""  # the allocation is gone
+
+    # Fixed: re-tested inside the reservation although drained (it was ours), passes, is resumed.
+    r = sb_fleet(
+        "validate", "-i", "slurm:partition=gpu", "-c", str(lcfg), "--run-dir", str(tmp_path / "r2"),
+        "--drain", env=c.env, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]  # slnode4 is still out: missing
+    launch = json.loads((tmp_path / "r2" / "slurm-launch.json").read_text())["allocations"]
+    assert launch[0]["nodes"] == ["slnode1", "slnode2", "slnode3"]
+    assert launch[0]["retested_drained"]["slnode3"].startswith("sb-fleet r1-")
+    outcomes = json.loads((tmp_path / "r2" / "outcomes.json").read_text())["hosts"]
+    assert outcomes["slnode3"]["outcome"] == "ok", outcomes["slnode3"]
+    states = c.states()
+    assert states["slnode3"][0] in ("idle", "maint"), states
+    assert states["slnode4"] == ("drained", "admin maintenance")
+    c.sh("scontrol", "delete", "reservationname=sbnightly")
+    c.sh("scontrol", "update", "nodename=slnode4", "state=resume")
+    print(f"launcher slurm: 4-node validate (3 allocated) {first_s:.1f} s")
+
+
+FAKE_SRUN = """#!/bin/sh
+# A planted srun fault for one node, read from {ctl}: "fail:NODE" (srun cannot start the step) or
+# "hang:NODE" (srun never returns); every other step is the real srun's.
+mode=$(cat {ctl} 2>/dev/null)
+for a in "$@"; do case "$a" in --nodelist=*) node=${{a#--nodelist=}} ;; esac; done
+case "$mode" in
+  "fail:$node") echo "srun: error: Unable to create step for job 1: Requested node configuration is not available" >&2; exit 1 ;;
+  "hang:$node") exec sleep 3600 ;;
+esac
+exec {srun} "$@"
+"""
+
+
+def test_srun_failures_and_timeouts_are_that_hosts_outcome(cluster, tmp_path):
+    c, _, cfg = cluster
+    _idle(c)
+    ctl = tmp_path / "srun-fault"
+    fake = tmp_path / "srun"
+    fake.write_text(FAKE_SRUN.format(ctl=ctl, srun=shutil.which("srun")))
+    fake.chmod(0o755)
+    lcfg = _launcher_config(cfg, tmp_path / "fault.yaml", srun=str(fake), grant_timeout=60)
+    ctl.write_text("fail:slnode2")
+    r = sb_fleet(
+        "validate", "-i", "slurm:partition=gpu", "-c", str(lcfg), "--run-dir", str(tmp_path / "f"),
+        env=c.env, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]  # srun could not reach it: infrastructure
+    outcomes = json.loads((tmp_path / "f" / "outcomes.json").read_text())["hosts"]
+    assert outcomes["slnode2"]["outcome"] == "unreachable", outcomes["slnode2"]
+    assert "Unable to create step" in outcomes["slnode2"]["reason"]
+    assert [n for n, o in outcomes.items() if o["outcome"] == "ok"] == ["slnode1", "slnode3", "slnode4"]
+
+    # srun hangs on slnode3: deploy's task timeout ends it (the step is killed), the others go on
+    doc = yaml.safe_load(lcfg.read_text())
+    doc["fleet"]["deploy_timeout"] = 15
+    lcfg.write_text(yaml.safe_dump(doc))
+    ctl.write_text("hang:slnode3")
+    t0 = time.monotonic()
+    r = sb_fleet(
+        "deploy", "-i", "slurm:partition=gpu", "-c", str(lcfg), "--run-dir", str(tmp_path / "h"),
+        env=c.env, timeout=600,
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    deploy = json.loads((tmp_path / "h" / "outcomes" / "deploy.json").read_text())["hosts"]
+    outcome = {o["host"]: o for o in deploy}
+    assert r.returncode != 0 and took < 300, (took, r.stdout[-2000:], r.stderr[-2000:])
+    assert outcome["slnode3"]["outcome"] == "timeout", outcome
+    assert [h for h, o in outcome.items() if o["outcome"] == "ok"] == ["slnode1", "slnode2", "slnode4"], (
+        outcome
+    )
+    assert c.sh("squeue", "-h").stdout.strip() == ""  # the allocation is gone
+    assert subprocess.run(["pgrep", "-f", f"{fake}"], capture_output=True).returncode == 1  # nothing left

@@ -33,6 +33,10 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
         for h in hosts
         if h not in fetch
     }
+    if ex.srun is not None:  # a node Slurm did not allocate: skipped, nothing to read
+        gone = {h: ex.srun.left_out[h] for h in fetch if h in ex.srun.left_out}
+        outcomes.update({h: HostOutcome(h, "collect", Outcome.SKIPPED, why) for h, why in gone.items()})
+        fetch = [h for h in fetch if h not in gone]
     targets = []
     for h in fetch:
         local = run.rd.raw_host(h) / "results"
@@ -48,6 +52,7 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
                     run.config.fleet.collect_timeout,
                     ex.progress.update,
                     run.config.collect,
+                    ex.srun,
                 )
             )
     except CollectAborted as exc:

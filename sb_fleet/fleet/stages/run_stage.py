@@ -251,4 +251,4 @@ def stop_remote(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, str
         CollectTarget(ex.inventory.get(h), remote_results(run, h), run.rd.raw_host(h) / "results")
         for h in hosts
     ]
-    return stop_runners(targets, ex.ssh, ex.forks, timeout=30)
+    return stop_runners(targets, ex.ssh, ex.forks, timeout=30, srun=ex.srun)
