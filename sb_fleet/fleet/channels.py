@@ -26,7 +26,31 @@ class Channel(Protocol):
     def exit_status(self) -> tuple[int, str]: ...
 
 
-class SshChannel:
+class _Bounded:
+    """A remote command's stdout counted against its byte limit, read in chunks."""
+
+    limit: int
+    what: str
+    total: int
+
+    def read(self, n: int = -1) -> bytes:
+        raise NotImplementedError
+
+    def counted(self, data: bytes) -> bytes:
+        self.total += len(data)
+        if self.total > self.limit:
+            raise HostRefused(f"the host sent more than {self.limit} bytes for {self.what}")
+        return data
+
+    def chunks(self) -> Iterator[bytes]:
+        while True:
+            data = self.read()
+            if not data:
+                return
+            yield data
+
+
+class SshChannel(_Bounded):
     """One remote command's stdout as a bounded stream: at most ``limit`` bytes (else :class:`HostRefused`),
     each read waiting at most the channel's stall timeout; stderr kept to its first 2,000 bytes."""
 
@@ -50,18 +74,7 @@ class SshChannel:
 
     def read(self, n: int = -1) -> bytes:
         self._drain_stderr()
-        data = self.chan.recv(1 << 16 if n is None or n < 0 else min(n, 1 << 16))
-        self.total += len(data)
-        if self.total > self.limit:
-            raise HostRefused(f"the host sent more than {self.limit} bytes for {self.what}")
-        return data
-
-    def chunks(self) -> Iterator[bytes]:
-        while True:
-            data = self.read()
-            if not data:
-                return
-            yield data
+        return self.counted(self.chan.recv(1 << 16 if n is None or n < 0 else min(n, 1 << 16)))
 
     def exit_status(self) -> tuple[int, str]:
         self._drain_stderr()
@@ -73,7 +86,7 @@ class SshChannel:
         return rc, " ".join(self.err.decode(errors="replace").split())[:300]
 
 
-class SrunChannel:
+class SrunChannel(_Bounded):
     """One command on a node as a bounded stream (collect's reads): its stdout in chunks, each read
     waiting at most ``stall`` seconds, at most ``limit`` bytes; stderr kept to its first 2,000 bytes."""
 
@@ -105,18 +118,7 @@ class SrunChannel:
         ready, _, _ = select.select([fd], [], [], self.stall)
         if not ready:
             raise TimeoutError(f"no data for {self.what} within {self.stall}s")
-        data = os.read(fd, 1 << 16 if n is None or n < 0 else min(n, 1 << 16))
-        self.total += len(data)
-        if self.total > self.limit:
-            raise HostRefused(f"the host sent more than {self.limit} bytes for {self.what}")
-        return data
-
-    def chunks(self) -> Iterator[bytes]:
-        while True:
-            data = self.read()
-            if not data:
-                return
-            yield data
+        return self.counted(os.read(fd, 1 << 16 if n is None or n < 0 else min(n, 1 << 16)))
 
     def exit_status(self) -> tuple[int, str]:
         try:

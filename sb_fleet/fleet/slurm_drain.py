@@ -142,7 +142,7 @@ def node_states(hosts: list[str], sinfo: str = "sinfo") -> dict[str, NodeState]:
     from sb_fleet.config.hostlist import compress
 
     argv = [sinfo, "-h", "-N", "-o", "%N|%T|%E", "-n", compress(hosts)]
-    r = _run(argv)
+    r = slurm_command(argv)
     if r.returncode != 0:
         raise InfraError(
             f"{' '.join(argv[:1])} failed (exit {r.returncode}): {' '.join(r.stderr.split())[:300]}"
@@ -150,17 +150,21 @@ def node_states(hosts: list[str], sinfo: str = "sinfo") -> dict[str, NodeState]:
     return parse_node_states(r.stdout)
 
 
-def _run(argv: list[str] | tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+def slurm_command(
+    argv: list[str] | tuple[str, ...], timeout: float = SCONTROL_TIMEOUT_S, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """One of Slurm's commands, as an argument vector; a missing command or no answer is an InfraError."""
     try:
         return subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S, check=False
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False, env=env
         )
     except FileNotFoundError:
         raise InfraError(
-            f"{argv[0]} not found: run sb-fleet drain where Slurm's commands are (slurm-client)"
+            f"{argv[0]} not found: run sb-fleet where Slurm's commands are (slurm-client), or give its path "
+            "in the config's slurm section"
         ) from None
     except subprocess.TimeoutExpired:
-        raise InfraError(f"{argv[0]} gave no answer in {SCONTROL_TIMEOUT_S} s: check slurmctld") from None
+        raise InfraError(f"{argv[0]} gave no answer in {timeout:.0f} s: check slurmctld") from None
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,7 @@ def apply(rd: RunDir, actions: list[Action], dry_run: bool) -> list[dict[str, An
             **asdict(a),
         }
         if a.argv and not dry_run:
-            r = _run(a.argv)
+            r = slurm_command(a.argv)
             rec["rc"] = r.returncode
             rec["stderr"] = " ".join(r.stderr.split())[:500]
         done.append(rec)

@@ -29,7 +29,7 @@ from pathlib import Path
 from sb_fleet.config.hostlist import compress, expand
 from sb_fleet.config.slurm_inventory import SlurmSettings
 from sb_fleet.errors import InfraError, UsageError
-from sb_fleet.fleet.slurm_drain import STATE_FLAGS
+from sb_fleet.fleet.slurm_drain import STATE_FLAGS, slurm_command
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "srun_plugin"
 CONNECTION = "sb_srun"
@@ -125,16 +125,7 @@ class Allocation:
 
 
 def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, check=False, env=task_env()
-        )
-    except FileNotFoundError:
-        raise InfraError(
-            f"{argv[0]} not found: launcher: slurm runs where Slurm's commands are (slurm-client)"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise InfraError(f"{argv[0]} gave no answer in {timeout:.0f} s: check slurmctld") from None
+    return slurm_command(argv, timeout, env=task_env())
 
 
 def _one_line(s: str) -> str:
