@@ -62,6 +62,10 @@ superbench:
       timeout: 120
       modes: [{name: local, proc_num: 1, parallel: no, env: {OMP_NUM_THREADS: 1}}]
       parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, precision: [fp64, fp32]}
+# Three CPU GEMMs on two shared cores land far apart from scheduling alone: the drift this test plants
+# is the image's digest, judged by the software check; no throughput verdict here.
+gates:
+  fleet: {min_deviation: 0.9}
 """
 
 
@@ -250,7 +254,8 @@ def test_tarball_deploy_run_in_container_digest_check_and_cleanup(ctr_fleet, cpu
     assert hosts["host003"]["verdict"] == "fail"
     for h in ("host001", "host002"):
         assert not [i for i in hosts[h]["issues"] if i["metric"] == "image_digest"]
-    assert "image_digest" in (rd2 / "report.md").read_text()
+    md = (rd2 / "report.md").read_text()
+    assert "ran a different container image than the majority" in md and "host003" in md, md
 
     # 5. cleanup: containers and, on request, the image
     _podman(

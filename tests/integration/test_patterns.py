@@ -211,53 +211,6 @@ def run_root() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def test_pair_wise_names_the_slow_host(fleet8, run_root):
-    slow = fleet8.hosts[2]
-    run_dir = run_root / "slowhost"
-    # a slow NIC: the host's traffic is slow both ways
-    slow_nic = [["match", "ip", "dst", f"{slow.addr}/32"], ["match", "ip", "src", f"{slow.addr}/32"]]
-    with shaped(slow_nic, probe=(fleet8.hosts[0].addr, slow.addr)) as shaped_bytes:
-        r, took = validate(fleet8, inventory(fleet8, 8, "inv8.ini"), run_dir)
-        through = shaped_bytes()
-    print(
-        f"pair-wise tcp-bw over 8 loopback hosts (mpi mode, 7 rounds): {took:.1f} s (validate), load {os.getloadavg()}, {through} bytes shaped"
-    )
-    # the fault was in effect for the whole first pass: the slow host and its 7 partners each sent
-    # (1 warm-up + 3 steps) x 8 MiB through the shaped class (a qdisc removed from outside reads -1)
-    assert through >= 2 * 7 * 4 * 8 * 2**20, f"the planted fault was not in effect: {through} bytes shaped"
-    doc = verdicts(run_dir, r)
-    assert len(doc["matrix"]["pairs"]) == 28, r.stdout + r.stderr
-    failed = [p for p in doc["matrix"]["pairs"] if p.get("status", "ok") != "ok"]
-    assert not failed, [(p["a"], p["b"], p["round"], p.get("reason")) for p in failed]
-    culprits = [(c["kind"], c["target"]) for c in doc["localisation"]["culprits"]]
-    values = [(p["a"], p["b"], round(p["value"], 4)) for p in doc["matrix"]["pairs"]]
-    assert culprits == [("node", slow.name)], (culprits, doc["localisation"], values, r.stdout[-2000:])
-    c = doc["localisation"]["culprits"][0]
-    assert c["confidence"] == "high" and c["bad"] == 7
-    # validate's second pass re-paired the slow host with known-good hosts and reproduced it
-    follow = json.loads((run_dir / "followup.json").read_text())["entries"]["tcp-bw"]["second_pass"]
-    assert (run_dir / follow["run_dir"] / "manifest.json").exists(), follow
-    again = follow["localisation"]["culprits"]
-    assert [(c["kind"], c["target"], c["confirmed"]) for c in again] == [("node", slow.name, True)], follow
-    verdict = {h["name"]: h for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
-    assert verdict[slow.name]["verdict"] == "fail", verdict[slow.name]
-    assert any(i["check"] == "pattern" for i in verdict[slow.name]["issues"]), verdict[slow.name]
-    assert all(v["verdict"] == "pass" for h, v in verdict.items() if h != slow.name), verdict
-    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
-    # SuperBench's files: the pattern and the pair figures under SuperBench's names
-    pattern = (run_dir / "mpi_pattern.txt").read_text()
-    assert (
-        pattern.startswith("benchmark_name: tcp-bw pattern_type: pair-wise\n")
-        and len(pattern.splitlines()) == 9
-    )
-    summary = (run_dir / "results-summary.jsonl").read_text()
-    assert '"tcp-bw/tcp_0_0:8388608_bw"' in summary and '"tcp-bw/tcp_6_3:8388608_bw"' in summary
-    report = sb_fleet("report", str(run_dir))
-    html = (run_dir / "report.html").read_text()
-    assert f"{slow.name} is slow with 7 of 7 partners" in html, report.stdout + report.stderr
-    assert '<section class="pairmap" id="pairmap">' in html
-
-
 @contextlib.contextmanager
 def cpu_load() -> Iterator[subprocess.Popen]:
     """A busy loop beside the run, as on a shared machine: every pair competes with it for a core, so the
@@ -271,8 +224,10 @@ def cpu_load() -> Iterator[subprocess.Popen]:
 
 
 def test_pair_wise_names_the_slow_host_at_6_hosts_under_cpu_load(fleet8, run_root):
-    """The issue's own case: 6 hosts, one shaped to 300 Mbit/s both ways, a busy machine. Every pair with the
-    slow host is many times slower than the healthy pairs, which themselves spread several-fold."""
+    """The issue's own case: 6 hosts, one shaped to 300 Mbit/s both ways (a slow NIC), a busy machine. Every
+    pair with the slow host is many times slower than the healthy pairs, which themselves spread
+    several-fold. Named with high confidence, confirmed by validate's second pass (re-paired with
+    known-good hosts), in the report and SuperBench's files."""
     slow = fleet8.hosts[4]
     run_dir = run_root / "slowhost6"
     slow_nic = [["match", "ip", "dst", f"{slow.addr}/32"], ["match", "ip", "src", f"{slow.addr}/32"]]
@@ -300,10 +255,24 @@ def test_pair_wise_names_the_slow_host_at_6_hosts_under_cpu_load(fleet8, run_roo
     follow = json.loads((run_dir / "followup.json").read_text())["entries"]["tcp-bw"]["second_pass"]
     again = follow["localisation"]["culprits"]
     assert [(c["kind"], c["target"], c["confirmed"]) for c in again] == [("node", slow.name, True)], follow
+    assert (run_dir / follow["run_dir"] / "manifest.json").exists(), follow
     verdict = {h["name"]: h for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
     assert verdict[slow.name]["verdict"] == "fail", verdict[slow.name]
+    assert any(i["check"] == "pattern" for i in verdict[slow.name]["issues"]), verdict[slow.name]
     assert all(v["verdict"] == "pass" for h, v in verdict.items() if h != slow.name), verdict
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    # SuperBench's files: the pattern (a header, a line a round) and the pair figures under SuperBench's names
+    pattern = (run_dir / "mpi_pattern.txt").read_text()
+    assert (
+        pattern.startswith("benchmark_name: tcp-bw pattern_type: pair-wise\n")
+        and len(pattern.splitlines()) == 7
+    )
+    summary = (run_dir / "results-summary.jsonl").read_text()
+    assert '"tcp-bw/tcp_0_0:8388608_bw"' in summary and '"tcp-bw/tcp_4_2:8388608_bw"' in summary
+    report = sb_fleet("report", str(run_dir))
+    html = (run_dir / "report.html").read_text()
+    assert f"{slow.name} is slow with 5 of 5 partners" in html, report.stdout + report.stderr
+    assert '<section class="pairmap" id="pairmap">' in html
 
 
 def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
@@ -344,10 +313,10 @@ def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
 
 
 def test_a_stopped_pair_is_reported_and_the_others_finish(fleet8, run_root):
-    victim = fleet8.hosts[5]
+    victim = fleet8.hosts[2]
     run_dir = run_root / "hang"
     cfg = fleet8.config(CONFIG.replace("@TIMEOUT@", "25"), name="hang.yaml")
-    inv = inventory(fleet8, 6, "inv6h.ini")
+    inv = inventory(fleet8, 4, "inv4h.ini")  # 3 rounds of 2 pairs: the stopped pair, 5 others
     proc = subprocess.Popen(
         [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
         cwd=str(ROOT),
@@ -378,7 +347,7 @@ def test_a_stopped_pair_is_reported_and_the_others_finish(fleet8, run_root):
     hung = [p for p in pairs if p.get("status", "ok") != "ok"]
     assert len(hung) == 1 and victim.name in (hung[0]["a"], hung[0]["b"]), hung
     assert hung[0]["status"] == "timeout" and hung[0]["round"] == 0, hung
-    assert sum(1 for p in pairs if p.get("status", "ok") == "ok") == 14  # every other pair finished
+    assert sum(1 for p in pairs if p.get("status", "ok") == "ok") == 5  # every other pair finished
     assert proc.returncode == 1, out + err
     left = fleet8.processes(victim.name, needle=b"tcp-bw")
     assert left == [], "the stopped rank was left behind"

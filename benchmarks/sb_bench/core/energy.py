@@ -326,8 +326,11 @@ def powercap_meter(sysfs: Path | None = None) -> Meter:
 
 def _read_uj(path: Path) -> int:
     try:
-        with open(path) as f:
-            text = f.readline().strip()  # a sysfs attribute is one line
+        for _ in range(3):  # an empty read (a counter served through a pipe between two values) is retried
+            with open(path) as f:
+                text = f.readline().strip()  # a sysfs attribute is one line
+            if text:
+                break
     except PermissionError:
         raise EnergyUnavailable(
             f"{path} is not readable by this user (root only since Linux 5.10; grant read access "
