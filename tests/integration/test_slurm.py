@@ -398,3 +398,35 @@ def test_srun_failures_and_timeouts_are_that_hosts_outcome(cluster, tmp_path):
     )
     assert c.sh("squeue", "-h").stdout.strip() == ""  # the allocation is gone
     assert subprocess.run(["pgrep", "-f", f"{fake}"], capture_output=True).returncode == 1  # nothing left
+
+
+def test_launcher_slurm_runs_a_collective_across_two_nodes(cluster, tmp_path):
+    """node_num 2 under launcher: slurm: each node's runner is an srun step; torchrun on the two nodes
+    rendezvous at the first one's address (gloo on CPU), as over SSH."""
+    c, _, cfg = cluster
+    _idle(c)
+    lcfg = _launcher_config(cfg, tmp_path / "multi.yaml", grant_timeout=60)
+    doc = yaml.safe_load(lcfg.read_text())
+    doc["fleet"].update({"master_port": 29711, "env": {"GLOO_SOCKET_IFNAME": "lo"}})
+    doc["superbench"]["benchmarks"] = {
+        "nccl-bw": {
+            "timeout": 180,
+            "modes": [{"name": "torch.distributed", "proc_num": 1, "node_num": 2, "env": {"OMP_NUM_THREADS": 1}}],
+            "parameters": {"operation": ["allreduce"], "minbytes": "64K", "maxbytes": "64K", "num_warmup": 1,
+                           "num_steps": 4},
+        }
+    }  # fmt: skip
+    lcfg.write_text(yaml.safe_dump(doc))
+    run_dir = tmp_path / "multi"
+    r = sb_fleet(
+        "validate", "-i", "slurm:slnode[1-2]", "-c", str(lcfg), "--run-dir", str(run_dir), env=c.env, timeout=600
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert json.loads((run_dir / "slurm-launch.json").read_text())["allocations"][0]["nodes"] == [
+        "slnode1",
+        "slnode2",
+    ]
+    for node, rank in (("slnode1", 0), ("slnode2", 1)):
+        doc = json.loads((run_dir / "raw" / node / "results" / "nccl-bw" / f"rank{rank}.json").read_text())
+        assert doc["world_size"] == 2 and doc["return_code"] == 0, doc
+    assert c.sh("squeue", "-h").stdout.strip() == ""
