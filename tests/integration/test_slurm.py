@@ -168,6 +168,8 @@ def test_validate_drains_the_bad_node_leaves_the_admins_and_resumes_it_when_fixe
     for d in (home / ".sb-fleet", home / ".sb-fleet" / "hosts"):
         d.mkdir(exist_ok=True)
         shutil.chown(d, "sbtest", "sbtest")
+    if ws.exists():  # what an earlier run on this machine left
+        shutil.rmtree(ws)
     ws.mkdir(mode=0o755)
     try:
         r = sb_fleet(
