@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import signal
 import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sb_fleet.fleet.slurm_launch import launch_failure, split_stderr, srun_argv, task_env
+from sb_fleet.fleet.slurm_launch import end_step, launch_failure, split_stderr, srun_argv, task_env
 
 
 class HostRefused(Exception):
@@ -134,14 +132,7 @@ class SrunChannel(_Bounded):
         return rc, " ".join(task.split())[:300]
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGTERM)  # srun ends the step on SIGTERM
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        end_step(self.proc)
 
 
 @dataclass

@@ -21,6 +21,7 @@ import contextlib
 import math
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from pathlib import Path
 from sb_fleet.config.hostlist import compress, expand
 from sb_fleet.config.slurm_inventory import SlurmSettings
 from sb_fleet.errors import InfraError, UsageError
-from sb_fleet.fleet.slurm_drain import STATE_FLAGS, slurm_command
+from sb_fleet.fleet.slurm_drain import node_states, slurm_command
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "srun_plugin"
 CONNECTION = "sb_srun"
@@ -147,21 +148,6 @@ def job_nodes(job_id: str, s: SlurmSettings) -> tuple[str, ...]:
     return tuple(expand(nodes.strip()))
 
 
-def _states(nodes: list[str], s: SlurmSettings) -> dict[str, tuple[str, str]]:
-    r = _run([s.sinfo, "-h", "-N", "-o", "%N|%T|%E", "-n", compress(nodes)])
-    if r.returncode != 0:
-        raise InfraError(f"{s.sinfo} failed (exit {r.returncode}): {_one_line(r.stderr)}")
-    out: dict[str, tuple[str, str]] = {}
-    for line in r.stdout.splitlines():
-        f = line.split("|", 2)
-        if len(f) == 3 and f[0].strip():
-            reason = f[2].strip()
-            out.setdefault(
-                f[0].strip(), (f[1].strip().rstrip(STATE_FLAGS), "" if reason == "none" else reason)
-            )
-    return out
-
-
 def unavailable(state: str) -> bool:
     s = state.lower()
     # maint alone is an idle node in a maintenance reservation: allocatable inside it
@@ -196,17 +182,18 @@ def allocate(hosts: list[str], s: SlurmSettings, run_id: str) -> Allocation:
             tuple(h for h in hosts if h in inside),
             left_out={h: f"not a node of slurm job {given}" for h in hosts if h not in inside},
         )
-    states = _states(hosts, s)
+    states = node_states(hosts, s.sinfo)
     left_out: dict[str, str] = {}
     borrowed: dict[str, str] = {}
     for h in hosts:
         if h not in states:
             left_out[h] = "not a Slurm node (sinfo does not list it)"
             continue
-        state, reason = states[h]
+        node = states[h]
+        state, reason = node.state, node.reason
         if not unavailable(state):
             continue
-        if s.reservation and state.startswith("drain") and reason.startswith("sb-fleet "):
+        if s.reservation and state.startswith("drain") and node.ours:
             borrowed[h] = reason  # ours, and only the reservation's jobs can land on it: re-test it
         else:
             why = f" ({reason})" if reason else ""
@@ -276,6 +263,18 @@ def allocation(hosts: list[str], s: SlurmSettings, run_id: str) -> Iterator[Allo
     finally:
         _ACTIVE.pop()
         release(alloc, s)
+
+
+def end_step(proc: subprocess.Popen[bytes]) -> None:
+    """Stop an srun started in its own session: SIGTERM (srun ends its step), SIGKILL after 5 s."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def srun_command(srun: str, job_id: str, node: str, command: str, timeout: float) -> tuple[int, str, str]:

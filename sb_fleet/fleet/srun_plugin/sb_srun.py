@@ -5,16 +5,13 @@ the environment and selects the plugin per command (``ansible_connection``)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 from typing import Any
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleFileNotFound
 from ansible.plugins.connection import ConnectionBase
 
-from sb_fleet.fleet.slurm_launch import launch_failure, split_stderr, srun_argv, task_env, timed_out
+from sb_fleet.fleet.slurm_launch import end_step, launch_failure, split_stderr, srun_argv, task_env, timed_out
 
 DOCUMENTATION = """
     name: sb_srun
@@ -40,18 +37,6 @@ DOCUMENTATION = """
     extends_documentation_fragment:
         - connection_pipelining
 """
-
-
-def _stop(p: subprocess.Popen[bytes]) -> None:
-    """srun ends its step on SIGTERM; SIGKILL after 5 s."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(p.pid, signal.SIGTERM)
-    try:
-        p.wait(5)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
 
 
 class Connection(ConnectionBase):
@@ -82,7 +67,7 @@ class Connection(ConnectionBase):
         try:
             out, err = p.communicate(in_data)
         except BaseException:  # the task's timeout, an interrupt: the step ends with the task
-            _stop(p)
+            end_step(p)
             raise
         task, own = split_stderr(err.decode(errors="replace"))
         failure = launch_failure(p.returncode, out.decode(errors="replace"), own)
