@@ -264,7 +264,8 @@ def detect(
         # averaging does not shrink: the combined fleet check keeps the single fleet check's limits.
         fleet_min = max(settings.combined_min_deviation, settings.min_deviation)
         fleet_k = settings.combined_threshold
-        _combined(comb_fleet, "fleet-combined", "the fleet", fleet_k, lambda _s: fleet_min, add_issue)
+        cap = settings.threshold  # one wild value counts in a combination as much as a flagged one, no more
+        _combined(comb_fleet, "fleet-combined", "the fleet", fleet_k, lambda _s: fleet_min, add_issue, cap)
         _combined(
             comb_sib,
             "sibling-combined",
@@ -272,6 +273,7 @@ def detect(
             settings.combined_threshold,
             lambda s: noise_floor(s, settings.combined_min_deviation, settings),
             add_issue,
+            cap,
         )
     return out
 
@@ -287,6 +289,39 @@ def noise_floor(sigma: float, configured: float, settings: DetectionSettings) ->
     return min(configured, max(settings.floor_sigmas * sigma, settings.min_floor))
 
 
+def scan_score(
+    z: np.ndarray, rel: np.ndarray, cap: float = np.inf
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The combined score of one unit's metrics (rows) on each host (columns): the best subset.
+
+    For each host the metrics are ranked by standardised badness ``z`` and, for every k of at least
+    two (or all there are), the k worst give Stouffer's sum ``sum(z) / sqrt(k)``; the score is the
+    largest. A GPU low on two of nine GEMM precisions scores as high as the two deserve, where the
+    mean of all nine would dilute them to noise; a GPU low on all nine keeps the mean's evidence
+    (k = 9). The score's spread is measured on the fleet, so the search over k costs no false alarms
+    beyond what the fleet's own healthy units show. Returns the score, the mean relative badness of
+    the k metrics chosen, and k (0 where a host has no value). NaNs are ignored.
+    """
+    m, h = z.shape
+    missing = np.isnan(z) | np.isnan(rel)
+    z = np.minimum(z, cap)
+    present = m - np.count_nonzero(missing, axis=0)
+    order = np.argsort(np.where(missing, np.inf, -z), axis=0, kind="stable")  # worst first, NaNs last
+    zs = np.take_along_axis(np.where(missing, 0.0, z), order, axis=0)
+    rs = np.take_along_axis(np.where(missing, 0.0, rel), order, axis=0)
+    ks = np.arange(1, m + 1, dtype=float)[:, None]
+    sums = np.cumsum(zs, axis=0) / np.sqrt(ks)
+    # k from 2 (one metric alone is the single-metric checks' business), up to what the host has.
+    allowed = (ks <= present[None, :]) & ((ks >= 2) | (present[None, :] < 2))
+    sums = np.where(allowed, sums, -np.inf)
+    best = np.argmax(sums, axis=0)
+    cols = np.arange(h)
+    score = np.where(present > 0, sums[best, cols], np.nan)
+    k = np.where(present > 0, best + 1, 0)
+    mean = np.where(present > 0, np.cumsum(rs, axis=0)[best, cols] / np.maximum(k, 1), np.nan)
+    return score, mean, k
+
+
 def _combined(
     parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, float]]],
     check: str,
@@ -294,6 +329,7 @@ def _combined(
     threshold: float,
     floor_of: Callable[[float], float],
     add_issue: object,
+    cap: float = np.inf,
 ) -> None:
     # Group the (group, unit) keys by group, so the combined score's spread is pooled over units.
     by_group: dict[str, list[tuple[str, list[tuple[np.ndarray, np.ndarray, float]]]]] = {}
@@ -303,14 +339,14 @@ def _combined(
     for group, units in by_group.items():
         scores = []
         means = []
+        counts = []
         for _unit, lst in units:
-            z = np.vstack([p[0] for p in lst])
-            rel = np.vstack([p[1] for p in lst])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                scores.append(np.nanmean(z, axis=0))
-                means.append(np.nanmean(rel, axis=0))
+            sc, mn, k = scan_score(np.vstack([p[0] for p in lst]), np.vstack([p[1] for p in lst]), cap)
+            scores.append(sc)
+            means.append(mn)
+            counts.append(k)
         score = np.vstack(scores)  # units x H
+        used = np.vstack(counts)
         # Larger is worse: the bad tail of the score is the lower tail of its negation.
         sigma = _spread(-score, 1)
         if not np.isfinite(sigma):
@@ -323,7 +359,8 @@ def _combined(
         for ui, r in zip(*np.nonzero(hit), strict=True):
             unit, lst = units[ui]
             where = f"GPU/NIC {unit}" if unit else "the host"
-            n = len(lst)
+            n = int(used[ui, r])
+            of = f"{n} of the {len(lst)}" if n < len(lst) else f"all {n}"
             add_issue(  # type: ignore[operator]
                 int(r),
                 Issue(
@@ -336,7 +373,7 @@ def _combined(
                     severity=FAIL,
                     sigmas=float(score[ui, r] / sigma),
                     detail=(
-                        f"{n} metrics of {group} on {where} are on average {mean[ui, r] * 100:.1f}% worse than "
+                        f"{of} metrics of {group} on {where} are on average {mean[ui, r] * 100:.1f}% worse than "
                         f"{against} (combined {score[ui, r] / sigma:.1f} robust sigmas)"
                     ),
                 ),

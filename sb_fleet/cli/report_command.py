@@ -100,6 +100,7 @@ def _report(
     Exit code 0: the gate passed; 1: it failed; 2: bad input.
     """
     from sb_fleet.report.analyse import report, write_reports
+    from sb_fleet.report.writers import plot_worker
 
     if (superbench_output or output_all) and rules is None:
         raise UsageError(
@@ -111,9 +112,12 @@ def _report(
 
         configured = load_config(config).fleet.history
         history = Path(configured) if configured else None
-    result = report(source, inventory=inventory, rules=rules, baseline=baseline, gates=gates, history=history)
     out_dir = out if out is not None else _default_out(source)
-    paths = write_reports(result, out_dir)
+    with plot_worker.started(source):  # a large run: matplotlib is imported beside the analysis
+        result = report(
+            source, inventory=inventory, rules=rules, baseline=baseline, gates=gates, history=history
+        )
+        paths = write_reports(result, out_dir)
     for rule, patterns in result.rules_unmatched.items():
         # Loud, whatever --quiet says: a rule that matches nothing passes every host silently.
         click.secho(

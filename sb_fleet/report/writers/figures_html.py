@@ -8,6 +8,7 @@ import statistics
 import sb_fleet.report.writers.figure_plots as plots
 from sb_fleet.analysis.figures.figures import CV_LIMIT, Curve, Figures, RoofPoint
 from sb_fleet.report.writers.figures_md import ENERGY_NOTE, MODEL_COLUMNS, cv_text, num, pct
+from sb_fleet.report.writers.plot_worker import draw
 
 MAX_RANK_ROWS = 64
 
@@ -58,7 +59,8 @@ def render(figs: Figures) -> str:
     for _bench, curves in by_bench.items():
         plots_html.append(
             _plot(
-                plots.collective_svg(curves), "busbw (solid, p5–p95 band) and algbw (dashed) vs message size"
+                draw(plots.collective_svg, curves),
+                "busbw (solid, p5–p95 band) and algbw (dashed) vs message size",
             )
         )
     for rl in figs.rooflines:
@@ -75,11 +77,11 @@ def render(figs: Figures) -> str:
                 )
                 + "</ul></details>"
             )
-        plots_html.append(_plot(plots.roofline_svg(rl), caption, more))
+        plots_html.append(_plot(draw(plots.roofline_svg, rl), caption, more))
     if figs.power_plot is not None:
         plots_html.append(
             _plot(
-                plots.power_svg(figs.power_plot),
+                draw(plots.power_svg, figs.power_plot),
                 f"{figs.power_plot.metric}: each host's window power against its throughput; the dashed "
                 "line is the fleet's median efficiency (a host right of it needs more power for the same work)",
             )

@@ -87,6 +87,47 @@ def test_a_gpu_slightly_low_on_every_precision_is_found_by_combining_evidence() 
     assert list(issues) == [42]  # nobody else
 
 
+def test_a_gpu_low_on_two_of_eight_precisions_is_found_where_the_mean_of_all_eight_dilutes_them() -> None:
+    # Two precisions (fp64 and fp64_tc, one GPU) 7% low at 1.5% noise: each is under the single-metric
+    # limit (5.5 sigmas) and the mean over eight precisions is ~1.7%, under every combined floor. The two
+    # worst together are ~6.6 sigmas: the best-subset score finds them, and names how many it combined.
+    rng = np.random.default_rng(9)
+    cols: list[str] = []
+    blocks = []
+    precs = ("fp64", "fp32", "fp16", "fp64_tc", "tf32_tc", "bf16_tc", "fp16_tc", "int8_tc")
+    for prec in precs:
+        c, v = per_gpu_fleet(rng, 800, f"gemm-flops/{prec}_flops", 1000.0, host_sigma=0.004, gpu_sigma=0.015)
+        cols += c
+        blocks.append(v)
+    vals = np.hstack(blocks)
+    for prec in ("fp64", "fp64_tc"):
+        vals[77, precs.index(prec) * 8 + 3] *= 0.93
+    issues = flagged_rows(cols, vals)
+    assert list(issues) == [77], {r: [i.metric for i in v] for r, v in issues.items()}
+    comb = [i for i in issues[77] if i.check.endswith("combined")]
+    assert comb and all(i.metric == "gemm-flops/*:3" for i in comb)
+    assert any("2 of the 8 metrics" in i.detail for i in comb), [i.detail for i in comb]
+    assert all(
+        not i.check.endswith("combined") or i.deviation == pytest.approx(-0.07, abs=0.02) for i in comb
+    )
+
+
+def test_scan_score_takes_the_best_subset_and_ignores_missing_values() -> None:
+    from sb_fleet.analysis.detect import scan_score
+
+    z = np.array([[3.0, 1.0, np.nan, 0.0], [3.0, 1.0, 2.0, np.nan], [-1.0, 1.0, np.nan, np.nan]])
+    rel = np.array([[0.05, 0.01, np.nan, 0.0], [0.07, 0.01, 0.03, np.nan], [-0.01, 0.01, np.nan, np.nan]])
+    score, mean, k = scan_score(z, rel)
+    # host 0: the two 3s (6/sqrt 2) beat all three (5/sqrt 3); host 1: all three ones (3/sqrt 3 > 2/sqrt 2)
+    assert score[0] == pytest.approx(6 / np.sqrt(2)) and k[0] == 2 and mean[0] == pytest.approx(0.06)
+    assert score[1] == pytest.approx(np.sqrt(3)) and k[1] == 3 and mean[1] == pytest.approx(0.01)
+    # host 2 has one value: it is its own score; host 3 one too (0.0)
+    assert score[2] == pytest.approx(2.0) and k[2] == 1 and mean[2] == pytest.approx(0.03)
+    assert score[3] == pytest.approx(0.0) and k[3] == 1
+    none, _, k0 = scan_score(np.full((2, 1), np.nan), np.full((2, 1), np.nan))
+    assert np.isnan(none[0]) and k0[0] == 0
+
+
 def test_harmless_wiggle_on_a_tight_metric_is_not_flagged() -> None:
     rng = np.random.default_rng(9)
     vals = 100.0 * (1 + rng.normal(0, 0.0005, size=(300, 1)))

@@ -1,0 +1,123 @@
+"""Plots drawn in a helper process that imports matplotlib while the report is being analysed.
+
+Importing matplotlib costs about half a second, as much as analysing 5,000 hosts. For a large run
+the report command starts one helper process first (``started``); it imports matplotlib and the
+plot functions while the parent parses and judges the results, so on any machine with two cores the
+import costs no wall time. ``draw`` sends each plot's data there and gets its SVG back; with no
+helper (small runs, library callers, the tests' in-process reports) it draws in-process. A helper
+that cannot start, dies or does not answer in time never costs the report: the plot is drawn here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, cast
+
+LARGE_BYTES = 4_000_000  # results of about 600 hosts: their analysis outlasts the import
+ANSWER_S = 120.0  # one plot's longest wait for the helper, its start-up included
+
+
+class _Helper:
+    def __init__(self, process: Any, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+
+    def stop(self) -> None:
+        self.conn.close()
+        self.process.kill()
+        self.process.join(5)
+
+
+_helper: _Helper | None = None
+
+
+def warm() -> None:
+    """What drawing needs, imported up front: matplotlib, the plots, their data types."""
+    import matplotlib.figure  # noqa: F401
+
+    import sb_fleet.analysis.figures.figures  # noqa: F401  (unpickling the plots' data)
+    import sb_fleet.analysis.figures.power  # noqa: F401
+    import sb_fleet.report.writers.figure_plots  # noqa: F401
+
+
+def serve(conn: Connection) -> None:
+    """The helper: imports, then draws each (plot, args) it receives until the pipe closes."""
+    with contextlib.suppress(Exception):
+        warm()  # a failed import shows when a plot fails: the parent then draws it (and fails) itself
+    while True:
+        try:
+            plot, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer: tuple[bool, Any] = (True, plot(*args))
+        except Exception as exc:  # noqa: BLE001 - the parent draws it again and sees the error itself
+            answer = (False, repr(exc))
+        conn.send(answer)
+
+
+def worth_it(source: Path) -> bool:
+    """A helper pays off when the results to analyse are large (a file, or a run directory's)."""
+    path = source / "results-summary.jsonl" if source.is_dir() else source
+    try:
+        return path.stat().st_size >= LARGE_BYTES and (os.cpu_count() or 1) > 1
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def started(source: Path) -> Iterator[None]:
+    """Within this block, ``draw`` uses a helper process started now (only for large results)."""
+    global _helper
+    # fork: the helper starts as a copy of this process (nothing imported twice, no script run again);
+    # only while this process has one thread, as forking a threaded process is unsafe.
+    if (
+        _helper is not None
+        or not worth_it(source)
+        or "fork" not in multiprocessing.get_all_start_methods()
+        or threading.active_count() != 1
+    ):
+        yield
+        return
+    ctx = multiprocessing.get_context("fork")
+    mine, theirs = ctx.Pipe()
+    try:
+        process = ctx.Process(target=serve, args=(theirs,), name="sb-fleet-plots", daemon=True)
+        process.start()
+    except OSError:
+        yield
+        return
+    finally:
+        theirs.close()
+    helper = _helper = _Helper(process, mine)
+    try:
+        yield
+    finally:
+        _helper = None
+        helper.stop()
+
+
+def draw(plot: Callable[..., str], *args: Any) -> str:
+    """``plot(*args)``: in the helper when one is running, else (or if it fails) here."""
+    global _helper
+    helper = _helper
+    if helper is not None:
+        try:
+            helper.conn.send((plot, args))
+            if helper.conn.poll(ANSWER_S):
+                ok, answer = helper.conn.recv()
+                if ok:
+                    return cast(str, answer)
+            else:  # too slow: no more plots go there
+                _helper = None
+                helper.stop()
+        except (OSError, EOFError, ValueError):  # the helper died: the rest are drawn here
+            _helper = None
+            helper.stop()
+    return plot(*args)

@@ -1,0 +1,85 @@
+"""The report's plot helper process: used for large results only, and never costs a plot when it fails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sb_fleet.report.writers import plot_worker
+
+
+def pid() -> str:
+    return str(os.getpid())
+
+
+def hangs_in_the_helper(parent: int) -> str:
+    if os.getpid() != parent:
+        threading.Event().wait(60)  # the helper hangs; the parent draws at once
+    return str(os.getpid())
+
+
+def _results(tmp_path: Path, size: int) -> Path:
+    p = tmp_path / "results-summary.jsonl"
+    with p.open("wb") as f:
+        f.truncate(size)  # sparse: only its size matters here
+    return p
+
+
+def test_small_results_draw_in_this_process(tmp_path: Path) -> None:
+    src = _results(tmp_path, 1000)
+    with plot_worker.started(src):
+        assert plot_worker.draw(pid) == pid()
+    with plot_worker.started(tmp_path / "absent.jsonl"):  # a missing file: no helper, no error
+        assert plot_worker.draw(pid) == pid()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")
+def test_large_results_draw_in_the_helper_and_a_dead_helper_costs_nothing(tmp_path: Path) -> None:
+    src = _results(tmp_path, plot_worker.LARGE_BYTES)
+    with plot_worker.started(tmp_path):  # a run directory: its results-summary.jsonl decides
+        helper = plot_worker.draw(pid)
+        assert helper != pid()
+        os.kill(int(helper), signal.SIGKILL)  # the helper dies: the next plot is drawn here
+        assert plot_worker.draw(pid) == pid()
+    assert plot_worker.draw(pid) == pid()  # after the block: no helper
+    with plot_worker.started(src):  # a fresh block starts a fresh helper
+        assert plot_worker.draw(pid) != pid()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")
+def test_a_hung_helper_is_stopped_and_the_plot_drawn_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(plot_worker, "ANSWER_S", 1.0)
+    with plot_worker.started(_results(tmp_path, plot_worker.LARGE_BYTES)):
+        assert plot_worker.draw(pid) != pid()  # the helper answers
+        t0 = time.monotonic()
+        assert plot_worker.draw(hangs_in_the_helper, os.getpid()) == pid()
+        assert time.monotonic() - t0 < 30
+        assert plot_worker.draw(pid) == pid()  # no more plots go to it
+
+
+def test_a_real_plot_is_the_same_from_the_helper(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from sb_fleet.analysis.figures.figures import Curve
+    from sb_fleet.report.writers.figure_plots import collective_svg
+
+    curve = Curve(
+        benchmark="nccl-bw",
+        op="allreduce",
+        unit="GB/s",
+        sizes=(1024, 1 << 20, 1 << 30),
+        busbw=(1.0, 50.0, 180.0),
+        algbw=(0.6, 28.0, 100.0),
+        busbw_p5=(0.9, 45.0, 170.0),
+        busbw_p95=(1.1, 55.0, 185.0),
+        peak=None,
+    )
+    here = collective_svg([curve])
+    with plot_worker.started(_results(tmp_path, plot_worker.LARGE_BYTES)):
+        assert plot_worker.draw(collective_svg, [curve]) == here
