@@ -289,37 +289,44 @@ def noise_floor(sigma: float, configured: float, settings: DetectionSettings) ->
     return min(configured, max(settings.floor_sigmas * sigma, settings.min_floor))
 
 
-def scan_score(
-    z: np.ndarray, rel: np.ndarray, cap: float = np.inf
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def scan_score(z: np.ndarray, cap: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
     """The combined score of one unit's metrics (rows) on each host (columns): the best subset.
 
-    For each host the metrics are ranked by standardised badness ``z`` and, for every k of at least
-    two (or all there are), the k worst give Stouffer's sum ``sum(z) / sqrt(k)``; the score is the
-    largest. A GPU low on two of nine GEMM precisions scores as high as the two deserve, where the
-    mean of all nine would dilute them to noise; a GPU low on all nine keeps the mean's evidence
-    (k = 9). The score's spread is measured on the fleet, so the search over k costs no false alarms
-    beyond what the fleet's own healthy units show. Returns the score, the mean relative badness of
-    the k metrics chosen, and k (0 where a host has no value). NaNs are ignored.
+    For each host the metrics are ranked by standardised badness ``z`` (each counted at most ``cap``)
+    and, for every k of at least two (or all there are), the k worst give Stouffer's sum
+    ``sum(z) / sqrt(k)``; the score is the largest. A GPU low on two of nine GEMM precisions scores as
+    high as the two deserve, where the mean of all nine would dilute them to noise; a GPU low on all
+    nine keeps the mean's evidence (k = 9). The score's spread is measured on the fleet, so the search
+    over k costs no false alarms beyond what the fleet's own healthy units show. Returns the score and
+    k for each host (NaN and 0 where a host has no value). NaNs are ignored.
     """
     m, h = z.shape
-    missing = np.isnan(z) | np.isnan(rel)
-    z = np.minimum(z, cap)
-    present = m - np.count_nonzero(missing, axis=0)
-    order = np.argsort(np.where(missing, np.inf, -z), axis=0, kind="stable")  # worst first, NaNs last
-    zs = np.take_along_axis(np.where(missing, 0.0, z), order, axis=0)
-    rs = np.take_along_axis(np.where(missing, 0.0, rel), order, axis=0)
-    ks = np.arange(1, m + 1, dtype=float)[:, None]
-    sums = np.cumsum(zs, axis=0) / np.sqrt(ks)
+    # Hosts in rows from here: each host's few metrics are contiguous, so the sorts are short.
+    zt = np.ascontiguousarray(z.T)
+    missing = np.isnan(zt)
+    present = m - np.count_nonzero(missing, axis=1)
+    zs = -np.sort(np.where(missing, np.inf, -np.minimum(zt, cap)), axis=1)  # worst first, NaNs last
+    zs[np.isneginf(zs)] = 0.0
+    ks = np.arange(1, m + 1, dtype=float)
+    sums = np.cumsum(zs, axis=1) / np.sqrt(ks)
     # k from 2 (one metric alone is the single-metric checks' business), up to what the host has.
-    allowed = (ks <= present[None, :]) & ((ks >= 2) | (present[None, :] < 2))
-    sums = np.where(allowed, sums, -np.inf)
-    best = np.argmax(sums, axis=0)
-    cols = np.arange(h)
-    score = np.where(present > 0, sums[best, cols], np.nan)
-    k = np.where(present > 0, best + 1, 0)
-    mean = np.where(present > 0, np.cumsum(rs, axis=0)[best, cols] / np.maximum(k, 1), np.nan)
-    return score, mean, k
+    allowed = (ks[None, :] <= present[:, None]) & ((ks[None, :] >= 2) | (present[:, None] < 2))
+    sums[~allowed] = -np.inf
+    best = np.argmax(sums, axis=1)
+    has = present > 0
+    score = np.where(has, sums[np.arange(h), best], np.nan)
+    return score, np.where(has, best + 1, 0)
+
+
+def top_mean(z: np.ndarray, rel: np.ndarray, k: np.ndarray, cap: float = np.inf) -> np.ndarray:
+    """The mean of ``rel`` over each host's (column's) ``k`` worst metrics by ``z``, as ranked by
+    ``scan_score``; for the few hosts whose score is high enough to matter."""
+    zt = np.where(np.isnan(z), np.inf, -np.minimum(z, cap)).T
+    order = np.argsort(zt, axis=1, kind="stable")
+    rs = np.take_along_axis(np.nan_to_num(rel.T, nan=0.0), order, axis=1)
+    sums = np.cumsum(rs, axis=1)
+    kk = np.maximum(np.asarray(k, dtype=int), 1)
+    return np.where(np.asarray(k) > 0, sums[np.arange(len(kk)), kk - 1] / kk, np.nan)
 
 
 def _combined(
@@ -337,23 +344,23 @@ def _combined(
         if len(lst) >= 2:
             by_group.setdefault(group, []).append((unit, lst))
     for group, units in by_group.items():
-        scores = []
-        means = []
-        counts = []
-        for _unit, lst in units:
-            sc, mn, k = scan_score(np.vstack([p[0] for p in lst]), np.vstack([p[1] for p in lst]), cap)
-            scores.append(sc)
-            means.append(mn)
-            counts.append(k)
-        score = np.vstack(scores)  # units x H
-        used = np.vstack(counts)
+        zs = [np.vstack([p[0] for p in lst]) for _unit, lst in units]
+        scored = [scan_score(z, cap) for z in zs]
+        score = np.vstack([sc for sc, _k in scored])  # units x H
+        used = np.vstack([k for _sc, k in scored])
         # Larger is worse: the bad tail of the score is the lower tail of its negation.
         sigma = _spread(-score, 1)
         if not np.isfinite(sigma):
             continue
         score = score - float(_quiet_nanmedian(score))
-        mean = np.vstack(means)
-        # The floor follows the noise of the metrics combined (their mean family sigma).
+        # The practical floor, on the mean deviation of the metrics the score combined (only where the
+        # score passes): it follows the noise of the metrics combined (their mean family sigma).
+        mean = np.full(score.shape, np.nan)
+        for ui, (_unit, lst) in enumerate(units):
+            rows = np.nonzero(score[ui] > threshold * sigma)[0]
+            if len(rows):
+                rel = np.vstack([p[1] for p in lst])
+                mean[ui, rows] = top_mean(zs[ui][:, rows], rel[:, rows], used[ui, rows], cap)
         floors = np.array([floor_of(float(np.mean([p[2] for p in lst]))) for _unit, lst in units])
         hit = (score > threshold * sigma) & (mean > floors[:, None])
         for ui, r in zip(*np.nonzero(hit), strict=True):

@@ -113,19 +113,24 @@ def test_a_gpu_low_on_two_of_eight_precisions_is_found_where_the_mean_of_all_eig
 
 
 def test_scan_score_takes_the_best_subset_and_ignores_missing_values() -> None:
-    from sb_fleet.analysis.detect import scan_score
+    from sb_fleet.analysis.detect import scan_score, top_mean
 
     z = np.array([[3.0, 1.0, np.nan, 0.0], [3.0, 1.0, 2.0, np.nan], [-1.0, 1.0, np.nan, np.nan]])
     rel = np.array([[0.05, 0.01, np.nan, 0.0], [0.07, 0.01, 0.03, np.nan], [-0.01, 0.01, np.nan, np.nan]])
-    score, mean, k = scan_score(z, rel)
+    score, k = scan_score(z)
+    mean = top_mean(z, rel, k)
     # host 0: the two 3s (6/sqrt 2) beat all three (5/sqrt 3); host 1: all three ones (3/sqrt 3 > 2/sqrt 2)
     assert score[0] == pytest.approx(6 / np.sqrt(2)) and k[0] == 2 and mean[0] == pytest.approx(0.06)
     assert score[1] == pytest.approx(np.sqrt(3)) and k[1] == 3 and mean[1] == pytest.approx(0.01)
     # host 2 has one value: it is its own score; host 3 one too (0.0)
     assert score[2] == pytest.approx(2.0) and k[2] == 1 and mean[2] == pytest.approx(0.03)
     assert score[3] == pytest.approx(0.0) and k[3] == 1
-    none, _, k0 = scan_score(np.full((2, 1), np.nan), np.full((2, 1), np.nan))
+    # a cap: one wild value counts as much as the cap, so a wild 40 and a harmless 0.5 stay modest
+    wild, kw = scan_score(np.array([[40.0], [0.5], [0.0]]), cap=5.5)
+    assert wild[0] == pytest.approx(6.0 / np.sqrt(2)) and kw[0] == 2
+    none, k0 = scan_score(np.full((2, 1), np.nan))
     assert np.isnan(none[0]) and k0[0] == 0
+    assert np.isnan(top_mean(np.full((2, 1), np.nan), np.full((2, 1), np.nan), k0)[0])
 
 
 def test_harmless_wiggle_on_a_tight_metric_is_not_flagged() -> None:
