@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -48,6 +49,8 @@ def warm() -> None:
 
 def serve(conn: Connection) -> None:
     """The helper: imports, then draws each (plot, args) it receives until the pipe closes."""
+    # Ctrl-C reaches the whole process group: the parent handles it and stops the helper.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(Exception):
         warm()  # a failed import shows when a plot fails: the parent then draws it (and fails) itself
     while True:
