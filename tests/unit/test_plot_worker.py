@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -30,6 +32,36 @@ def _results(tmp_path: Path, size: int) -> Path:
     return p
 
 
+@pytest.fixture
+def ran_apart(request: pytest.FixtureRequest) -> bool:
+    """The helper is forked only from a process with one thread (as the CLI is); a pytest process that
+    other tests left threads in runs this test in a fresh pytest process instead. True when it did."""
+    if threading.active_count() == 1:
+        return False
+    node = f"{Path(__file__).resolve()}::{request.node.name}"
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    return True
+
+
+def test_a_process_with_threads_draws_here(tmp_path: Path) -> None:
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        with plot_worker.started(_results(tmp_path, plot_worker.LARGE_BYTES)):
+            assert plot_worker.draw(pid) == pid()  # forking a threaded process is unsafe: no helper
+    finally:
+        stop.set()
+        t.join()
+
+
 def test_small_results_draw_in_this_process(tmp_path: Path) -> None:
     src = _results(tmp_path, 1000)
     with plot_worker.started(src):
@@ -39,7 +71,11 @@ def test_small_results_draw_in_this_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")
-def test_large_results_draw_in_the_helper_and_a_dead_helper_costs_nothing(tmp_path: Path) -> None:
+def test_large_results_draw_in_the_helper_and_a_dead_helper_costs_nothing(
+    tmp_path: Path, ran_apart: bool
+) -> None:
+    if ran_apart:
+        return
     src = _results(tmp_path, plot_worker.LARGE_BYTES)
     with plot_worker.started(tmp_path):  # a run directory: its results-summary.jsonl decides
         helper = plot_worker.draw(pid)
@@ -53,8 +89,10 @@ def test_large_results_draw_in_the_helper_and_a_dead_helper_costs_nothing(tmp_pa
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")
 def test_a_hung_helper_is_stopped_and_the_plot_drawn_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ran_apart: bool
 ) -> None:
+    if ran_apart:
+        return
     with plot_worker.started(_results(tmp_path, plot_worker.LARGE_BYTES)):
         assert plot_worker.draw(pid) != pid()  # the helper answers (its imports done, whatever the load)
         monkeypatch.setattr(plot_worker, "ANSWER_S", 1.0)
@@ -64,7 +102,9 @@ def test_a_hung_helper_is_stopped_and_the_plot_drawn_here(
         assert plot_worker.draw(pid) == pid()  # no more plots go to it
 
 
-def test_a_real_plot_is_the_same_from_the_helper(tmp_path: Path) -> None:
+def test_a_real_plot_is_the_same_from_the_helper(tmp_path: Path, ran_apart: bool) -> None:
+    if ran_apart:
+        return
     pytest.importorskip("matplotlib")
     from sb_fleet.analysis.figures.figures import Curve
     from sb_fleet.report.writers.figure_plots import collective_svg
