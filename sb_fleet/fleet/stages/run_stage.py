@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.fetch import CollectTarget, stop_runners
 from sb_fleet.fleet.interrupts import Interrupts
-from sb_fleet.fleet.stages.stage_common import eligible
+from sb_fleet.fleet.stages.stage_common import container_vars, eligible
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.container_commands import record_digests
 from sb_fleet.plan.run_plan import Step
@@ -105,10 +105,10 @@ def run(
             for h in live:
                 if h not in targets and step.id in done[h]:
                     ex.progress.update(h, Outcome.OK, f"{step.id} done before")
-            extra = None
+            extra = container_vars(run, targets) or None
             if resume:
                 args = runner_args(run.run_id, step, run.config.fleet.master_port)
-                extra = {"sb_runner_args": [*args, "--resume"]}
+                extra = {**(extra or {}), "sb_runner_args": [*args, "--resume"]}
             res = ex.run(
                 f"run-{step.id}",
                 run.rendered.runs[step.id],
