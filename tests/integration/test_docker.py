@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,7 @@ MPI = """\
     noop:mpi:
       timeout: 60
       modes: [{name: mpi, proc_num: 2}]
-      parameters: {sleep: 0}
+      parameters: {sleep: 0.2}
 """
 # A benchmark that hangs: the runner in the container kills it at its 5 s timeout.
 HANG = """\
@@ -109,21 +110,33 @@ class Dockerd:
         return r
 
     def ours(self) -> list[str]:
-        """Every container of sb-fleet's on this daemon, running or not."""
-        out = self.docker("ps", "-a", "-q", "--filter", f"label={LABEL}").stdout
-        return out.split()
+        """The names of sb-fleet's containers on this daemon, running or not (the API: cheap to poll)."""
+        q = urllib.parse.quote(json.dumps({"label": [LABEL]}))
+        body = _get(self.sock, f"/containers/json?all=1&filters={q}")
+        assert body is not None, f"dockerd on {self.sock} does not answer:\n{self.log()}"
+        return [n.lstrip("/") for c in json.loads(body) for n in c.get("Names") or []]
+
+
+def _get(sock: Path, path: str) -> bytes | None:
+    """GET ``path`` from the daemon's API over its socket; the body, or None when it does not answer."""
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(str(sock))
+            s.sendall(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+    except OSError:
+        return None
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split()
+    return body if len(status) > 1 and status[1] == b"200" else None
 
 
 def _ping(sock: Path) -> bool:
-    """The daemon's API answers (GET /_ping over its socket): a poll, no docker client start-up."""
-    try:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(2)
-            s.connect(str(sock))
-            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            return b"\r\n\r\nOK" in s.recv(4096)
-    except OSError:
-        return False
+    """The daemon's API answers (GET /_ping): a poll, no docker client start-up."""
+    return _get(sock, "/_ping") == b"OK"
 
 
 def start_dockerd(d: Path) -> Dockerd:
@@ -169,10 +182,11 @@ def stop_dockerd(dk: Dockerd) -> None:
         except subprocess.TimeoutExpired:
             dk.proc.kill()
             dk.proc.wait(timeout=10)
-    for pid in tree[1:]:  # a containerd the daemon did not take down
+    for pid in tree[1:]:  # a containerd of this daemon's that it did not take down
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+            if Path(f"/proc/{pid}/comm").read_text().startswith("containerd"):
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
             pass
     prefix = str(dk.dir) + "/"
     mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
@@ -234,6 +248,7 @@ def test_validate_with_docker_from_the_tarball(docker_fleet, cpu_image, tmp_path
     """validate on 3 hosts, each with its own dockerd: the tarball copied, checked and loaded, the digest
     recorded for every host, the benchmarks (SuperBench's mpi mode among them) run in containers, the
     report passes, and no container of the run is left on any daemon."""
+    from sb_fleet.plan.ansible_data import load as load_data
     from sb_fleet.plan.container_commands import DEVICE_VAR, archive_digest
 
     fleet = docker_fleet
@@ -262,7 +277,7 @@ def test_validate_with_docker_from_the_tarball(docker_fleet, cpu_image, tmp_path
         assert dk.ours() == []  # every container of the run is gone (--rm)
         assert not list(Path(fleet.host(h).workspace).glob("images/*.tar"))  # the copy is gone once loaded
     # A CPU host's facts give its containers no GPU or RDMA flags; the run stage passed them per host.
-    extravars = _json(next((rd / "ansible").rglob("run-step01/env/extravars")))
+    extravars = load_data((rd / "ansible" / "run-step01" / "extravars.yml").read_text())
     assert extravars[DEVICE_VAR] == {h: [] for h in names}, extravars
     summary = _summary(rd)
     assert sorted(summary) == names
