@@ -56,13 +56,15 @@ health: {enabled: false}
 superbench:
   benchmarks:
 @BENCHMARKS@
-# Three CPU GEMMs on two shared cores land far apart from scheduling alone: what this module judges is
-# the container path (digests, timeouts, cleanup), not throughput.
+# Three hosts' CPU GEMMs on two shared cores land far apart from scheduling alone (one measured 92%
+# below the others here): this module judges the container path (digests, timeouts, cleanup), not
+# throughput. The software check (the image digest) and every benchmark's exit code still count.
 gates:
-  fleet: {min_deviation: 0.9}
+  fleet: {enabled: false}
 """
-# validate: a small GEMM (torch in the image), and SuperBench's mpi mode: mpirun (Open MPI, built into
-# the image) starts two ranks in the container.
+# validate: a small GEMM (torch in the image), and SuperBench's mpi mode on one node: mpirun (Open MPI,
+# built into the image) starts the rank in the container. One rank: two would rendezvous at
+# 127.0.0.1:<master_port>, which the three loopback "hosts" share (--network=host), as real hosts do not.
 VALIDATE = """\
     gemm-flops:
       timeout: 120
@@ -70,7 +72,7 @@ VALIDATE = """\
       parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, precision: [fp64, fp32]}
     noop:mpi:
       timeout: 60
-      modes: [{name: mpi, proc_num: 2}]
+      modes: [{name: mpi, proc_num: 1, node_num: 1}]
       parameters: {sleep: 0.2}
 """
 # A benchmark that hangs: the runner in each container kills it at its 5 s timeout. The step's own
@@ -290,7 +292,8 @@ def test_validate_with_docker_from_the_tarball(docker_fleet, cpu_image, tmp_path
         run_id = _json(rd / "manifest.json")["run_id"]
         res = Path(fleet.host(h).workspace) / "runs" / run_id / "results"
         assert (res / "gemm-flops" / "rank0.json").stat().st_uid == fleet.user.pw_uid  # the login user's
-        assert sorted(p.name for p in (res / "noop:mpi").glob("rank*.json")) == ["rank0.json", "rank1.json"]
+        assert [p.name for p in (res / "noop:mpi").glob("rank*.json")] == ["rank0.json"]
+        assert (res / "noop:mpi" / "mpi" / "appfile").is_file()  # started by mpirun, in the container
     report = _json(rd / "report.json")
     assert {h["name"]: h["verdict"] for h in report["hosts"]} == dict.fromkeys(names, "pass"), report["hosts"]
     print(f"\nvalidate with docker, 3 hosts, {cpu_image.stat().st_size / 1e6:.0f} MB tarball: {took:.1f} s")
