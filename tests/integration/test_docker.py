@@ -376,6 +376,9 @@ def test_drift_flagged_hung_benchmark_and_hung_runner_killed_and_cleanup(docker_
     outcome = _json(rd / "outcomes" / "run.json")
     run_out = {o["host"]: o for o in outcome["hosts"]}
     assert run_out["host001"]["outcome"] == "timeout", run_out["host001"]
+    assert run_out["host001"]["reason"].endswith("its container was removed"), run_out[
+        "host001"
+    ]  # by sb-fleet
     assert took < 65 + 60, took  # the step's timeout, and sb-fleet's own work around it
     for h in ("host002", "host003"):
         status = _json(Path(fleet.host(h).workspace) / "runs" / run_id / "results" / "status.json")

@@ -415,3 +415,25 @@ def test_ansible_accepts_every_rendered_container_playbook(tmp_path):
         env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"},
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_the_outcome_says_whether_the_outlived_container_was_removed():
+    from sb_fleet.fleet.stages.run_stage import removed
+    from sb_fleet.outcome import HostOutcome, Outcome
+    from sb_fleet.plan.tasks import CONTAINER_REMOVE
+
+    o = HostOutcome(
+        "h1", "run", Outcome.TIMEOUT, "step01: run step01: Task failed: Timed out after 65 second(s)."
+    )
+    assert removed(o, {CONTAINER_REMOVE: {"rc": 0, "stdout": "sb-r1-step01-h1"}}).reason.endswith(
+        "Timed out after 65 second(s).; its container was removed"
+    )
+    gone = removed(o, {CONTAINER_REMOVE: {"rc": 1, "stderr": "Error: cannot connect to the daemon\n"}})
+    assert (
+        gone.outcome == Outcome.TIMEOUT
+        and "removing its container failed (Error: cannot connect" in gone.reason
+    )
+    assert removed(o, {CONTAINER_REMOVE: {"skipped": True}}) == o
+    assert removed(o, {}) == o
+    ok = HostOutcome("h1", "run", Outcome.OK)
+    assert removed(ok, {CONTAINER_REMOVE: {"skipped": True}}) == ok
