@@ -437,3 +437,40 @@ def test_the_outcome_says_whether_the_outlived_container_was_removed():
     assert removed(o, {}) == o
     ok = HostOutcome("h1", "run", Outcome.OK)
     assert removed(ok, {CONTAINER_REMOVE: {"skipped": True}}) == ok
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_mpi_across_nodes_in_containers_is_refused_at_plan_time(runtime, tmp_path):
+    """mpirun in one container cannot start the other nodes' ranks in theirs: a clear error naming the
+    entry and what to do, before any host is touched; mpi on one node, and torchrun across nodes, pass."""
+    from sb_fleet.config.fleet_config import Config
+    from sb_fleet.errors import ConfigError
+    from sb_fleet.plan.render_container import render_container
+    from sb_fleet.plan.run_plan import NodeGroup, Plan, RunEntry, Step
+
+    cfg = Config(
+        fleet={"runtime": runtime, "container": SETTINGS["registry"].model_dump()},
+        superbench={"benchmarks": {}},
+    )
+    mpi = ({"name": "mpi", "proc_num": 1, "node_num": 2},)
+    group = NodeGroup(("h1", "h2"), "10.0.0.1", mpi={"members": []})
+    across = RunEntry("ib", "ib-traffic", "ib-loopback", {}, mpi, 60, True, 2, launcher="mpirun")
+    plan = Plan(("h1", "h2"), {}, (Step("step01", (across,), 120, (group,)),), ("ib",))
+    with pytest.raises(
+        ConfigError, match=r"superbench\.benchmarks\.ib-traffic\.modes: mode mpi over 2 nodes"
+    ):
+        render_container(plan, cfg, "r1", tmp_path, {"step01": tmp_path / "s1.yml"})
+    one = RunEntry(
+        "ib", "ib-traffic", "ib-loopback", {}, ({"name": "mpi", "proc_num": 2},), 60, launcher="mpirun"
+    )
+    torchrun = RunEntry("nccl", "nccl-bw", "nccl-bw", {}, ({"name": "torch.distributed"},), 60, True, 2)
+    tgroup = NodeGroup(("h1", "h2"), "10.0.0.1")
+    plan = Plan(
+        ("h1", "h2"),
+        {},
+        (Step("step01", (one,), 120), Step("step02", (torchrun,), 120, (tgroup,))),
+        ("ib", "nccl"),
+    )
+    runs = {"step01": tmp_path / "s1.yml", "step02": tmp_path / "s2.yml"}
+    render_container(plan, cfg, "r1", tmp_path, runs)
+    assert runs["step02"].is_file()
