@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Build the small CPU image of the benchmark suite here, without a registry:
-#   1. debootstrap a minimal Debian bookworm root filesystem with Python 3.11,
+#   1. debootstrap a minimal Debian bookworm root filesystem with Python 3.11 and Open MPI (mpirun),
 #   2. install a CPU build of torch and numpy into it with the build machine's pip (the same
 #      wheels `pip install` would fetch; no CUDA libraries). torchvision and transformers are left
 #      out: no CPU torchvision wheel that matches is available here (PyPI's is built against CUDA
 #      torch), so this small image runs the micro-benchmarks; Containerfile.cpu builds the full one.
 #   3. add the suite (benchmarks/sb_bench) and import the tree as an image,
 #   4. save it as a docker-archive tarball: what `sb-fleet deploy` pushes to air-gapped hosts.
+# The result loads into podman (podman load) and docker (docker load) alike.
 # Usage (root, podman + debootstrap installed):
 #   container/build-cpu-image.sh OUT.tar [IMAGE]        (IMAGE default: localhost/sb-bench:cpu)
 # Environment: TORCH_SPEC (default: the newest local torch +cpu wheel, else torch from
@@ -25,9 +26,11 @@ work=$(mktemp -d /var/tmp/sb-image.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 rootfs=$work/rootfs
 
-echo "build-cpu-image: debootstrap bookworm (minbase + python3)"
-debootstrap --variant=minbase --include=python3,libgomp1 bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
+echo "build-cpu-image: debootstrap bookworm (minbase + python3 + Open MPI)"
+# openmpi-bin: SuperBench's mpi mode runs mpirun inside the image (one node's ranks; launch_mpi.py).
+debootstrap --variant=minbase --include=python3,libgomp1,openmpi-bin bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
   || { tail -20 "$work/debootstrap.log"; exit 1; }
+chroot "$rootfs" mpirun --version >/dev/null
 
 spec=${TORCH_SPEC:-}
 extra_index=()

@@ -67,7 +67,11 @@ class ContainerSettings(_Strict):
     auth: RegistryAuth | None = None
     pull_throttle: int = Field(8, ge=1, le=10000)  # hosts pulling (or receiving the tarball) at once
     shm_size: str = "16g"
-    gpus: Literal["all", "none"] = "all"
+    # auto: from each host's facts (GPUs found at deploy: docker --gpus all, podman's CDI device, enroot's
+    # NVIDIA_VISIBLE_DEVICES); all: on every host; none: never.
+    gpus: Literal["auto", "all", "none"] = "auto"
+    # auto: --device /dev/infiniband where the host's facts show an RDMA device (/sys/class/infiniband).
+    infiniband: Literal["auto", "all", "none"] = "auto"
     ipc_host: bool = True
     network_host: bool = True
     extra_run_args: list[str] = Field(default_factory=list)

@@ -25,7 +25,7 @@ import os
 import re
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,77 @@ WS = V("sb_ws_abs")
 UID = V("sb_uid")
 GID = V("sb_gid")
 HOST_ARGS = V("sb_container_host_args | default([])", splat=True)
+# The GPU and RDMA flags of this host, from its facts (:func:`host_device_args`; the stages pass them).
+DEVICE_VAR = "sb_ctr_devices"
+DEVICES = V(f"({DEVICE_VAR} | default({{}}))[inventory_hostname] | default([])", splat=True)
+
+
+# -- GPU and RDMA devices ----------------------------------------------------------------------------
+# As SuperBench's deploy runs its container (--gpus all, --net host, --ipc host), plus what RDMA needs:
+# the verbs devices and unlimited locked memory (NCCL and perftest register their buffers).
+MEMLOCK = ["--ulimit", "memlock=-1"]
+_NVIDIA = {
+    "docker": ["--gpus", "all"],  # the NVIDIA Container Toolkit
+    "podman": ["--device", "nvidia.com/gpu=all"],  # CDI (nvidia-ctk cdi generate on the host)
+    "enroot": ["--env", "NVIDIA_VISIBLE_DEVICES=all"],  # enroot's nvidia hook
+}
+# ROCm's devices, as SuperBench runs its AMD images.
+_AMD = [
+    "--device",
+    "/dev/kfd",
+    "--device",
+    "/dev/dri",
+    "--group-add",
+    "video",
+    "--security-opt",
+    "seccomp=unconfined",
+]
+_IB = {
+    "docker": ["--device", "/dev/infiniband"],
+    "podman": ["--device", "/dev/infiniband"],
+    "enroot": ["--env", "MELLANOX_VISIBLE_DEVICES=all"],  # enroot's mellanox hook
+}
+
+
+def _gpu_vendor(facts: Mapping[str, Any]) -> str | None:
+    """ "nvidia" or "amd" when the host's facts show at least one GPU of that vendor, else None. Facts come
+    from the host: only these two words and a positive integer count are believed."""
+    vendor, count = facts.get("gpu_vendor"), facts.get("gpu_count")
+    if vendor in ("nvidia", "amd") and isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return str(vendor)
+    return None
+
+
+def _has_rdma(facts: Mapping[str, Any]) -> bool:
+    """An RDMA device with at least one port in the host's facts (``nics``, from /sys/class/infiniband)."""
+    nics = facts.get("nics")
+    return isinstance(nics, list) and any(
+        isinstance(n, dict) and isinstance(n.get("ports"), list) and n["ports"] for n in nics
+    )
+
+
+def forced_device_args(runtime: Runtime, c: ContainerSettings) -> list[str]:
+    """The device flags the config sets on every host (``gpus: all``, ``infiniband: all``)."""
+    out = [*(_NVIDIA[runtime] if c.gpus == "all" else []), *(_IB[runtime] if c.infiniband == "all" else [])]
+    return [*out, *MEMLOCK] if out and runtime != "enroot" else out
+
+
+def host_device_args(runtime: Runtime, c: ContainerSettings, facts: Mapping[str, Any] | None) -> list[str]:
+    """The device flags one host adds to its container run from its facts (``facts/<host>.json``) where
+    the config says ``auto``: its GPUs (NVIDIA or AMD), its RDMA devices, and unlimited locked memory
+    with either. Every flag is a constant chosen here: a host's facts pick flags, never write them."""
+    f = facts or {}
+    out: list[str] = []
+    vendor = _gpu_vendor(f) if c.gpus == "auto" else None
+    if vendor == "nvidia":
+        out += _NVIDIA[runtime]
+    elif vendor == "amd" and runtime != "enroot":
+        out += _AMD
+    if c.infiniband == "auto" and _has_rdma(f):
+        out += _IB[runtime]
+    if out and runtime != "enroot" and not forced_device_args(runtime, c):
+        out += MEMLOCK
+    return out
 
 
 @dataclass(frozen=True)
@@ -246,11 +317,9 @@ def run_cmd(
     mount = cat(t.workspace, ":", t.workspace)
     if runtime == "enroot":
         argv: Argv = [binary(runtime, c), "start", "--rw", "--mount", mount]
-        if c.gpus == "all":
-            env["NVIDIA_VISIBLE_DEVICES"] = "all"
         for k, v in sorted(env.items()):
             argv += ["--env", cat(f"{k}=", v) if isinstance(v, V) else f"{k}={v}"]
-        argv += [*c.extra_run_args, enroot_name(c)]
+        argv += [*forced_device_args(runtime, c), DEVICES, *c.extra_run_args, enroot_name(c)]
         # enroot start has no --workdir: a fixed shell snippet, the directory passed as $0 (never spliced in).
         return [*argv, "sh", "-c", 'cd "$0" && exec "$@"', t.workspace, *command]
     argv = [
@@ -274,9 +343,7 @@ def run_cmd(
         argv.append("--ipc=host")
     else:
         argv += ["--shm-size", c.shm_size]
-    if c.gpus == "all":
-        # docker: the NVIDIA container toolkit; podman: the CDI device (nvidia-ctk cdi generate on the host)
-        argv += ["--gpus", "all"] if runtime == "docker" else ["--device", "nvidia.com/gpu=all"]
+    argv += [*forced_device_args(runtime, c), DEVICES]
     for k, v in sorted(env.items()):
         argv += ["-e", cat(f"{k}=", v) if isinstance(v, V) else f"{k}={v}"]
     return [*argv, *c.extra_run_args, c.image, *command]
@@ -495,7 +562,24 @@ def run_vars(
         "become": uses_become(runtime, c),
         "inspect": to_ansible(inspect_cmd(runtime, c)),
         "run": to_ansible(run_cmd(runtime, c, target, command, dict(env))),
+        "remove": to_ansible(remove_cmd(runtime, c, target) or []),
     }
+
+
+def remove_cmd(runtime: Runtime, c: ContainerSettings, t: RunTarget) -> Argv | None:
+    """Remove one step's container by name, whatever state it is in: when the step outlives its timeout,
+    Ansible stops waiting for ``run``, but the container goes on under the runtime's daemon (docker,
+    podman's conmon). enroot's container is a process of the run itself: none."""
+    if runtime == "enroot":
+        return None
+    return [*_base(runtime, c), "rm", "-f", t.name]
+
+
+def device_vars(
+    runtime: Runtime, c: ContainerSettings, facts: Mapping[str, Mapping[str, Any] | None]
+) -> dict[str, Any]:
+    """The extra variables a container stage passes: each host's device flags from its facts."""
+    return {DEVICE_VAR: {h: host_device_args(runtime, c, f) for h, f in sorted(facts.items())}}
 
 
 def cleanup_vars(runtime: Runtime, c: ContainerSettings, images: bool) -> dict[str, Any]:

@@ -47,6 +47,7 @@ def render_container(plan: Plan, config: Config, run_id: str, out: Path, runs: d
     """Write container-deploy.yml and rewrite every step playbook in ``runs`` to run in the image."""
     runtime = config.fleet.runtime
     c = settings(config)
+    refuse_mpi_across_nodes(plan, runtime)
     hold_registry_password(c)
     env = template_env()
     fleet = config.fleet.model_dump()
@@ -85,6 +86,24 @@ def render_container(plan: Plan, config: Config, run_id: str, out: Path, runs: d
             ),
         )
     return deploy
+
+
+def refuse_mpi_across_nodes(plan: Plan, runtime: str) -> None:
+    """SuperBench's mpi mode over several nodes cannot run in containers yet: mpirun, in the first node's
+    container, would reach the other nodes over SSH and start their ranks on the host, outside their
+    containers (SuperBench runs an sshd in every container for this; sb-fleet does not). Refused at plan
+    time, naming the entry, rather than failing on every host."""
+    for step in plan.steps:
+        for e in step.entries:
+            if step.multi_node and e.launcher == "mpirun":
+                raise ConfigError(
+                    "config",
+                    f"superbench.benchmarks.{e.entry}.modes",
+                    f"mode mpi over {e.node_num} nodes cannot run with fleet.runtime {runtime}: mpirun in one "
+                    "container would start the other nodes' ranks outside their containers",
+                    "set node_num: 1 (mpirun on each node alone), use mode torch.distributed across nodes, "
+                    "or run this entry with fleet.runtime: none",
+                )
 
 
 CACHE_WAIT_S = 60  # cleanup --cache: how long a host waits for a venv that a deploy holds

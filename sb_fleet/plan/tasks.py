@@ -22,6 +22,8 @@ CACHE_REMOVE = "remove the shared cache"  # cleanup.yml with --cache: hostprep -
 
 HEALTH = "health checks"  # check.yml, raw: sb_bench.health's JSON document on stdout
 RUN_STEP = "run {step}"  # run.yml / container run: the runner of one step (its rc and stdout are judged)
+# container run: a step that outlived its timeout has its container removed (said in the host's outcome)
+CONTAINER_REMOVE = "remove the container that outlived its step"
 
 
 def run_task(step_id: str) -> str:
@@ -39,5 +41,6 @@ TASKS = MappingProxyType(
         "cache_remove": CACHE_REMOVE,
         "health": HEALTH,
         "run_step": RUN_STEP,
+        "container_remove": CONTAINER_REMOVE,
     }
 )

@@ -91,3 +91,11 @@ def sb_fleet(*args: str, timeout: float = 600, env: dict | None = None) -> subpr
         cwd=str(ROOT),
         env={**os.environ, **(env or {})},
     )
+
+
+@pytest.fixture(scope="session")
+def cpu_image() -> Path:
+    """The CPU image tarball that the podman and docker tests load (tests/integration/images.py)."""
+    from .images import cpu_image_tarball
+
+    return cpu_image_tarball()

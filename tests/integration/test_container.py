@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 import shutil
 import socket
@@ -23,20 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, sb_fleet
+from .conftest import sb_fleet
+from .images import IMAGE, ensure_containers_conf, ensure_sudo, need, need_root
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fleetlib import USER, SshFleet, ensure_user  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-IMAGE = "localhost/sb-bench:cpu"
 # runc: crun fails on this machine kind's cgroups. The storage driver is probed (podman_host).
 PODMAN_GLOBAL = ["--storage-driver=vfs", "--runtime=/usr/sbin/runc"]
-CONTAINERS_CONF = Path("/etc/containers/containers.conf")
-SUDOERS = Path("/etc/sudoers.d/sb-fleet-test")
-CACHE = Path(os.environ.get("SB_FLEET_IMAGE_CACHE", "/var/cache/sb-fleet/images"))
-BUILD = ROOT / "container" / "build-cpu-image.sh"
 
 CONFIG = """\
 version: v0.4
@@ -69,32 +64,15 @@ gates:
 """
 
 
-def _need(cmd: str) -> None:
-    if not shutil.which(cmd):
-        pytest.skip(f"{cmd} is not installed (.ci/apt-packages.txt; scripts/setup.sh installs it)")
-
-
 @pytest.fixture(scope="session")
 def podman_host():
     """Root, podman + runc, the containers.conf this machine kind needs, sudo for the test user."""
-    if os.geteuid() != 0:
-        pytest.skip("container tests need root (podman, useradd, sudoers); CI runs as root")
+    need_root("container tests (podman, useradd, sudoers)")
     for c in ("podman", "/usr/sbin/runc", "sudo", "debootstrap"):
-        _need(c)
-    if not CONTAINERS_CONF.exists():
-        # crun fails on this machine kind's cgroups, and the default ulimits cannot be applied.
-        CONTAINERS_CONF.parent.mkdir(parents=True, exist_ok=True)
-        CONTAINERS_CONF.write_text(
-            '[containers]\ndefault_ulimits = []\n\n[engine]\ncgroup_manager = "cgroupfs"\n'
-        )
+        need(c)
+    ensure_containers_conf()
     ensure_user()
-    rule = f"{USER} ALL=(root) NOPASSWD: ALL\n"
-    if not SUDOERS.exists() or SUDOERS.read_text() != rule:
-        tmp = SUDOERS.with_suffix(".tmp")
-        tmp.write_text(rule)
-        os.chmod(tmp, 0o440)
-        subprocess.run(["visudo", "-cf", str(tmp)], check=True, capture_output=True)
-        os.replace(tmp, SUDOERS)
+    ensure_sudo(USER)
     r = subprocess.run(
         ["runuser", "-u", USER, "--", "sudo", "-n", "podman", "--version"], capture_output=True, text=True
     )
@@ -122,20 +100,6 @@ def podman_host():
     finally:
         shutil.rmtree(probe, ignore_errors=True)
     PODMAN_GLOBAL[0] = "--storage-driver=overlay" if ok else "--storage-driver=vfs"
-
-
-@pytest.fixture(scope="session")
-def cpu_image(podman_host) -> Path:
-    """The CPU image as a docker-archive tarball, built once per script version (minutes the first time)."""
-    key = hashlib.sha256(BUILD.read_bytes()).hexdigest()[:12]
-    out = CACHE / f"sb-bench-cpu-{key}.tar"
-    if not out.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp.tar")
-        r = subprocess.run([str(BUILD), str(tmp), IMAGE], capture_output=True, text=True, timeout=1800)
-        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-        os.replace(tmp, out)
-    return out
 
 
 def _storage_args(storage: Path) -> list[str]:
@@ -318,7 +282,7 @@ REGISTRIES_CONF = Path("/etc/containers/registries.conf.d/sb-fleet-test.conf")
 @pytest.fixture(scope="module")
 def registry(podman_host, cpu_image, tmp_path_factory):
     """A real registry (Debian's docker-registry, htpasswd auth, plain HTTP) holding the CPU image."""
-    _need("docker-registry")
+    need("docker-registry")
     import bcrypt
 
     d = tmp_path_factory.mktemp("registry")

@@ -29,8 +29,9 @@ SETTINGS = {
         distribution="tarball",
         tarball="/srv/images/sb-bench-24.05.tar",
         shm_size="32g",
-        extra_run_args=["--ulimit", "memlock=-1"],
+        extra_run_args=["--cap-add", "IPC_LOCK"],
         pull_throttle=16,
+        gpus="all",
     ),
     "registry": ContainerSettings(
         image="registry.example.com/gpu/sb-bench:24.05",
@@ -75,7 +76,7 @@ def test_commands_match_golden(runtime, dist, golden):
 
 
 def test_gpu_and_network_flags_per_runtime():
-    c = SETTINGS["tarball"]
+    c = SETTINGS["tarball"]  # gpus: all
     t = RunTarget("n", "r1")
     docker = ct.to_display(ct.run_cmd("docker", c, t, ["x"], {}))
     podman = ct.to_display(ct.run_cmd("podman", c, t, ["x"], {}))
@@ -85,9 +86,117 @@ def test_gpu_and_network_flags_per_runtime():
     assert "NVIDIA_VISIBLE_DEVICES=all" in enroot
     for argv in (docker, podman):
         assert "--network=host" in argv and "--ipc=host" in argv and argv[-2:] == [c.image, "x"]
+        assert argv[argv.index("--ulimit") + 1] == "memlock=-1"
     cpu = c.model_copy(update={"gpus": "none", "ipc_host": False})
     argv = ct.to_display(ct.run_cmd("docker", cpu, t, ["x"], {}))
-    assert "--gpus" not in argv and argv[argv.index("--shm-size") + 1] == "32g"
+    assert "--gpus" not in argv and "--ulimit" not in argv and argv[argv.index("--shm-size") + 1] == "32g"
+
+
+# Facts as hostprep records them (facts/<host>.json): what picks each host's device flags.
+_IB_PORT = {"port": 1, "state": "4: ACTIVE", "rate": "200 Gb/sec (4X HDR)", "link_layer": "InfiniBand"}
+FACTS = {
+    "ndv4 (8 A100, 8 HDR IB)": {
+        "gpu_vendor": "nvidia",
+        "gpu_count": 8,
+        "gpu_model": "NVIDIA A100-SXM4-80GB",
+        "nics": [
+            {"name": f"mlx5_{i}", "node_guid": "0c42:a103:0016:054c", "ports": [_IB_PORT]} for i in range(8)
+        ],
+    },
+    "8 H100, no RDMA": {"gpu_vendor": "nvidia", "gpu_count": 8, "gpu_model": "NVIDIA H100 80GB HBM3"},
+    "8 MI300X": {"gpu_vendor": "amd", "gpu_count": 8, "gpu_model": "AMD Instinct MI300X"},
+    "cpu only (the loopback fleet)": {"gpu_vendor": None, "gpu_count": 0, "gpu_model": None},
+    "no facts": None,
+    "hostile facts": {
+        "gpu_vendor": "nvidia --privileged",
+        "gpu_count": "8; rm -rf /",
+        "nics": [{"name": "x", "ports": "--device /dev/mem"}],
+    },
+    "count is not a number": {"gpu_vendor": "nvidia", "gpu_count": True, "nics": "mlx5_0"},
+}
+DEVICE_SETTINGS = {
+    "auto (default)": {},
+    "gpus: all": {"gpus": "all"},
+    "gpus: none, infiniband: all": {"gpus": "none", "infiniband": "all"},
+    "none": {"gpus": "none", "infiniband": "none"},
+}
+
+
+def _resolved(argv: list, devices: list[str]) -> list[str]:
+    """The argv as the host runs it: the device splat replaced by that host's flags."""
+    out: list[str] = []
+    for t in ct.to_display(argv):
+        out += devices if t == f"<{ct.DEVICES.expr}>..." else [t]
+    return out
+
+
+def test_device_flags_from_facts_match_golden(golden):
+    """Each host's GPU and RDMA flags, from its facts, per runtime and setting; and SuperBench's docker
+    run as an NDv4 host runs it (--gpus all, --device /dev/infiniband, --ulimit memlock=-1, host network
+    and IPC). A host's facts choose among constant flags, never write one."""
+    base = ContainerSettings(image="nvcr.io/nvidia/pytorch:24.05-py3")
+    table: dict = {}
+    for setting, upd in DEVICE_SETTINGS.items():
+        c = base.model_copy(update=upd)
+        for name, facts in FACTS.items():
+            row = table.setdefault(setting, {}).setdefault(name, {})
+            for rt in RUNTIMES:
+                row[rt] = [*ct.forced_device_args(rt, c), *ct.host_device_args(rt, c, facts)]  # type: ignore[arg-type]
+    t = RunTarget("sb-r1-step01-node001", "r1")
+    ndv4 = ct.host_device_args("docker", base, FACTS["ndv4 (8 A100, 8 HDR IB)"])
+    table["docker run on ndv4"] = _resolved(ct.run_cmd("docker", base, t, ["python3", "-m", "x"], {}), ndv4)
+    shm = base.model_copy(update={"ipc_host": False})
+    table["docker run on ndv4, ipc_host: false"] = _resolved(
+        ct.run_cmd("docker", shm, t, ["python3"], {}), ndv4
+    )
+    golden(GOLDEN / "devices.json", json.dumps(table, indent=2) + "\n")
+    for setting in table.values():
+        if isinstance(setting, dict):
+            for rt in RUNTIMES:
+                assert setting["hostile facts"][rt] == setting["no facts"][rt]
+                assert setting["count is not a number"][rt] == setting["no facts"][rt]
+
+
+def test_device_vars_are_per_host_and_reach_the_run_command():
+    c = ContainerSettings(image="x/y:1")
+    v = ct.device_vars("docker", c, {"n1": FACTS["ndv4 (8 A100, 8 HDR IB)"], "n2": None})
+    assert v == {
+        ct.DEVICE_VAR: {
+            "n1": ["--gpus", "all", "--device", "/dev/infiniband", "--ulimit", "memlock=-1"],
+            "n2": [],
+        }
+    }
+    expr = ct.to_ansible(ct.run_cmd("docker", c, RunTarget("n", "r1"), ["x"], {}))
+    assert f"({ct.DEVICES.expr})" in expr
+
+
+def test_a_step_that_outlives_its_timeout_has_its_container_removed(tmp_path):
+    """The run playbook removes the step's container by name when the run task ends without an exit
+    code (Ansible's task timeout): docker and podman keep a container whose client was killed."""
+    from sb_fleet.config.fleet_config import Config
+    from sb_fleet.plan.ansible_data import load as load_rendered
+    from sb_fleet.plan.render_container import render_container
+    from sb_fleet.plan.run_plan import Plan, RunEntry, Step
+
+    step = Step("step01", (RunEntry("g", "g", "gemm-flops", {}, ({"name": "local"},), 60),), 120)
+    plan = Plan(("h1",), {}, (step,), ("g",))
+    for rt in RUNTIMES:
+        cfg = Config(
+            fleet={"runtime": rt, "container": SETTINGS["registry"].model_dump()},
+            superbench={"benchmarks": {}},
+        )
+        runs = {"step01": tmp_path / f"{rt}-step01.yml"}
+        render_container(plan, cfg, "r1", tmp_path, runs)
+        tasks = load_rendered(runs["step01"].read_text())[0]["tasks"]
+        block = next(t for t in tasks if "block" in t)
+        assert block["block"][0]["timeout"] == 120
+        if rt == "enroot":  # the container is the run's own process: nothing outlives the task
+            assert "always" not in block
+            continue
+        rm = block["always"][0]
+        assert rm["when"] == "sb_runner.rc is not defined" and rm["failed_when"] is False
+        argv = rm["ansible.builtin.command"]["argv"]
+        assert '"rm", "-f", ("sb-r1-step01-" ~ inventory_hostname' in argv, argv
 
 
 def test_the_password_is_never_in_a_command():
@@ -306,3 +415,62 @@ def test_ansible_accepts_every_rendered_container_playbook(tmp_path):
         env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1"},
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_the_outcome_says_whether_the_outlived_container_was_removed():
+    from sb_fleet.fleet.stages.run_stage import removed
+    from sb_fleet.outcome import HostOutcome, Outcome
+    from sb_fleet.plan.tasks import CONTAINER_REMOVE
+
+    o = HostOutcome(
+        "h1", "run", Outcome.TIMEOUT, "step01: run step01: Task failed: Timed out after 65 second(s)."
+    )
+    assert removed(o, {CONTAINER_REMOVE: {"rc": 0, "stdout": "sb-r1-step01-h1"}}).reason.endswith(
+        "Timed out after 65 second(s).; its container was removed"
+    )
+    gone = removed(o, {CONTAINER_REMOVE: {"rc": 1, "stderr": "Error: cannot connect to the daemon\n"}})
+    assert (
+        gone.outcome == Outcome.TIMEOUT
+        and "removing its container failed (Error: cannot connect" in gone.reason
+    )
+    assert removed(o, {CONTAINER_REMOVE: {"skipped": True}}) == o
+    assert removed(o, {}) == o
+    ok = HostOutcome("h1", "run", Outcome.OK)
+    assert removed(ok, {CONTAINER_REMOVE: {"skipped": True}}) == ok
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_mpi_across_nodes_in_containers_is_refused_at_plan_time(runtime, tmp_path):
+    """mpirun in one container cannot start the other nodes' ranks in theirs: a clear error naming the
+    entry and what to do, before any host is touched; mpi on one node, and torchrun across nodes, pass."""
+    from sb_fleet.config.fleet_config import Config
+    from sb_fleet.errors import ConfigError
+    from sb_fleet.plan.render_container import render_container
+    from sb_fleet.plan.run_plan import NodeGroup, Plan, RunEntry, Step
+
+    cfg = Config(
+        fleet={"runtime": runtime, "container": SETTINGS["registry"].model_dump()},
+        superbench={"benchmarks": {}},
+    )
+    mpi = ({"name": "mpi", "proc_num": 1, "node_num": 2},)
+    group = NodeGroup(("h1", "h2"), "10.0.0.1", mpi={"members": []})
+    across = RunEntry("ib", "ib-traffic", "ib-loopback", {}, mpi, 60, True, 2, launcher="mpirun")
+    plan = Plan(("h1", "h2"), {}, (Step("step01", (across,), 120, (group,)),), ("ib",))
+    with pytest.raises(
+        ConfigError, match=r"superbench\.benchmarks\.ib-traffic\.modes: mode mpi over 2 nodes"
+    ):
+        render_container(plan, cfg, "r1", tmp_path, {"step01": tmp_path / "s1.yml"})
+    one = RunEntry(
+        "ib", "ib-traffic", "ib-loopback", {}, ({"name": "mpi", "proc_num": 2},), 60, launcher="mpirun"
+    )
+    torchrun = RunEntry("nccl", "nccl-bw", "nccl-bw", {}, ({"name": "torch.distributed"},), 60, True, 2)
+    tgroup = NodeGroup(("h1", "h2"), "10.0.0.1")
+    plan = Plan(
+        ("h1", "h2"),
+        {},
+        (Step("step01", (one,), 120), Step("step02", (torchrun,), 120, (tgroup,))),
+        ("ib", "nccl"),
+    )
+    runs = {"step01": tmp_path / "s1.yml", "step02": tmp_path / "s2.yml"}
+    render_container(plan, cfg, "r1", tmp_path, runs)
+    assert runs["step02"].is_file()

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from sb_fleet.fleet.executor import Executor
+from sb_fleet.fleet.stages.stage_common import container_vars
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.container_commands import record_digests, registry_secret
 from sb_fleet.plan.render_container import settings
@@ -26,7 +27,7 @@ def deploy_image(run: RunInputs, ex: Executor, deployed: dict[str, HostOutcome])
     hosts = [h for h, o in deployed.items() if o.outcome == Outcome.OK]
     t0 = time.monotonic()
     with ex.progress.stage("deploy image", hosts), registry_secret(c):
-        res = ex.run("deploy-image", playbook, hosts)
+        res = ex.run("deploy-image", playbook, hosts, extravars=container_vars(run, hosts))
     for h, o in res.outcomes.items():
         if o.outcome != Outcome.OK:
             outcomes[h] = HostOutcome(h, "deploy", o.outcome, f"image: {o.reason}")

@@ -8,16 +8,16 @@ every host, each host's outcome says whether it finished, and ``run --resume`` d
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.fetch import CollectTarget, stop_runners
 from sb_fleet.fleet.interrupts import Interrupts
-from sb_fleet.fleet.stages.stage_common import eligible
+from sb_fleet.fleet.stages.stage_common import container_vars, eligible
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.container_commands import record_digests
 from sb_fleet.plan.run_plan import Step
-from sb_fleet.plan.tasks import run_task
+from sb_fleet.plan.tasks import CONTAINER_REMOVE, run_task
 from sb_fleet.plan.templates import runner_args
 from sb_fleet.rundir.outcome_table import load_stage, save_stage
 from sb_fleet.rundir.rundir import utcnow
@@ -105,10 +105,10 @@ def run(
             for h in live:
                 if h not in targets and step.id in done[h]:
                     ex.progress.update(h, Outcome.OK, f"{step.id} done before")
-            extra = None
+            extra = container_vars(run, targets) or None
             if resume:
                 args = runner_args(run.run_id, step, run.config.fleet.master_port)
-                extra = {"sb_runner_args": [*args, "--resume"]}
+                extra = {**(extra or {}), "sb_runner_args": [*args, "--resume"]}
             res = ex.run(
                 f"run-{step.id}",
                 run.rendered.runs[step.id],
@@ -121,7 +121,7 @@ def run(
             if run.config.fleet.runtime != "none":
                 record_digests(run.rd, run.config.fleet.runtime, "run", res.results)
             for h, o in res.outcomes.items():
-                o = checked(run, ex, step, o, res.results.get(h, {}))
+                o = removed(checked(run, ex, step, o, res.results.get(h, {})), res.results.get(h, {}))
                 if step.label:  # a pattern round: a pair's result, not the end of its hosts (pattern_plan.py)
                     group = next((g.hosts for g in step.groups if h in g.hosts), (h,))
                     for m in group:
@@ -241,6 +241,18 @@ def checked(run: RunInputs, ex: Executor, step: Step, o: HostOutcome, results: d
         return o
     ex.progress.update(o.host, Outcome.FAILED, f"{step.id}: {v.reason}")
     return HostOutcome(o.host, "run", Outcome.FAILED, v.reason)
+
+
+def removed(o: HostOutcome, results: dict) -> HostOutcome:
+    """A step whose container outlived it (its timeout): the outcome says the container was removed, or
+    that removing it failed (the container may still run on that host)."""
+    rm = results.get(CONTAINER_REMOVE)
+    if not rm or rm.get("skipped") or o.outcome == Outcome.OK:
+        return o
+    if rm.get("rc") == 0:
+        return replace(o, reason=f"{o.reason}; its container was removed")
+    why = str(rm.get("stderr") or rm.get("msg") or "").strip().splitlines()
+    return replace(o, reason=f"{o.reason}; removing its container failed ({why[-1] if why else 'no output'})")
 
 
 def stop_remote(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, str]:

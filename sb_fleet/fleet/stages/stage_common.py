@@ -1,10 +1,17 @@
-"""What every stage shares: which hosts the previous stage left fit to go on."""
+"""What every stage shares: which hosts the previous stage left fit to go on, and the per-host values
+the container stages pass."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.container_commands import device_vars
+from sb_fleet.plan.render_container import settings
 from sb_fleet.rundir.outcome_table import load_stage
 from sb_fleet.rundir.rundir import RunDir
+from sb_fleet.rundir.runinputs import RunInputs
+from sb_fleet.safe_files import safe_name
 
 
 def eligible(
@@ -25,3 +32,14 @@ def eligible(
                 h, stage, Outcome.SKIPPED, f"{stage_before} {o.outcome.value}: {o.reason}"
             )
     return ok, skipped
+
+
+def container_vars(run: RunInputs, hosts: list[str]) -> dict[str, Any]:
+    """With a container runtime: each host's GPU and RDMA flags from ``facts/<host>.json`` (deploy's), as
+    the extra variables of the playbook that starts its containers. A host without facts gets none."""
+    runtime = run.config.fleet.runtime
+    if runtime == "none":
+        return {}
+    facts = {h: run.rd.read_json(f"facts/{safe_name(h)}.json", {}) for h in hosts}
+    facts = {h: f if isinstance(f, dict) else {} for h, f in facts.items()}
+    return device_vars(runtime, settings(run.config), facts)

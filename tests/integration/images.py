@@ -1,0 +1,72 @@
+"""The CPU image that the container tests run, shared by the podman and docker modules.
+
+container/build-cpu-image.sh builds it here without a registry (debootstrap, a CPU torch wheel,
+``podman import``) as a docker-archive tarball, which ``podman load`` and ``docker load`` both take.
+It is built once per version of the script and cached on disk (``SB_FLEET_IMAGE_CACHE``, default
+/var/cache/sb-fleet/images), so a later session, or the other runtime's tests, reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+IMAGE = "localhost/sb-bench:cpu"
+CACHE = Path(os.environ.get("SB_FLEET_IMAGE_CACHE", "/var/cache/sb-fleet/images"))
+BUILD = ROOT / "container" / "build-cpu-image.sh"
+CONTAINERS_CONF = Path("/etc/containers/containers.conf")
+SUDOERS = Path("/etc/sudoers.d/sb-fleet-test")
+
+
+def need(cmd: str) -> None:
+    if not shutil.which(cmd):
+        pytest.skip(f"{cmd} is not installed (.ci/apt-packages.txt; scripts/setup.sh installs it)")
+
+
+def need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip(f"{what} need root; CI runs as root")
+
+
+def ensure_containers_conf() -> None:
+    """crun fails on this machine kind's cgroups, and podman's default ulimits cannot be applied."""
+    if not CONTAINERS_CONF.exists():
+        CONTAINERS_CONF.parent.mkdir(parents=True, exist_ok=True)
+        CONTAINERS_CONF.write_text(
+            '[containers]\ndefault_ulimits = []\n\n[engine]\ncgroup_manager = "cgroupfs"\n'
+        )
+
+
+def ensure_sudo(user: str) -> None:
+    """A NOPASSWD rule for the test's login user: container commands run with Ansible's become."""
+    rule = f"{user} ALL=(root) NOPASSWD: ALL\n"
+    if not SUDOERS.exists() or SUDOERS.read_text() != rule:
+        tmp = SUDOERS.with_suffix(".tmp")
+        tmp.write_text(rule)
+        os.chmod(tmp, 0o440)
+        subprocess.run(["visudo", "-cf", str(tmp)], check=True, capture_output=True)
+        os.replace(tmp, SUDOERS)
+
+
+def cpu_image_tarball() -> Path:
+    """The CPU image as a docker-archive tarball, built once per script version (minutes the first time)."""
+    need_root("building the CPU image (debootstrap, podman import)")
+    for c in ("podman", "/usr/sbin/runc", "debootstrap"):
+        need(c)
+    ensure_containers_conf()
+    key = hashlib.sha256(BUILD.read_bytes()).hexdigest()[:12]
+    out = CACHE / f"sb-bench-cpu-{key}.tar"
+    if not out.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp.tar")
+        r = subprocess.run([str(BUILD), str(tmp), IMAGE], capture_output=True, text=True, timeout=1800)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        os.replace(tmp, out)
+    return out
