@@ -62,6 +62,7 @@ def run(
                 f"sb-fleet deploy --run-dir {run.rd.path}, then sb-fleet run --resume, do what is missing",
             )
     live = list(ready)
+    devices = container_vars(run, live)  # facts do not change during the run: read them once
     with ex.progress.stage("run", ready), Interrupts() as intr:
         if started is not None and started.interrupted:
             intr.signal = started.interrupted
@@ -105,7 +106,7 @@ def run(
             for h in live:
                 if h not in targets and step.id in done[h]:
                     ex.progress.update(h, Outcome.OK, f"{step.id} done before")
-            extra = container_vars(run, targets) or None
+            extra = devices or None
             if resume:
                 args = runner_args(run.run_id, step, run.config.fleet.master_port)
                 extra = {**(extra or {}), "sb_runner_args": [*args, "--resume"]}
