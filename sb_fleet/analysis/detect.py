@@ -37,13 +37,13 @@ while a small number of faulty hosts does not move it.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sb_fleet.analysis.issues import FAIL, Issue
+from sb_fleet.analysis.order_stats import median, quantiles, row_nanmedian
 from sb_fleet.analysis.stats import MAD_TO_SIGMA
 from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
 from sb_fleet.config.gatespec import DetectionSettings
@@ -100,12 +100,11 @@ def category_of(metric: str) -> str:
     return bench
 
 
-def _quiet_nanmedian(a: np.ndarray, axis: int | None = None) -> np.ndarray:
-    if not np.isnan(a).any():
-        return np.median(a, axis=axis)  # much faster than nanmedian, and the usual case
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmedian(a, axis=axis)
+def _quiet_nanmedian(a: np.ndarray) -> float:
+    """The median of every value of ``a`` that is not NaN (NaN when there is none)."""
+    flat = a.ravel()
+    nan = np.isnan(flat)
+    return median(flat[~nan] if nan.any() else flat)
 
 
 def _spread(signed: np.ndarray, direction: int, gross: float = 0.0) -> float:
@@ -119,16 +118,16 @@ def _spread(signed: np.ndarray, direction: int, gross: float = 0.0) -> float:
     flat = signed[~np.isnan(signed)]
     if flat.size == 0:
         return float("nan")
-    med = float(np.median(flat))
+    med = median(flat)
     dev = flat - med
-    mad = float(np.median(np.abs(dev))) * MAD_TO_SIGMA
+    mad = median(np.abs(dev)) * MAD_TO_SIGMA
     cut = max(GROSS_SIGMAS * mad, gross)
     if cut > 0:
         bad = -dev if direction > 0 else (dev if direction < 0 else np.abs(dev))
         kept = dev[bad <= cut]
         if kept.size >= max(3, flat.size // 2 + 1):  # at every size: an extreme value cannot hide itself
             dev = kept
-    lo, hi = np.quantile(dev, [TAIL_Q, 1 - TAIL_Q])
+    lo, hi = quantiles(dev, (TAIL_Q, 1 - TAIL_Q))
     tails = []
     if direction >= 0:
         tails.append(-float(lo) / TAIL_Z)
@@ -174,7 +173,7 @@ def detect(
         for fam, cols in families.items():
             direction = directions.of(columns[cols[0]])
             block = values[:, cols]  # H x U
-            center = float(_quiet_nanmedian(block))
+            center = _quiet_nanmedian(block)
             if not np.isfinite(center) or center == 0:
                 continue
             signed = (block - center) / abs(center)
@@ -213,7 +212,7 @@ def detect(
             sib_limit: float | None = None
             if len(cols) >= MIN_SIBLINGS:
                 present = np.count_nonzero(~np.isnan(block), axis=1)
-                host_med = _quiet_nanmedian(block, axis=1)
+                host_med = row_nanmedian(block)
                 host_med = np.where((present >= MIN_SIBLINGS) & (host_med != 0), host_med, np.nan)
                 rel = (block - host_med[:, None]) / np.abs(host_med)[:, None]
                 sib_sigma = _spread(rel, direction, 2 * settings.sibling_min_deviation)
@@ -352,7 +351,7 @@ def _combined(
         sigma = _spread(-score, 1)
         if not np.isfinite(sigma):
             continue
-        score = score - float(_quiet_nanmedian(score))
+        score = score - _quiet_nanmedian(score)
         # The practical floor, on the mean deviation of the metrics the score combined (only where the
         # score passes): it follows the noise of the metrics combined (their mean family sigma).
         mean = np.full(score.shape, np.nan)

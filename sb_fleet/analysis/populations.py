@@ -24,7 +24,6 @@ either way each population is then judged within itself.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ import numpy as np
 
 from sb_fleet.analysis.fleet_results import POPULATION_FACTS as _FACT_ORDER
 from sb_fleet.analysis.noise_priors import noise_prior
+from sb_fleet.analysis.order_stats import row_nanmedian
 from sb_fleet.analysis.stats import MAD_TO_SIGMA
 from sb_fleet.analysis.superbench.metric_names import parse_metric
 
@@ -113,14 +113,8 @@ def _host_medians(columns: list[str], values: np.ndarray) -> dict[str, np.ndarra
 
 
 def _row_medians(block: np.ndarray) -> np.ndarray:
-    """Each row's median, NaNs skipped; rows without NaN take the fast path (most of them)."""
-    gaps = np.isnan(block).any(axis=1)
-    out = np.median(np.where(gaps[:, None], 0.0, block), axis=1)
-    if gaps.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out[gaps] = np.nanmedian(block[gaps], axis=1)
-    return out
+    """Each row's median, NaNs skipped."""
+    return row_nanmedian(block)
 
 
 def _split_one(

@@ -25,6 +25,16 @@ def hangs_in_the_helper(parent: int) -> str:
     return str(os.getpid())
 
 
+def pid_and(x: str) -> str:
+    return f"{os.getpid()}:{x}"
+
+
+def pid_and_hangs_in_the_helper(parent: int, x: str) -> str:
+    if os.getpid() != parent:
+        threading.Event().wait(60)
+    return pid_and(x)
+
+
 def _results(tmp_path: Path, size: int) -> Path:
     p = tmp_path / "results-summary.jsonl"
     with p.open("wb") as f:
@@ -85,6 +95,25 @@ def test_large_results_draw_in_the_helper_and_a_dead_helper_costs_nothing(
     assert plot_worker.draw(pid) == pid()  # after the block: no helper
     with plot_worker.started(src):  # a fresh block starts a fresh helper
         assert plot_worker.draw(pid) != pid()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")
+def test_plots_asked_for_together_each_get_their_own_answer_read_in_any_order(
+    tmp_path: Path, ran_apart: bool
+) -> None:
+    if ran_apart:
+        return
+    with plot_worker.started(_results(tmp_path, plot_worker.LARGE_BYTES)):
+        asked = [plot_worker.submit(pid_and, x) for x in ("a", "b", "c")]  # all sent before any is read
+        answers = [asked[i]() for i in (2, 0, 1)]
+        helper = answers[0].split(":")[0]
+        assert helper != pid()
+        assert answers == [f"{helper}:c", f"{helper}:a", f"{helper}:b"]
+        assert asked[2]() == f"{helper}:c"  # read again: the same answer
+        waiting = [plot_worker.submit(pid_and_hangs_in_the_helper, os.getpid(), "d")]
+        waiting.append(plot_worker.submit(pid_and, "e"))
+        os.kill(int(helper), signal.SIGKILL)  # dies with two plots unanswered: both are drawn here
+        assert [w() for w in waiting] == [pid_and("d"), pid_and("e")]
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")

@@ -49,6 +49,7 @@ from sb_fleet.analysis.figures.peaks import (
     unit_scale,
 )
 from sb_fleet.analysis.figures.power import EnergyFigure, PowerPlot, energy_figures, power_plot
+from sb_fleet.analysis.order_stats import median, quantiles
 from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
 
 CV_LIMIT = 0.05  # run-to-run coefficient of variation above which a figure is not trusted
@@ -384,17 +385,16 @@ def _figures(
         flat = block[finite]
         if flat.size == 0:
             continue
-        q = np.quantile(flat, QUANTILES)
+        q = quantiles(flat, QUANTILES)
         host_has = finite.any(axis=1)
         per_rank: list[tuple[str, float, int]] = []
         if len(units) > 1:
             n_of = finite.sum(axis=0)
             dense = bool(finite.all())
-            med_of = np.median(block, axis=0) if dense else None  # one pass when no value is missing
             for k, u in enumerate(units):
                 if n_of[k]:
-                    med = med_of[k] if med_of is not None else np.median(block[finite[:, k], k])
-                    per_rank.append((u, float(med), int(n_of[k])))
+                    med = median(block[:, k] if dense else block[finite[:, k], k])
+                    per_rank.append((u, med, int(n_of[k])))
         probe = split_run(parse_metric(columns[g.cols[0]]).base)[0]  # as metrics.json names it
         unit = directions.unit(probe)
         peak_val, peak_src, eff, peak_unit = _efficiency(g.metric, unit, block, host_has, peak_rows)

@@ -16,18 +16,19 @@ FILES = ("report.json", "report.md", "report.html", "junit.xml", "quarantine.txt
 def write_all(result: ReportResult, out_dir: Path) -> list[Path]:
     """Render every format first, then write each file atomically (temp file, rename)."""
     from sb_fleet.analysis.figures.measured import figures_of
-    from sb_fleet.report.writers import quarantine
+    from sb_fleet.report.writers import figures_html, quarantine
     from sb_fleet.report.writers import report_html as html
     from sb_fleet.report.writers import report_json as json_report
     from sb_fleet.report.writers import report_junit as junit
     from sb_fleet.report.writers import report_markdown as markdown
 
     figs = figures_of(result.fleet)  # the measured figures: every report shows them
+    plots = figures_html.start_plots(figs)  # drawn beside the rendering below when a helper runs
     doc = json_report.build(result, figs)
     rendered = {
         "report.json": json_report.dumps(doc),
         "report.md": markdown.render(result, figs).encode(),
-        "report.html": html.render(result, doc, figs).encode(),
+        "report.html": html.render(result, doc, figs, plots).encode(),
         "junit.xml": junit.render(result).encode(),
         "quarantine.txt": quarantine.render(result).encode(),
     }

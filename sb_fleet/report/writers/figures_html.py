@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import html
 import statistics
+from collections.abc import Callable
 
 import sb_fleet.report.writers.figure_plots as plots
 from sb_fleet.analysis.figures.figures import CV_LIMIT, Curve, Figures, RoofPoint
 from sb_fleet.report.writers.figures_md import ENERGY_NOTE, MODEL_COLUMNS, cv_text, num, pct
-from sb_fleet.report.writers.plot_worker import draw
+from sb_fleet.report.writers.plot_worker import submit
 
 MAX_RANK_ROWS = 64
 
@@ -41,26 +42,21 @@ def conv_summary(points: list[RoofPoint]) -> str:
     return f"{len(points)} convolution(s): " + ", ".join(parts)
 
 
-def render(figs: Figures) -> str:
-    """A ``<section id="figures">`` for the page; empty when nothing was measured."""
-    if not figs.metrics:
-        return ""
-    one = figs.hosts == 1
-    out = [
-        '<section id="figures"><h2>Measured figures</h2>',
-        f'<p class="muted">{"One host: its values" if one else f"{figs.hosts} hosts: fleet median, p5/p95, min/max"}'
-        " (GPUs/NICs pooled; open a row for each rank). % of peak = measured ÷ nominal peak. "
-        f"Run-to-run CV above {CV_LIMIT:.0%} is marked too noisy.</p>",
-    ]
-    plots_html: list[str] = []
+Plot = tuple[Callable[[], str], str, str]  # (its SVG, when drawn; caption; more markup)
+
+
+def start_plots(figs: Figures) -> list[Plot]:
+    """Ask for every plot of the section now (a helper process draws them while the report goes on)."""
+    out: list[Plot] = []
     by_bench: dict[str, list[Curve]] = {}
     for c in figs.curves:
         by_bench.setdefault(c.benchmark, []).append(c)
     for _bench, curves in by_bench.items():
-        plots_html.append(
-            _plot(
-                draw(plots.collective_svg, curves),
+        out.append(
+            (
+                submit(plots.collective_svg, curves),
                 "busbw (solid, p5–p95 band) and algbw (dashed) vs message size",
+                "",
             )
         )
     for rl in figs.rooflines:
@@ -77,15 +73,32 @@ def render(figs: Figures) -> str:
                 )
                 + "</ul></details>"
             )
-        plots_html.append(_plot(draw(plots.roofline_svg, rl), caption, more))
+        out.append((submit(plots.roofline_svg, rl), caption, more))
     if figs.power_plot is not None:
-        plots_html.append(
-            _plot(
-                draw(plots.power_svg, figs.power_plot),
+        out.append(
+            (
+                submit(plots.power_svg, figs.power_plot),
                 f"{figs.power_plot.metric}: each host's window power against its throughput; the dashed "
                 "line is the fleet's median efficiency (a host right of it needs more power for the same work)",
+                "",
             )
         )
+    return out
+
+
+def render(figs: Figures, started: list[Plot] | None = None) -> str:
+    """A ``<section id="figures">`` for the page; empty when nothing was measured. ``started``: the
+    section's plots from :func:`start_plots` (asked for now when not given)."""
+    if not figs.metrics:
+        return ""
+    one = figs.hosts == 1
+    out = [
+        '<section id="figures"><h2>Measured figures</h2>',
+        f'<p class="muted">{"One host: its values" if one else f"{figs.hosts} hosts: fleet median, p5/p95, min/max"}'
+        " (GPUs/NICs pooled; open a row for each rank). % of peak = measured ÷ nominal peak. "
+        f"Run-to-run CV above {CV_LIMIT:.0%} is marked too noisy.</p>",
+    ]
+    plots_html = [_plot(svg(), caption, more) for svg, caption, more in started or start_plots(figs)]
     if plots_html:
         out.append('<div class="figplots" id="figure-plots">' + "".join(plots_html) + "</div>")
     head = ["Metric", "Unit", "Better"]

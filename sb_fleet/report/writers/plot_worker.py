@@ -3,8 +3,10 @@
 Importing matplotlib costs about half a second, as much as analysing 5,000 hosts. For a large run
 the report command starts one helper process first (``started``); it imports matplotlib and the
 plot functions while the parent parses and judges the results, so on any machine with two cores the
-import costs no wall time. ``draw`` sends each plot's data there and gets its SVG back; with no
-helper (small runs, library callers, the tests' in-process reports) it draws in-process. A helper
+import costs no wall time. ``submit`` sends a plot's data there as soon as it is known and returns a
+function that reads its SVG when the page needs it, so the helper draws while the parent renders the
+other files; ``draw`` is both at once. With no helper (small runs, library callers, the tests'
+in-process reports) plots are drawn in-process. A helper
 that cannot start, dies or does not answer in time never costs the report: the plot is drawn here.
 """
 
@@ -103,24 +105,74 @@ def started(source: Path) -> Iterator[None]:
         yield
     finally:
         _helper = None
+        _waiting.clear()
         helper.stop()
 
 
-def draw(plot: Callable[..., str], *args: Any) -> str:
-    """``plot(*args)``: in the helper when one is running, else (or if it fails) here."""
+class _Ticket:
+    """One plot asked of the helper; its answer arrives in the order the plots were sent."""
+
+    def __init__(self, plot: Callable[..., str], args: tuple[Any, ...]) -> None:
+        self.plot = plot
+        self.args = args
+        self.answered = False
+        self.ok = False
+        self.svg = ""
+
+
+_waiting: list[_Ticket] = []  # sent to the helper, answer not yet read (oldest first)
+
+
+def _give_up() -> None:
+    """The helper died or hung: stop it; the plots still waiting are drawn here."""
     global _helper
+    helper, _helper = _helper, None
+    if helper is not None:
+        helper.stop()
+    _waiting.clear()
+
+
+def _answer(ticket: _Ticket) -> None:
+    """Read the helper's answers, oldest first, until ``ticket``'s has come (or the helper failed)."""
+    helper = _helper
+    while not ticket.answered and helper is not None and _waiting:
+        try:
+            if not helper.conn.poll(ANSWER_S):  # too slow: no more plots go there
+                _give_up()
+                return
+            ok, answer = helper.conn.recv()
+        except (OSError, EOFError, ValueError):
+            _give_up()
+            return
+        first = _waiting.pop(0)
+        first.answered, first.ok = True, bool(ok)
+        if ok:
+            first.svg = cast(str, answer)
+
+
+def submit(plot: Callable[..., str], *args: Any) -> Callable[[], str]:
+    """Ask for ``plot(*args)`` now; the returned function gives its SVG. With a helper running, the
+    plot is drawn there while this process goes on (the function then waits for it); otherwise, or
+    when the helper fails, the function draws it here."""
+    ticket = _Ticket(plot, args)
     helper = _helper
     if helper is not None:
         try:
             helper.conn.send((plot, args))
-            if helper.conn.poll(ANSWER_S):
-                ok, answer = helper.conn.recv()
-                if ok:
-                    return cast(str, answer)
-            else:  # too slow: no more plots go there
-                _helper = None
-                helper.stop()
+            _waiting.append(ticket)
         except (OSError, EOFError, ValueError):  # the helper died: the rest are drawn here
-            _helper = None
-            helper.stop()
-    return plot(*args)
+            _give_up()
+
+    def svg() -> str:
+        if ticket in _waiting:
+            _answer(ticket)
+        if ticket.answered and ticket.ok:
+            return ticket.svg
+        return plot(*args)
+
+    return svg
+
+
+def draw(plot: Callable[..., str], *args: Any) -> str:
+    """``plot(*args)``: in the helper when one is running, else (or if it fails) here."""
+    return submit(plot, *args)()

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from sb_fleet.analysis.order_stats import quantiles
 from sb_fleet.report.writers.html_page import PAGE
 
 if TYPE_CHECKING:
     from sb_fleet.analysis.figures.figures import Figures
     from sb_fleet.report.report_result import ReportResult
+    from sb_fleet.report.writers.figures_html import Plot
 
 BINS = 40
 MAX_MARKERS = 300
@@ -41,7 +43,7 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
         flat = block[~np.isnan(block)]
         if flat.size == 0:
             continue
-        lo, hi = np.quantile(flat, [0.001, 0.999])
+        lo, hi = quantiles(flat, (0.001, 0.999))
         if hi <= lo:
             lo, hi = float(flat.min()), float(flat.max())
         if hi <= lo:
@@ -105,7 +107,12 @@ def _embed(obj: Any) -> str:
     return text.replace("</", "<\\/").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def render(result: ReportResult, doc: dict[str, Any], figures: Figures | None = None) -> str:
+def render(
+    result: ReportResult,
+    doc: dict[str, Any],
+    figures: Figures | None = None,
+    figure_plots: list[Plot] | None = None,
+) -> str:
     title = f"sb-fleet report: gate {'passed' if result.gate.passed else 'failed'}"
     page = PAGE.replace("@@TITLE@@", _html.escape(title)).replace("@@DATA@@", _embed(data(result, doc)))
     if figures is not None:  # the measured figures: static tables and matplotlib plots
@@ -113,7 +120,7 @@ def render(result: ReportResult, doc: dict[str, Any], figures: Figures | None = 
 
         anchor = "<section><h2>Metric distributions</h2>"  # the numbers first, then their spread
         head, mark, tail = page.partition(anchor)
-        page = head + render_figures(figures) + "\n" + mark + tail
+        page = head + render_figures(figures, figure_plots) + "\n" + mark + tail
     if result.health is not None:  # the checks before the benchmarks
         from sb_fleet.report.writers.health_section import html as health_html
 
