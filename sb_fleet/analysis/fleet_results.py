@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,20 +88,20 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _loader() -> Callable[[bytes], Any]:
+def _loader() -> Callable[[bytes | memoryview], Any]:
     try:
         import orjson
 
         fast = orjson.loads
     except ImportError:  # pragma: no cover - orjson is a dependency, this is a fallback
-        return bounded_json.loads
+        return lambda line: bounded_json.loads(bytes(line))
 
-    def loads(line: bytes) -> Any:
+    def loads(line: bytes | memoryview) -> Any:
         try:
             return fast(line)
         except ValueError:
             # accepts what orjson refuses (NaN, Infinity, 1e400), within bounds (depth, size), or raises
-            return bounded_json.loads(line)
+            return bounded_json.loads(bytes(line))
 
     return loads
 
@@ -152,9 +152,7 @@ def parse_summary_checked(
             out[j] = ci
         return out
 
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for lineno, line in _lines(raw):
         try:
             obj = loads(line)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -230,6 +228,28 @@ def parse_summary_checked(
             matrix[row, cols_h] = vals_h
     problems.sort(key=lambda p: p.line)
     return hosts, columns, matrix, problems, invalid
+
+
+def _lines(raw: bytes) -> Iterator[tuple[int, bytes | memoryview]]:
+    """(line number, line) of each line that is not blank. Lines are views into ``raw``, not copies
+    (a 60 MB file is not copied again); a file with carriage returns is split as ``splitlines`` does."""
+    if b"\r" in raw:
+        for lineno, line in enumerate(raw.splitlines(), start=1):
+            if line.strip():
+                yield lineno, line
+        return
+    view = memoryview(raw)
+    find = raw.find
+    start, lineno, end_all = 0, 0, len(raw)
+    while start < end_all:
+        lineno += 1
+        end = find(b"\n", start)
+        if end < 0:
+            end = end_all
+        # a line that starts with data is not blank (no copy); any other is checked in full
+        if (end > start and not raw[start : start + 1].isspace()) or raw[start:end].strip():
+            yield lineno, view[start:end]
+        start = end + 1
 
 
 def _finite(v: int | float) -> bool:

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sb_fleet.analysis.issues import FAIL, Issue, relative
-from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
-from sb_fleet.analysis.superbench.rules import baseline_of
+from sb_fleet.analysis.superbench.metric_names import Directions, baseline_of, parse_metric
 from sb_fleet.config.gatespec import Gates, Policy
 
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sb_fleet.analysis.completeness import check_completeness
-from sb_fleet.analysis.crossnode.fabric import FabricView, load_fabric
 from sb_fleet.analysis.detect import Detection, detect
 from sb_fleet.analysis.fleet_results import Fleet, HostInfo, load_fleet
 from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
@@ -27,14 +26,14 @@ from sb_fleet.analysis.power_limits import load_power_limit_issues
 from sb_fleet.analysis.sku_reference import check_sku
 from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import column_stats
-from sb_fleet.analysis.superbench.baseline import load_baseline
-from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary, apply_rules, load_rules
 from sb_fleet.analysis.verdict import FAILV, FLAKY, HostReport, judge
 from sb_fleet.config.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
 from sb_fleet.errors import ResultsError
 from sb_fleet.report.report_result import ReportResult
 
 if TYPE_CHECKING:
+    from sb_fleet.analysis.crossnode.fabric import FabricView
+    from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary
     from sb_fleet.history.confirm import Confirmation
 
 REPORT_SCHEMA_VERSION = 1
@@ -76,8 +75,17 @@ def report(
         known = {h.name: h for h in expected}
         expected = [known.get(h.name, h) for h in inv]
     host_index = fleet.host_index()
-    base = load_baseline(Path(baseline)) if baseline is not None else None
-    ruleset = load_rules(Path(rules)) if rules is not None else None
+    # SuperBench's rules and baselines, and a pattern run's fabric, are imported only when given
+    base = None
+    if baseline is not None:
+        from sb_fleet.analysis.superbench.baseline import load_baseline
+
+        base = load_baseline(Path(baseline))
+    ruleset = None
+    if rules is not None:
+        from sb_fleet.analysis.superbench.rules import load_rules
+
+        ruleset = load_rules(Path(rules))
 
     issues: dict[int, list[Issue]] = {}
     _merge(issues, check_completeness(fleet.columns, fleet.values, fleet.expected_benchmarks))
@@ -155,6 +163,8 @@ def report(
     rules_diagnosis: Diagnosis | None = None
     rules_unmatched: dict[str, list[str]] = {}
     if ruleset is not None:
+        from sb_fleet.analysis.superbench.rules import apply_rules
+
         ro = apply_rules(ruleset, fleet.columns, fleet.values, base)
         _merge(issues, ro.issues)
         rule_summaries = ro.summaries
@@ -193,6 +203,8 @@ def report(
     fabric: FabricView | None = None
     unreported: dict[str, list[Issue]] = {}  # culprits with no results line (their run failed): still judged
     if fleet.run_dir is not None:  # a pattern run's culprits (pairs/, followup.json): analysis.fabric
+        from sb_fleet.analysis.crossnode.fabric import load_fabric
+
         fabric, unread = load_fabric(fleet.run_dir)
         warnings.extend(unread)
         if fabric is not None:

@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sb_fleet.analysis.crossnode.fabric import FabricView
 from sb_fleet.analysis.detect import FamilyStats
 from sb_fleet.analysis.fleet_results import Fleet, LineProblem
 from sb_fleet.analysis.gates import GateResult
 from sb_fleet.analysis.majority import Disagreement
 from sb_fleet.analysis.populations import PopulationSplit
 from sb_fleet.analysis.stats import ColumnStats
-from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary
 from sb_fleet.analysis.verdict import VERDICTS, HostReport
 from sb_fleet.config.gatespec import Gates
 from sb_fleet.exits import exit_for
 
 if TYPE_CHECKING:
+    from sb_fleet.analysis.crossnode.fabric import FabricView
+    from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary
     from sb_fleet.history.view import HistoryView
 
 

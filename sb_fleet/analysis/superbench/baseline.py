@@ -26,8 +26,8 @@ import numpy as np
 from sb_fleet.analysis.fleet_results import Fleet
 from sb_fleet.analysis.stats import MAD_TO_SIGMA, column_stats
 from sb_fleet.analysis.superbench.criteria import Criteria
-from sb_fleet.analysis.superbench.metric_names import parse_metric
-from sb_fleet.analysis.superbench.rules import RuleSet, baseline_of, match_patterns
+from sb_fleet.analysis.superbench.metric_names import baseline_of, parse_metric
+from sb_fleet.analysis.superbench.rules import RuleSet, match_patterns
 from sb_fleet.analysis.superbench.sbsummary import SummaryRule, pooled_name
 from sb_fleet.config.yamlsrc import read_capped
 from sb_fleet.errors import RulesError, UsageError

@@ -176,3 +176,16 @@ def load_metrics_json(path: Path) -> dict[str, MetricInfo]:
         unit = val.get("unit")
         out[str(key)] = MetricInfo(unit=str(unit) if unit is not None else None, higher_is_better=hib)
     return out
+
+
+_RANK_SUFFIX = re.compile(r":\d+$")
+
+
+def baseline_of(baseline: Mapping[str, float], metric: str) -> float | None:
+    """SuperBench's lookup: the exact name; then without its ``:rank``, or, without a rank, the benchmark name."""
+    v = baseline.get(metric)
+    if v is not None:
+        return v
+    if _RANK_SUFFIX.search(metric):
+        return baseline.get(_RANK_SUFFIX.sub("", metric))
+    return baseline.get(metric.split("/")[0])

@@ -48,6 +48,7 @@ import numpy as np
 
 from sb_fleet.analysis.issues import FAIL, INCOMPLETE, Issue, relative
 from sb_fleet.analysis.superbench.criteria import Criteria, CriteriaError, StoredValues, parse_criteria
+from sb_fleet.analysis.superbench.metric_names import baseline_of
 from sb_fleet.config.rulespec import load_diagnosis_spec
 from sb_fleet.errors import RulesError
 
@@ -188,19 +189,6 @@ def match_patterns(
         if col in exact or any(rx.search(col) for rx in cands):
             out.append(i)
     return out
-
-
-_RANK = re.compile(r":\d+$")
-
-
-def baseline_of(baseline: Mapping[str, float], metric: str) -> float | None:
-    """SuperBench's lookup: the exact name; then without its ``:rank``, or, without a rank, the benchmark name."""
-    v = baseline.get(metric)
-    if v is not None:
-        return v
-    if _RANK.search(metric):
-        return baseline.get(_RANK.sub("", metric))
-    return baseline.get(metric.split("/")[0])
 
 
 @dataclass

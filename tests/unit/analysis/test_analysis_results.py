@@ -68,6 +68,27 @@ def test_malformed_lines_are_reported_and_the_rest_is_analysed(tmp_path: Path) -
         assert fleet.invalid[name]["gemm-flops/fp16_flops:0"] in h.issues[0].detail
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_blank_lines_are_skipped_and_line_numbers_kept_with_any_line_ending(
+    tmp_path: Path, newline: str
+) -> None:
+    lines = [
+        json.dumps({"node": "a", "m/x:0": 1.0}),
+        "",
+        "   \t ",
+        " " * 200,  # a long blank line
+        '  {"node": "b", "m/x:0": 2.0}',  # data after leading blanks
+        "{broken",
+        json.dumps({"node": "c", "m/x:0": 3.0}),
+    ]
+    p = tmp_path / "r.jsonl"
+    p.write_bytes(newline.join(lines).encode())  # no line ending after the last line
+    fleet = load_fleet(p)
+    assert fleet.hosts == ["a", "b", "c"]
+    assert [(pr.line, "not valid JSON" in pr.message) for pr in fleet.problems] == [(6, True)]
+    assert fleet.values[:, fleet.column_index()["m/x:0"]].tolist() == [1.0, 2.0, 3.0]
+
+
 def test_nan_written_by_python_json_is_an_invalid_value(tmp_path: Path) -> None:
     """NaN (as Python's json writes it) is not "absent": the host did not measure the metric."""
     p = tmp_path / "r.jsonl"

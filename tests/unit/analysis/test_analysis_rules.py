@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sb_fleet.analysis.superbench.rules import apply_rules, baseline_of, load_rules, match_metrics
+from sb_fleet.analysis.superbench.metric_names import baseline_of
+from sb_fleet.analysis.superbench.rules import apply_rules, load_rules, match_metrics
 from sb_fleet.errors import RulesError
 from sb_fleet.report.analyse import report
 
