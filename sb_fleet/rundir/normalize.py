@@ -245,7 +245,34 @@ def summarize_host(host: str, raw_dir: Path, merge_rounds: bool = True) -> HostR
     for d in entry_dirs(root):
         key = str(d.relative_to(root))
         read_entry(base_key(key) if merge_rounds else key, sorted(d.glob("rank*.json")), out)
+    for key, reason in _runner_timeouts(root / "status.json").items():
+        key = base_key(key) if merge_rounds else key
+        st = out.statuses.get(key)
+        if st is not None and st.status in ("ok", "skipped"):
+            # Every rank wrote its results, but the entry did not end within its timeout and the runner
+            # killed it (a teardown that hangs): the figures stand, the host does not pass silently.
+            why = reason or "killed at its timeout"
+            out.statuses[key] = EntryStatus(
+                "timeout", st.return_code, f"every rank wrote its result, but the entry did not end: {why}"
+            )
     return out
+
+
+def _runner_timeouts(path: Path) -> dict[str, str]:
+    """The entries the on-host runner's ``status.json`` says timed out: key -> the runner's reason.
+    A missing or malformed file says nothing (the rank files and the run stage speak for the host)."""
+    try:
+        doc = bounded_json.read(path)
+    except (OSError, ValueError):
+        return {}
+    entries = doc.get("entries") if isinstance(doc, dict) else None
+    if not isinstance(entries, dict):
+        return {}
+    return {
+        str(k): one_line(str(v.get("reason") or ""))[:200]
+        for k, v in entries.items()
+        if isinstance(v, dict) and v.get("status") == "timeout"
+    }
 
 
 def benchmark_outcome(rec: HostRecord, expected: Iterable[str]) -> HostOutcome:

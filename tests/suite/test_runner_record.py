@@ -183,3 +183,30 @@ def test_node_num_all_across_two_nodes(tmp_path):
         assert f.name == f"rank{rank}.json"  # each node writes its own global rank
         d = json.loads(f.read_text())
         assert (d["status"], d["world_size"], d["host"]) == ("ok", 2, f"node{rank}")
+
+
+def test_an_entry_that_wrote_its_results_but_did_not_end_is_a_timeout_not_a_pass(tmp_path):
+    """A benchmark whose teardown hangs after its figures are written (NCCL's can): the runner kills it
+    at the entry's timeout; the control node keeps the figures and records the host's benchmarks as
+    timed out, with the reason, never as a silent pass."""
+    from sb_fleet.outcome import Outcome
+    from sb_fleet.rundir.normalize import benchmark_outcome, summarize_host
+
+    hangs = noop("hangs")
+    hangs["timeout"] = 4
+    hangs["params"] = {"num_steps": 1, "num_warmup": 0, "linger": 120}
+    s = spec(tmp_path / "s.json", [noop("a"), hangs])
+    res = tmp_path / "raw" / "results"
+    p = run_runner(s, res, "--host", "node1", timeout=120)
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    rec = record_of(p.stdout)
+    assert rec["entries"]["hangs"]["status"] == "timeout"
+    assert "still running at its timeout of 4 s" in rec["entries"]["hangs"]["reason"]
+    rank0 = json.loads((res / "hangs" / "rank0.json").read_text())
+    assert rank0["return_code"] == 0  # its figures were in before the hang
+    hr = summarize_host("node1", tmp_path / "raw")
+    assert "hangs/step_time" in hr.metrics and "a/step_time" in hr.metrics  # the figures are kept
+    assert hr.statuses["a"].status == "ok"
+    oc = benchmark_outcome(hr, ["a", "hangs"])
+    assert oc.outcome == Outcome.TIMEOUT
+    assert oc.reason.startswith("hangs: every rank wrote its result, but the entry did not end: still running")

@@ -552,6 +552,8 @@ def summarize(er: EntryRun, interrupted: str | None) -> dict:
     reason = next((r.get("reason", "") for r in bad), "") or next(
         (r.get("reason", "") for r in results if r.get("reason")), ""
     )
+    if er.timed_out and not reason:  # every rank wrote a result, yet some process was still running
+        reason = f"still running at its timeout of {er.entry.get('timeout')} s: killed"
     return {
         "status": st,
         "return_code": max(codes, default=int(ReturnCode.NO_RESULT)),
