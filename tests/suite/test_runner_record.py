@@ -209,4 +209,6 @@ def test_an_entry_that_wrote_its_results_but_did_not_end_is_a_timeout_not_a_pass
     assert hr.statuses["a"].status == "ok"
     oc = benchmark_outcome(hr, ["a", "hangs"])
     assert oc.outcome == Outcome.TIMEOUT
-    assert oc.reason.startswith("hangs: every rank wrote its result, but the entry did not end: still running")
+    assert oc.reason.startswith(
+        "hangs: every rank wrote its result, but the entry did not end: still running"
+    )
