@@ -190,6 +190,7 @@ def run_playbook(
     seen: dict[str, HostOutcome] = {}
     results: dict[str, dict[str, Any]] = {h: {} for h in hosts}
     reached: set[str] = set()
+    running: dict[str, str] = {}  # host -> the task it started and has not ended
 
     def handler(ev: dict) -> bool:
         name = ev.get("event", "")
@@ -200,12 +201,15 @@ def run_playbook(
         task = str(data.get("task") or "")
         res = data.get("res") or {}
         if name == "runner_on_start":
+            running[host] = task
             progress(host, RUNNING, task)
         elif name in ("runner_on_ok", "runner_on_skipped"):
             reached.add(host)
+            running.pop(host, None)
             results[host][task] = _slim(res)
         elif name in ("runner_on_failed", "runner_on_unreachable", "runner_on_async_failed"):
             reached.add(host)
+            running.pop(host, None)
             if name == "runner_on_failed" and data.get("ignore_errors"):
                 return True
             outcome, reason = classify(name, res)
@@ -252,6 +256,10 @@ def run_playbook(
     for h in hosts:
         if h in seen:
             outcomes[h] = seen[h]
+        elif (
+            status == "canceled" and h in running
+        ):  # cut off inside a task: its earlier tasks are not the play
+            outcomes[h] = HostOutcome(h, stage, Outcome.PENDING, f"interrupted in {running[h]}")
         elif h in reached:
             outcomes[h] = HostOutcome(h, stage, Outcome.OK)
             progress(h, Outcome.OK, "")

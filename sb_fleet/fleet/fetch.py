@@ -732,30 +732,53 @@ fi
 """
 
 
+# With a container runtime, first: stop the step's container (the runtime sends the runner, its first
+# process, SIGTERM and kills what is left after 10 s), then remove it if it is still there. The runner's
+# pid file holds its pid inside the container, which the host-side stop above cannot use.
+STOP_CONTAINER = """c() {{ {cmd} "$@"; }}
+if c container inspect {name} >/dev/null 2>&1; then
+  c stop -t 10 {name} >/dev/null 2>&1
+  if ! c container inspect {name} >/dev/null 2>&1; then echo "container stopped and removed"
+  elif c rm -f {name} >/dev/null 2>&1; then echo "container stopped and removed"
+  else echo "container not removed"; fi
+fi
+"""
+
+
 def stop_runners(
     targets: list[CollectTarget],
     ssh: SshSettings,
     parallel: int,
     timeout: float = 30,
     srun: SrunReach | None = None,
+    containers: dict[str, tuple[list[str], str]] | None = None,
 ) -> dict[str, str]:
-    """Stop this run's runner on every target host, in parallel; host -> stopped|killed|finished|absent|error."""
+    """Stop this run's runner on every target host, in parallel; host -> stopped|killed|finished|absent|error,
+    after "container stopped and removed" (or "container not removed") where ``containers`` names the
+    host's container: host -> (the runtime command before its subcommand, the container's name)."""
     import subprocess
 
     def one(t: CollectTarget) -> tuple[str, str]:
         cmd = STOP_RUNNER.format(d=sh_path(t.remote_dir))
+        ctr = (containers or {}).get(t.host.name)
+        if ctr is not None:  # every value quoted: host and config data stay data in the shell
+            argv, name = ctr
+            cmd = (
+                STOP_CONTAINER.format(cmd=" ".join(shlex.quote(a) for a in argv), name=shlex.quote(name))
+                + cmd
+            )
         try:
             if srun is not None:
                 rc, out_s, err_s = srun_command(srun.srun, srun.job_id, t.host.name, cmd, timeout)
-                return t.host.name, (out_s.strip() or f"error: {err_s.strip()[:200]}")
+                return t.host.name, (_said(out_s) or f"error: {err_s.strip()[:200]}")
             if t.host.is_local:
                 r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout)
-                return t.host.name, (r.stdout.strip() or f"error: {r.stderr.strip()[:200]}")
+                return t.host.name, (_said(r.stdout) or f"error: {r.stderr.strip()[:200]}")
             client = connect(t.host, ssh)
             try:
                 rc, out, err = _exec(client, cmd, timeout)
                 return t.host.name, (
-                    out.decode(errors="replace").strip() or f"error: {err.decode(errors='replace')[:200]}"
+                    _said(out.decode(errors="replace")) or f"error: {err.decode(errors='replace')[:200]}"
                 )
             finally:
                 client.close()
@@ -764,6 +787,11 @@ def stop_runners(
 
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1))) as pool:
         return dict(pool.map(one, targets))
+
+
+def _said(stdout: str) -> str:
+    """The stop script's lines as one: ``container stopped and removed; finished``."""
+    return "; ".join(line.strip() for line in stdout.splitlines() if line.strip())[:300]
 
 
 def remove_partials(root: Path) -> None:

@@ -575,6 +575,24 @@ def remove_cmd(runtime: Runtime, c: ContainerSettings, t: RunTarget) -> Argv | N
     return [*_base(runtime, c), "rm", "-f", t.name]
 
 
+def step_container_name(run_id: str, step_id: str, host: str) -> str:
+    """The name :func:`run_vars` gives one host's container of one step (Ansible's
+    ``regex_replace('[^A-Za-z0-9_.-]', '_')`` of the inventory name, here in Python)."""
+    return f"sb-{run_id}-{step_id}-" + re.sub(r"[^A-Za-z0-9_.-]", "_", host)
+
+
+def interrupt_argv(runtime: Runtime, c: ContainerSettings, host_args: object) -> list[str] | None:
+    """The runtime command (before its subcommand) that stops a step's container when the run is
+    interrupted: run over SSH, not Ansible, so become is ``sudo -n`` and the host's own args (inventory
+    ``sb_container_host_args``) are read here. None for enroot, whose container is a process of the
+    runner itself (stopping the runner stops it)."""
+    if runtime == "enroot":
+        return None
+    extra = [str(a) for a in host_args] if isinstance(host_args, list) else []
+    sudo = ["sudo", "-n"] if uses_become(runtime, c) else []
+    return [*sudo, binary(runtime, c), *c.global_args, *extra]
+
+
 def device_vars(
     runtime: Runtime, c: ContainerSettings, facts: Mapping[str, Mapping[str, Any] | None]
 ) -> dict[str, Any]:

@@ -474,3 +474,35 @@ def test_mpi_across_nodes_in_containers_is_refused_at_plan_time(runtime, tmp_pat
     runs = {"step01": tmp_path / "s1.yml", "step02": tmp_path / "s2.yml"}
     render_container(plan, cfg, "r1", tmp_path, runs)
     assert runs["step02"].is_file()
+
+
+@pytest.mark.parametrize("host", ["gpu001", "node-7.rack2", "we ird$name", "üni", "a/b"])
+def test_ctrl_c_names_the_container_the_run_playbook_started(host):
+    """The interrupted run stops each host's container by the name the run playbook gave it (an Ansible
+    expression there, Python here): evaluated with Ansible's regex_replace (re.sub), they agree."""
+    import re
+
+    import jinja2
+
+    c = ContainerSettings(image="x/y:1")
+    expr = ct.run_vars("docker", c, "r1", "step01", {})["remove"]
+    env = jinja2.Environment()
+    env.filters["regex_replace"] = lambda value, pattern, repl: re.sub(pattern, repl, value)
+    argv = env.compile_expression(expr.removeprefix("{{").removesuffix("}}").strip())(inventory_hostname=host)
+    assert argv[-1] == ct.step_container_name("r1", "step01", host)
+
+
+def test_ctrl_c_stop_command_per_runtime():
+    c = ContainerSettings(image="x/y:1", global_args=["--log-level", "error"])
+    assert ct.interrupt_argv("docker", c, ["-H", "unix:///d.sock"]) == [
+        "sudo",
+        "-n",
+        "docker",
+        "--log-level",
+        "error",
+        "-H",
+        "unix:///d.sock",
+    ]
+    quiet = ContainerSettings(image="x/y:1", become=False)
+    assert ct.interrupt_argv("podman", quiet, "not a list") == ["podman"]  # garbage host args: none
+    assert ct.interrupt_argv("enroot", c, None) is None  # the runner's own process: stopping it suffices

@@ -266,3 +266,34 @@ def test_invalid_values_fail_the_host_naming_metric_and_value():
     o = benchmark_outcome(rec, ["e"])
     assert o.outcome == Outcome.FAILED and "invalid value nan for e/bw" in o.reason
     json.loads(rec.summary_line())
+
+
+def test_interrupt_stops_a_container_by_a_hostile_name_as_data(tmp_path):
+    """The stop script over SSH gets the runtime command and the container's name as quoted data: a
+    name full of shell syntax reaches the runtime as one argument, and nothing else runs."""
+    from sb_fleet.config.inventory import Host
+    from sb_fleet.fleet.fetch import CollectTarget, stop_runners
+    from sb_fleet.fleet.ssh import SshSettings
+
+    log = tmp_path / "calls"
+    fake = tmp_path / "fake ctr"  # a space in the runtime's path too
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"printf '%s|' \"$@\" >> '{log}'; echo >> '{log}'\n"
+        # the container exists until it is stopped (--rm then removes it)
+        f'case "$3 $4" in "container inspect") ! grep -q "|stop|" \'{log}\' ;; *) exit 0 ;; esac\n'
+    )
+    fake.chmod(0o755)
+    name = "sb-r1-step01-x'; touch PWNED; echo '$(id)`id`"
+    host = Host("h1", (), {"ansible_connection": "local"})
+    said = stop_runners(
+        [CollectTarget(host, str(tmp_path / "absent-results"), tmp_path / "local")],
+        SshSettings(tmp_path / "known_hosts", "strict"),
+        1,
+        containers={"h1": ([str(fake), "-H", "unix:///a b.sock"], name)},
+    )
+    assert said == {"h1": "container stopped and removed; absent"}
+    calls = [line.rstrip("|").split("|") for line in log.read_text().splitlines()]
+    assert calls[0] == ["-H", "unix:///a b.sock", "container", "inspect", name]
+    assert ["-H", "unix:///a b.sock", "stop", "-t", "10", name] in calls
+    assert not list(tmp_path.glob("PWNED")) and not (Path.cwd() / "PWNED").exists()

@@ -15,7 +15,8 @@ from sb_fleet.fleet.fetch import CollectTarget, stop_runners
 from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.fleet.stages.stage_common import container_vars, eligible
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.plan.container_commands import record_digests
+from sb_fleet.plan.container_commands import interrupt_argv, record_digests, step_container_name
+from sb_fleet.plan.render_container import settings
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import CONTAINER_REMOVE, run_task
 from sb_fleet.plan.templates import runner_args
@@ -72,7 +73,7 @@ def run(
                     "signal": intr.signal,
                     "at": utcnow(),
                     "step": started.step,
-                    "cleanup": stop_remote(run, ex, list(started.unfinished)),
+                    "cleanup": stop_remote(run, ex, list(started.unfinished), started.step),
                 },
             )
         for step in run.plan.steps:
@@ -121,8 +122,11 @@ def run(
                 res = with_started(ex, step, res, {h: pre[h] for h in targets if h in pre})
             if run.config.fleet.runtime != "none":
                 record_digests(run.rd, run.config.fleet.runtime, "run", res.results)
-            for h, o in res.outcomes.items():
-                o = removed(checked(run, ex, step, o, res.results.get(h, {})), res.results.get(h, {}))
+            judged = {
+                h: removed(checked(run, ex, step, o, res.results.get(h, {})), res.results.get(h, {}))
+                for h, o in res.outcomes.items()
+            }
+            for h, o in judged.items():
                 if step.label:  # a pattern round: a pair's result, not the end of its hosts (pattern_plan.py)
                     group = next((g.hosts for g in step.groups if h in g.hosts), (h,))
                     for m in group:
@@ -140,14 +144,14 @@ def run(
                     if h in live:
                         live.remove(h)
             if intr.fired() and not (started is not None and started.interrupted):
-                unfinished = [h for h in targets if res.outcomes[h].outcome == Outcome.PENDING]
+                unfinished = [h for h in targets if judged[h].outcome == Outcome.PENDING]
                 run.rd.write_json(
                     "interrupted.json",
                     {
                         "signal": intr.signal,
                         "at": utcnow(),
                         "step": step.id,
-                        "cleanup": stop_remote(run, ex, unfinished),
+                        "cleanup": stop_remote(run, ex, unfinished, step.id),
                     },
                 )
     steps = [st.id for st in run.plan.steps]
@@ -231,6 +235,12 @@ def checked(run: RunInputs, ex: Executor, step: Step, o: HostOutcome, results: d
     traceback, status entries, host and run named): a crashed runner is ``failed`` at once, with the
     exception's last line, and its traceback is kept in ``runner-errors/<host>-<step>.txt``."""
     task = results.get(run_task(step.id))
+    if o.outcome == Outcome.OK and task is None:
+        # Ansible reported the host's earlier tasks (a container's ids, its image) but never the step's
+        # own: the step did not run to its end here (an interrupt cut the play off)
+        why = f"interrupted before {step.id} ended on this host"
+        ex.progress.update(o.host, Outcome.PENDING, why)
+        return HostOutcome(o.host, "run", Outcome.PENDING, why)
     if o.outcome not in (Outcome.OK, Outcome.FAILED) or task is None:
         return o
     if o.outcome == Outcome.FAILED and task.get("rc") is None:
@@ -256,12 +266,21 @@ def removed(o: HostOutcome, results: dict) -> HostOutcome:
     return replace(o, reason=f"{o.reason}; removing its container failed ({why[-1] if why else 'no output'})")
 
 
-def stop_remote(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, str]:
-    """Stop the runner (and with it every benchmark it started) on each host; host -> what happened."""
+def stop_remote(run: RunInputs, ex: Executor, hosts: list[str], step_id: str | None) -> dict[str, str]:
+    """Stop the runner (and with it every benchmark it started) on each host, and with a container
+    runtime the container of step ``step_id`` first; host -> what happened."""
     if not hosts:
         return {}
     targets = [
         CollectTarget(ex.inventory.get(h), remote_results(run, h), run.rd.raw_host(h) / "results")
         for h in hosts
     ]
-    return stop_runners(targets, ex.ssh, ex.forks, timeout=30, srun=ex.srun)
+    containers: dict[str, tuple[list[str], str]] = {}
+    runtime = run.config.fleet.runtime
+    if runtime != "none" and step_id:
+        c = settings(run.config)
+        for t in targets:
+            argv = interrupt_argv(runtime, c, t.host.vars.get("sb_container_host_args"))
+            if argv is not None:
+                containers[t.host.name] = (argv, step_container_name(run.run_id, step_id, t.host.name))
+    return stop_runners(targets, ex.ssh, ex.forks, timeout=45, srun=ex.srun, containers=containers)
