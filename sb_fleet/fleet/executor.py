@@ -26,6 +26,7 @@ from sb_fleet.fleet.slurm_launch import CONNECTION, PLUGIN_DIR, SrunReach
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan import ansible_data
+from sb_fleet.plan.tasks import PLAY_DONE
 from sb_fleet.safe_files import atomic_write_text
 
 HOSTKEY_MARKERS = (
@@ -256,15 +257,13 @@ def run_playbook(
     for h in hosts:
         if h in seen:
             outcomes[h] = seen[h]
-        elif (
-            status == "canceled" and h in running
-        ):  # cut off inside a task: its earlier tasks are not the play
-            outcomes[h] = HostOutcome(h, stage, Outcome.PENDING, f"interrupted in {running[h]}")
+        elif status == "canceled" and PLAY_DONE not in results[h]:
+            # cut off inside a task, or between two: the tasks it did are not the play
+            where = f"in {running[h]}" if h in running else "before the host finished"
+            outcomes[h] = HostOutcome(h, stage, Outcome.PENDING, f"interrupted {where}")
         elif h in reached:
             outcomes[h] = HostOutcome(h, stage, Outcome.OK)
             progress(h, Outcome.OK, "")
-        elif status == "canceled":
-            outcomes[h] = HostOutcome(h, stage, Outcome.PENDING, "interrupted before the host finished")
         else:
             outcomes[h] = HostOutcome(h, stage, Outcome.UNREACHABLE, "Ansible reported nothing for this host")
     return StageResult(stage, outcomes, results, status, rc, time.monotonic() - t0)

@@ -24,6 +24,9 @@ HEALTH = "health checks"  # check.yml, raw: sb_bench.health's JSON document on s
 RUN_STEP = "run {step}"  # run.yml / container run: the runner of one step (its rc and stdout are judged)
 # container run: a step that outlived its timeout has its container removed (said in the host's outcome)
 CONTAINER_REMOVE = "remove the container that outlived its step"
+# Every playbook's last task (and deploy's before a host ends early): a host is done with the play only
+# when Ansible reports it. An interrupt can leave a host between two tasks, which no other event tells.
+PLAY_DONE = "this host is done with the play"
 
 
 def run_task(step_id: str) -> str:
@@ -42,5 +45,6 @@ TASKS = MappingProxyType(
         "health": HEALTH,
         "run_step": RUN_STEP,
         "container_remove": CONTAINER_REMOVE,
+        "play_done": PLAY_DONE,
     }
 )

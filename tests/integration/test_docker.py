@@ -65,6 +65,8 @@ gates:
 # validate: a small GEMM (torch in the image), and SuperBench's mpi mode on one node: mpirun (Open MPI,
 # built into the image) starts the rank in the container. One rank: two would rendezvous at
 # 127.0.0.1:<master_port>, which the three loopback "hosts" share (--network=host), as real hosts do not.
+# Then a collective across the three hosts' containers: torchrun in each, rendezvous at the first host's
+# address (gloo over lo on CPU).
 VALIDATE = """\
     gemm-flops:
       timeout: 120
@@ -74,6 +76,11 @@ VALIDATE = """\
       timeout: 60
       modes: [{name: mpi, proc_num: 1, node_num: 1}]
       parameters: {sleep: 0.2}
+    nccl-bw:
+      timeout: 240
+      modes:
+        - {name: torch.distributed, proc_num: 1, node_num: all, env: {OMP_NUM_THREADS: 1, GLOO_SOCKET_IFNAME: lo}}
+      parameters: {operation: [allreduce], minbytes: 64K, maxbytes: 64K, num_warmup: 1, num_steps: 4}
 """
 # A benchmark that hangs: the runner in each container kills it at its 5 s timeout. The step's own
 # timeout is 5 + 60 s (run_plan.STEP_MARGIN_S): where the runner itself hangs, sb-fleet removes the
@@ -258,8 +265,9 @@ def _summary(run_dir: Path) -> dict[str, dict]:
 # -- the tests ----------------------------------------------------------------------------------------
 def test_validate_with_docker_from_the_tarball(docker_fleet, cpu_image, tmp_path):
     """validate on 3 hosts, each with its own dockerd: the tarball copied, checked and loaded, the digest
-    recorded for every host, the benchmarks (SuperBench's mpi mode among them) run in containers, the
-    report passes, and no container of the run is left on any daemon."""
+    recorded for every host, the benchmarks (SuperBench's mpi mode among them, and a torch.distributed
+    collective across the three hosts' containers) run in containers, the report passes, and no
+    container of the run is left on any daemon."""
     from sb_fleet.plan.ansible_data import load as load_data
     from sb_fleet.plan.container_commands import DEVICE_VAR, archive_digest
 
@@ -302,6 +310,14 @@ def test_validate_with_docker_from_the_tarball(docker_fleet, cpu_image, tmp_path
         assert (res / "gemm-flops" / "rank0.json").stat().st_uid == fleet.user.pw_uid  # the login user's
         assert [p.name for p in (res / "noop:mpi").glob("rank*.json")] == ["rank0.json"]
         assert (res / "noop:mpi" / "mpi" / "appfile").is_file()  # started by mpirun, in the container
+    for i, h in enumerate(names):  # one world of three ranks, one per host's container
+        assert summary[h]["nccl-bw/return_code"] == 0, summary[h]
+        # 3 ranks: all-reduce busbw = algbw * 2(n-1)/n
+        assert summary[h]["nccl-bw/allreduce_65536_busbw"] == pytest.approx(
+            summary[h]["nccl-bw/allreduce_65536_algbw"] * 4 / 3, rel=1e-3
+        )
+        res = Path(fleet.host(h).workspace) / "runs" / run_id / "results"
+        assert _json(res / "nccl-bw" / f"rank{i}.json")["world_size"] == 3
     report = _json(rd / "report.json")
     assert {h["name"]: h["verdict"] for h in report["hosts"]} == dict.fromkeys(names, "pass"), report["hosts"]
     print(f"\nvalidate with docker, 3 hosts, {cpu_image.stat().st_size / 1e6:.0f} MB tarball: {took:.1f} s")

@@ -1,0 +1,98 @@
+"""An interrupted play: a host counts as done only when Ansible reports the play's last task for it.
+
+Real Ansible through sb-fleet's executor, two hosts over the local connection, one fork, strategy free:
+host ``a`` ends its first task and then waits for the fork while ``b`` sleeps in its own first task.
+Interrupted then, ``a`` has reached the host and failed nothing, yet its play is not done: it must be
+``pending``, not ``ok`` (a later ``--resume`` would skip it). A play that runs to its end is ``ok``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from sb_fleet.config.inventory import load_inventory
+from sb_fleet.fleet.executor import Executor
+from sb_fleet.fleet.progress import RUNNING, Progress
+from sb_fleet.fleet.ssh import SshSettings
+from sb_fleet.outcome import Outcome
+from sb_fleet.plan.tasks import PLAY_DONE
+
+PLAYBOOK = f"""\
+- name: cancel probe
+  hosts: all
+  gather_facts: false
+  strategy: free
+  tasks:
+    - name: first
+      ansible.builtin.raw: "{{{{ 'sleep ' ~ sb_sleep }}}}"
+    - name: second
+      ansible.builtin.raw: "true"
+    - name: "{PLAY_DONE}"
+      ansible.builtin.debug:
+        msg: done
+"""
+
+
+class Watch(Progress):
+    """Progress that notes which host started which task."""
+
+    def __init__(self) -> None:
+        super().__init__(enabled=False)
+        self.started: set[tuple[str, str]] = set()
+        self.changed = threading.Event()
+
+    def update(self, host: str, status: Outcome | str, detail: str = "") -> None:
+        if status == RUNNING:
+            self.started.add((host, detail))
+            self.changed.set()
+        super().update(host, status, detail)
+
+
+def _executor(tmp_path: Path, sleep_b: int) -> tuple[Executor, Watch, Path]:
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        "[gpu]\n"
+        "a sb_sleep=0\n"
+        f"b sb_sleep={sleep_b}\n"
+        "[gpu:vars]\n"
+        "ansible_connection=local\n"
+        f"ansible_python_interpreter={os.environ.get('SB_TEST_PYTHON', '/usr/bin/python3')}\n"
+    )
+    playbook = tmp_path / "probe.yml"
+    playbook.write_text(PLAYBOOK)
+    watch = Watch()
+    ex = Executor(
+        load_inventory(inv),
+        SshSettings(tmp_path / "known_hosts", "strict", 5),
+        forks=1,
+        ansible_root=tmp_path / "ansible",
+        progress=watch,
+    )
+    return ex, watch, playbook
+
+
+def test_a_host_between_two_tasks_when_interrupted_is_pending_not_ok(tmp_path: Path) -> None:
+    ex, watch, playbook = _executor(tmp_path, sleep_b=120)
+    # b starts its sleep only once a's first task has ended (one fork): then a waits between tasks
+    with watch.stage("probe", ["a", "b"]):
+        res = ex.run("probe", playbook, ["a", "b"], cancel=lambda: ("b", "first") in watch.started)
+    assert res.status == "canceled", res.status
+    assert "first" in res.results["a"] and "second" not in res.results["a"]  # a was between its tasks
+    assert res.outcomes["a"].outcome == Outcome.PENDING, res.outcomes["a"]
+    assert res.outcomes["b"].outcome == Outcome.PENDING and "first" in res.outcomes["b"].reason
+
+
+def test_a_play_run_to_its_end_is_ok(tmp_path: Path) -> None:
+    ex, watch, playbook = _executor(tmp_path, sleep_b=0)
+    with watch.stage("probe", ["a", "b"]):
+        res = ex.run("probe", playbook, ["a", "b"], cancel=lambda: False)
+    assert {h: o.outcome for h, o in res.outcomes.items()} == {"a": Outcome.OK, "b": Outcome.OK}
+    assert all(PLAY_DONE in res.results[h] for h in ("a", "b"))
+
+
+if not os.path.exists("/usr/bin/python3"):  # pragma: no cover - the local connection runs modules here
+    pytestmark = pytest.mark.skip(reason="no /usr/bin/python3 for Ansible's local connection")
