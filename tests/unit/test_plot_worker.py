@@ -14,6 +14,10 @@ import pytest
 
 from sb_fleet.report.writers import plot_worker
 
+TWO_CORES = pytest.mark.skipif(
+    (os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more"
+)
+
 
 def pid() -> str:
     return str(os.getpid())
@@ -80,7 +84,7 @@ def test_small_results_draw_in_this_process(tmp_path: Path) -> None:
         assert plot_worker.draw(pid) == pid()
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")
+@TWO_CORES
 def test_large_results_draw_in_the_helper_and_a_dead_helper_costs_nothing(
     tmp_path: Path, ran_apart: bool
 ) -> None:
@@ -97,7 +101,7 @@ def test_large_results_draw_in_the_helper_and_a_dead_helper_costs_nothing(
         assert plot_worker.draw(pid) != pid()
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")
+@TWO_CORES
 def test_plots_asked_for_together_each_get_their_own_answer_read_in_any_order(
     tmp_path: Path, ran_apart: bool
 ) -> None:
@@ -116,7 +120,7 @@ def test_plots_asked_for_together_each_get_their_own_answer_read_in_any_order(
         assert [w() for w in waiting] == [pid_and("d"), pid_and("e")]
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the helper is used on machines with two cores or more")
+@TWO_CORES
 def test_a_hung_helper_is_stopped_and_the_plot_drawn_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ran_apart: bool
 ) -> None:
