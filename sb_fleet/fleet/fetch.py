@@ -734,9 +734,12 @@ fi
 
 # With a container runtime, first: stop the step's container (the runtime sends the runner, its first
 # process, SIGTERM and kills what is left after 10 s), then remove it if it is still there. The runner's
-# pid file holds its pid inside the container, which the host-side stop above cannot use.
+# pid file holds its pid inside the container, which the host-side stop above cannot use. A runtime
+# that does not answer (no daemon, sudo wants a password) is said, in its own words.
 STOP_CONTAINER = """c() {{ {cmd} "$@"; }}
-if c container inspect {name} >/dev/null 2>&1; then
+if ! err=$(c ps -q 2>&1 >/dev/null); then
+  printf 'container not stopped: %s\n' "$(printf %s "$err" | tr '\n' ' ' | cut -c1-200)"
+elif c container inspect {name} >/dev/null 2>&1; then
   c stop -t 10 {name} >/dev/null 2>&1
   if ! c container inspect {name} >/dev/null 2>&1; then echo "container stopped and removed"
   elif c rm -f {name} >/dev/null 2>&1; then echo "container stopped and removed"

@@ -294,6 +294,20 @@ def test_interrupt_stops_a_container_by_a_hostile_name_as_data(tmp_path):
     )
     assert said == {"h1": "container stopped and removed; absent"}
     calls = [line.rstrip("|").split("|") for line in log.read_text().splitlines()]
-    assert calls[0] == ["-H", "unix:///a b.sock", "container", "inspect", name]
+    assert calls[:2] == [
+        ["-H", "unix:///a b.sock", "ps", "-q"],
+        ["-H", "unix:///a b.sock", "container", "inspect", name],
+    ]
     assert ["-H", "unix:///a b.sock", "stop", "-t", "10", name] in calls
     assert not list(tmp_path.glob("PWNED")) and not (Path.cwd() / "PWNED").exists()
+    # A runtime that does not answer (sudo wants a password, no daemon) is said in its own words.
+    mute = tmp_path / "mute"
+    mute.write_text("#!/bin/sh\necho 'sudo: a password is required' >&2\nexit 1\n")
+    mute.chmod(0o755)
+    said = stop_runners(
+        [CollectTarget(host, str(tmp_path / "absent-results"), tmp_path / "local")],
+        SshSettings(tmp_path / "known_hosts", "strict"),
+        1,
+        containers={"h1": ([str(mute)], name)},
+    )
+    assert said == {"h1": "container not stopped: sudo: a password is required; absent"}
