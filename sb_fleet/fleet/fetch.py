@@ -741,9 +741,11 @@ if ! err=$(c ps -q 2>&1 >/dev/null); then
   printf 'container not stopped: %s\n' "$(printf %s "$err" | tr '\n' ' ' | cut -c1-200)"
 elif c container inspect {name} >/dev/null 2>&1; then
   c stop -t 10 {name} >/dev/null 2>&1
-  if ! c container inspect {name} >/dev/null 2>&1; then echo "container stopped and removed"
-  elif c rm -f {name} >/dev/null 2>&1; then echo "container stopped and removed"
-  else echo "container not removed"; fi
+  c rm -f {name} >/dev/null 2>&1  # fails while --rm is already removing it: the runtime's word is below
+  i=0
+  while c container inspect {name} >/dev/null 2>&1 && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+  if c container inspect {name} >/dev/null 2>&1; then echo "container not removed"
+  else echo "container stopped and removed"; fi
 fi
 """
 
