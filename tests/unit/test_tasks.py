@@ -44,3 +44,15 @@ def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
     )
     names = [t["name"] for play in load_rendered(text) for t in play["tasks"]]
     assert HOSTPREP in names and HOSTPREP_FAST in names
+
+
+def test_every_template_ends_its_play_with_the_play_done_task():
+    """An interrupted play counts a host as done only when this task was reported for it
+    (sb_fleet.fleet.executor): a template without it would leave every host pending after Ctrl-C."""
+    for p in sorted(playbooks_dir().glob("*.j2")):
+        body = p.read_text().rstrip()
+        last = body[body.rindex("\n    - name:") :]
+        assert last.startswith("\n    - name: [[ tasks.play_done |"), (
+            f"{p.name} does not end with tasks.play_done"
+        )
+        assert "ansible.builtin.debug" in last and "\n      when:" not in last, p.name
