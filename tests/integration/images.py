@@ -12,6 +12,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,53 @@ def cpu_image_tarball() -> Path:
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         os.replace(tmp, out)
     return out
+
+
+# A benchmark long enough to be interrupted (Ctrl-C) while it runs in every host's container.
+LONG_BENCHMARK = """\
+    noop:long:
+      timeout: 300
+      modes: [{name: local, proc_num: 1}]
+      parameters: {sleep: 240}
+"""
+
+
+def ctrl_c_in_containers(
+    fleet, inv: Path, cfg: Path, rd: Path, containers: Callable[[str], list[str]]
+) -> None:  # noqa: ANN001
+    """``validate`` with :data:`LONG_BENCHMARK`; Ctrl-C once the benchmark runs in every host's container
+    (``containers(host)``: the names of the runtime's containers there); then no container and no
+    benchmark is left on any host, and ``interrupted.json`` says each container was stopped and removed."""
+    import json
+    import signal
+    import sys
+    import time
+
+    names = [h.name for h in fleet.hosts]
+    p = subprocess.Popen(
+        [str(Path(sys.executable).parent / "sb-fleet"), "validate", "-i", str(inv), "-c", str(cfg)]
+        + ["--run-dir", str(rd), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        running: set[str] = set()
+        while p.poll() is None and time.monotonic() < deadline and running != set(names):
+            running = {h for h in names if fleet.processes(h, b"\x00noop\x00") and containers(h)}
+            time.sleep(0.2)
+        assert running == set(names), f"the benchmark never ran in every host's container: {running}"
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode != 0, out[-3000:] + err[-3000:]
+    for h in names:
+        assert containers(h) == [], h  # no container of the run is left
+        assert fleet.processes(h, b"\x00noop\x00") == [], h  # nor its benchmark
+    cleanup = json.loads((rd / "interrupted.json").read_text())["cleanup"]
+    assert set(cleanup) == set(names), cleanup
+    assert all(v.startswith("container stopped and removed") for v in cleanup.values()), cleanup

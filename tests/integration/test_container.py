@@ -13,7 +13,6 @@ import hashlib
 import json
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,15 @@ from pathlib import Path
 import pytest
 
 from .conftest import sb_fleet
-from .images import IMAGE, ensure_containers_conf, ensure_sudo, need, need_root
+from .images import (
+    IMAGE,
+    LONG_BENCHMARK,
+    ctrl_c_in_containers,
+    ensure_containers_conf,
+    ensure_sudo,
+    need,
+    need_root,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fleetlib import USER, SshFleet, ensure_user  # noqa: E402
@@ -145,54 +152,6 @@ def _json(p: Path) -> dict:
     return json.loads(p.read_text())
 
 
-LONG = """\
-    noop:long:
-      timeout: 300
-      modes: [{name: local, proc_num: 1}]
-      parameters: {sleep: 240}
-"""
-
-
-def _ctrl_c_leaves_no_container(fleet: SshFleet, inv: Path, cpu_image: Path, rd: Path) -> None:
-    body = CONFIG.replace("@DIST@", "tarball").replace("@SOURCE@", f"tarball: {cpu_image}")
-    body = body.replace("@IMAGE@", IMAGE).replace("@GLOBAL@", json.dumps(PODMAN_GLOBAL))
-    head, _, tail = body.partition("  benchmarks:\n")
-    cfg = fleet.config(head + "  benchmarks:\n" + LONG + tail[tail.index("# Three CPU") :], name="long.yaml")
-    names = [h.name for h in fleet.hosts]
-    p = subprocess.Popen(
-        [str(Path(sys.executable).parent / "sb-fleet"), "validate", "-i", str(inv), "-c", str(cfg)]
-        + ["--run-dir", str(rd), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 300
-        running: set[str] = set()
-        while p.poll() is None and time.monotonic() < deadline and running != set(names):
-            running = {
-                h
-                for h in names
-                if fleet.processes(h, b"\x00noop\x00")
-                and _podman(fleet.storage / h, "ps", "-q", check=False).stdout.strip()
-            }
-            time.sleep(0.2)
-        assert running == set(names), f"the benchmark never ran in every host's container: {running}"
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode != 0, out[-3000:] + err[-3000:]
-    for h in names:
-        assert _podman(fleet.storage / h, "ps", "-a", "-q").stdout.strip() == "", h
-        assert fleet.processes(h, b"\x00noop\x00") == [], h
-    cleanup = _json(rd / "interrupted.json")["cleanup"]
-    assert set(cleanup) == set(names), cleanup
-    assert all(v.startswith("container stopped and removed") for v in cleanup.values()), cleanup
-
-
 def test_tarball_deploy_run_in_container_digest_check_and_cleanup(ctr_fleet, cpu_image, tmp_path):
     from sb_fleet.plan.container_commands import archive_digest
 
@@ -272,7 +231,17 @@ def test_tarball_deploy_run_in_container_digest_check_and_cleanup(ctr_fleet, cpu
 
     # 5. Ctrl-C while a long benchmark runs in every host's container: each container is stopped and
     # removed over SSH (sudo -n, the host's --root/--runroot), no benchmark is left running
-    _ctrl_c_leaves_no_container(fleet, inv, cpu_image, tmp_path / "long")
+    body = CONFIG.replace("@DIST@", "tarball").replace("@SOURCE@", f"tarball: {cpu_image}")
+    body = body.replace("@IMAGE@", IMAGE).replace("@GLOBAL@", json.dumps(PODMAN_GLOBAL))
+    head, _, tail = body.partition("  benchmarks:\n")
+    long_cfg = fleet.config(
+        head + "  benchmarks:\n" + LONG_BENCHMARK + tail[tail.index("# Three CPU") :], name="long.yaml"
+    )
+
+    def ours(h: str) -> list[str]:
+        return _podman(fleet.storage / h, "ps", "-a", "-q").stdout.split()
+
+    ctrl_c_in_containers(fleet, inv, long_cfg, tmp_path / "long", ours)
 
     # 6. cleanup: containers and, on request, the image
     _podman(

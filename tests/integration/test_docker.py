@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import sb_fleet
-from .images import IMAGE, ensure_sudo, need_root
+from .images import IMAGE, LONG_BENCHMARK, ctrl_c_in_containers, ensure_sudo, need_root
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fleetlib import USER, SshFleet, descendants, ensure_user  # noqa: E402
@@ -90,14 +90,6 @@ HANG = """\
       timeout: 5
       modes: [{name: local, proc_num: 1}]
       parameters: {sleep: 600}
-"""
-
-# A benchmark that runs long enough to be interrupted (Ctrl-C) while its containers run.
-LONG = """\
-    noop:long:
-      timeout: 300
-      modes: [{name: local, proc_num: 1}]
-      parameters: {sleep: 240}
 """
 
 
@@ -337,45 +329,10 @@ def test_ctrl_c_stops_and_removes_every_hosts_container(docker_fleet, cpu_image,
     runtime signals the runner, its first process, which stops its benchmark) and removes it, says so
     in interrupted.json, and leaves no container and no benchmark on any host."""
     fleet = docker_fleet
-    cfg = _config(fleet, "long.yaml", cpu_image, LONG)
-    names = [h.name for h in fleet.hosts]
-    rd = tmp_path / "long"
-    p = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "sb-fleet"),
-            "validate",
-            "-i",
-            str(fleet.docker_inventory),
-            "-c",
-            str(cfg),
-            "--run-dir",
-            str(rd),
-            "--quiet",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    cfg = _config(fleet, "long.yaml", cpu_image, LONG_BENCHMARK)
+    ctrl_c_in_containers(
+        fleet, fleet.docker_inventory, cfg, tmp_path / "long", lambda h: fleet.daemons[h].ours()
     )
-    try:
-        deadline = time.monotonic() + 300
-        running: set[str] = set()
-        while p.poll() is None and time.monotonic() < deadline and running != set(names):
-            running = {h for h in names if fleet.processes(h, b"\x00noop\x00") and fleet.daemons[h].ours()}
-            time.sleep(0.2)
-        assert running == set(names), f"the benchmark never ran in every host's container: {running}"
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode != 0, out[-3000:] + err[-3000:]
-    for h in names:
-        assert fleet.daemons[h].ours() == [], h  # no container of the run is left
-        assert fleet.processes(h, b"\x00noop\x00") == [], h  # nor its benchmark
-    cleanup = _json(rd / "interrupted.json")["cleanup"]
-    assert set(cleanup) == set(names), cleanup
-    assert all(v.startswith("container stopped and removed") for v in cleanup.values()), cleanup
 
 
 def test_drift_flagged_hung_benchmark_and_hung_runner_killed_and_cleanup(docker_fleet, cpu_image, tmp_path):
