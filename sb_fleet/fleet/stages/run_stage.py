@@ -235,12 +235,6 @@ def checked(run: RunInputs, ex: Executor, step: Step, o: HostOutcome, results: d
     traceback, status entries, host and run named): a crashed runner is ``failed`` at once, with the
     exception's last line, and its traceback is kept in ``runner-errors/<host>-<step>.txt``."""
     task = results.get(run_task(step.id))
-    if o.outcome == Outcome.OK and task is None:
-        # Ansible reported the host's earlier tasks (a container's ids, its image) but never the step's
-        # own: the step did not run to its end here (an interrupt cut the play off)
-        why = f"interrupted before {step.id} ended on this host"
-        ex.progress.update(o.host, Outcome.PENDING, why)
-        return HostOutcome(o.host, "run", Outcome.PENDING, why)
     if o.outcome not in (Outcome.OK, Outcome.FAILED) or task is None:
         return o
     if o.outcome == Outcome.FAILED and task.get("rc") is None:
