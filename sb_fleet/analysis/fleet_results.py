@@ -26,7 +26,7 @@ import numpy as np
 from sb_fleet import bounded_json
 from sb_fleet.analysis.superbench.metric_names import Directions, MetricInfo, load_metrics_json
 from sb_fleet.errors import ResultsError
-from sb_fleet.rundir.normalize import INVALID_VALUES, shown
+from sb_fleet.rundir.normalize import INVALID_VALUES, MAX_NOISE, NOISE_SUMMARY, shown
 from sb_fleet.safe_files import safe_name
 
 SUMMARY = "results-summary.jsonl"
@@ -76,6 +76,9 @@ class Fleet:
     directions: Directions = field(default_factory=Directions)
     run_dir: Path | None = None
     invalid: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> {metric: invalid value}
+    # noise[h, c]: the measured noise of values[h, c] (relative robust sigma of its timed samples, from
+    # the run's noise-summary.jsonl); NaN where unknown. None: the source has no measured noise.
+    noise: np.ndarray | None = None
 
     def column_index(self) -> dict[str, int]:
         return {c: i for i, c in enumerate(self.columns)}
@@ -400,6 +403,7 @@ def _load_run_dir(run: Path) -> Fleet:
     declared: dict[str, MetricInfo] = {}
     if (run / "metrics.json").is_file():
         declared = load_metrics_json(run / "metrics.json")
+    noise = _load_noise(run / NOISE_SUMMARY, hosts, columns, problems)
     return Fleet(
         source=str(run),
         hosts=hosts,
@@ -411,7 +415,32 @@ def _load_run_dir(run: Path) -> Fleet:
         directions=Directions(declared),
         run_dir=run,
         invalid=invalid,
+        noise=noise,
     )
+
+
+def _load_noise(
+    path: Path, hosts: list[str], columns: list[str], problems: list[LineProblem]
+) -> np.ndarray | None:
+    """The measured noise of each value (hosts x columns, NaN where unknown) from ``noise-summary.jsonl``,
+    or None without that file. Its malformed lines are problems like the summary's; a noise that is
+    not a number in [0, MAX_NOISE] is unknown; hosts and metrics the summary lacks are ignored."""
+    if not path.is_file() or not hosts:
+        return None
+    n_hosts, n_cols, mat, probs, _ = parse_summary_checked(path)
+    problems.extend(probs)
+    out = np.full((len(hosts), len(columns)), np.nan)
+    row = {h: i for i, h in enumerate(hosts)}
+    col = {c: j for j, c in enumerate(columns)}
+    rows = [(i, row[h]) for i, h in enumerate(n_hosts) if h in row]
+    cols = [(j, col[c]) for j, c in enumerate(n_cols) if c in col]
+    if rows and cols:
+        src_r, dst_r = (np.array(x) for x in zip(*rows, strict=True))
+        src_c, dst_c = (np.array(x) for x in zip(*cols, strict=True))
+        out[np.ix_(dst_r, dst_c)] = mat[np.ix_(src_r, src_c)]
+    with np.errstate(invalid="ignore"):
+        out[~((out >= 0) & (out <= MAX_NOISE))] = np.nan
+    return out
 
 
 def _load_invalid(run: Path) -> dict[str, dict[str, str]]:

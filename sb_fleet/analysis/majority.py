@@ -22,9 +22,24 @@ count as one clear one. Metrics that are one measurement in several units (NCCL'
 stay out of the sum (their absolute deviation would always add). A combined score is flagged above
 ``combined_threshold`` when the mean deviation is also beyond ``min_deviation``.
 
-With two hosts there is no majority: every metric on which they disagree by far more than the
-noise is a :class:`Disagreement` naming both, and neither host is marked (the gate fails on it;
-:mod:`sb_fleet.report.analyse`).
+**Measured noise.** Where the run measured it (``noise``: each value's relative robust sigma over
+its timed samples, :mod:`sb_bench.core.samples`, from the run's ``noise-summary.jsonl``), the noise
+of a value is the largest of the prior (or the family's pooled spread), the other hosts' spread on
+the metric, the host's own measured noise and the other hosts' own measured noise (their median).
+What decides is always what the run shows, never less than the prior.
+
+**What cannot be judged is said** (:class:`NoisyMetric`): where that noise makes the smallest
+deviation the check could flag (``max(min_deviation, threshold x noise x inflation)``) more than
+``too_noisy_factor`` times the one it flags at the prior, a host that is not flagged is *too noisy
+to judge* down to the gate's promise; the report lists those metrics, hosts and figures.
+**Inconsistent** (:class:`Inconsistency`): hosts that each measured steadily (every host's own noise
+known) but disagree beyond it, with no majority that agrees within it, are no reference for each
+other: no host is judged on the metric, and the groups are named.
+
+With two hosts there is no majority: every metric on which they disagree by more than
+``threshold`` times their noise (the prior or their own measured noise, whichever is larger) is a
+:class:`Disagreement` naming both, and neither host is marked (the gate fails on it;
+:mod:`sb_fleet.report.analyse`). Two hosts that differ within their measured noise are no finding.
 """
 
 from __future__ import annotations
@@ -76,10 +91,80 @@ class Disagreement:
         }
 
 
+@dataclass(frozen=True)
+class NoisyMetric:
+    """One metric that the noise of the run keeps from being judged down to the gate's promise."""
+
+    metric: str
+    hosts: tuple[str, ...]
+    noise: tuple[float, ...]  # the noise each host was judged with (relative sigma)
+    source: tuple[str, ...]  # what set it: "own samples", "other hosts' samples", "spread across hosts", ...
+    catchable: tuple[float, ...]  # the smallest deviation that would have been flagged on each host
+    promised: float  # the deviation flagged at the prior, times too_noisy_factor (the largest of the hosts)
+
+    def sentence(self) -> str:
+        worst = max(range(len(self.hosts)), key=lambda i: self.noise[i])
+        shown = ", ".join(self.hosts[:4]) + (
+            f" and {len(self.hosts) - 4} more" if len(self.hosts) > 4 else ""
+        )
+        return (
+            f"{self.metric} is too noisy to judge on {len(self.hosts)} host(s) ({shown}): noise up to "
+            f"{self.noise[worst] * 100:.1f}% ({self.source[worst]}), so only deviations beyond "
+            f"{self.catchable[worst] * 100:.0f}% could be flagged, where the gate promises "
+            f"{self.promised * 100:.0f}%; re-run on a quieter fleet (or validate --confirm)"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "metric": self.metric,
+            "hosts": [
+                {
+                    "name": h,
+                    "noise": round(self.noise[i], 6),
+                    "source": self.source[i],
+                    "smallest_flagged_deviation": round(self.catchable[i], 6),
+                }
+                for i, h in enumerate(self.hosts)
+            ],
+            "promised_deviation": round(self.promised, 6),
+        }
+
+
+@dataclass(frozen=True)
+class Inconsistency:
+    """Hosts that each measured steadily but disagree beyond their noise, with no majority."""
+
+    metric: str
+    groups: tuple[tuple[str, ...], ...]  # lowest value first
+    centers: tuple[float, ...]  # each group's median
+    noise: tuple[float, ...]  # each group's median own noise
+
+    def sentence(self) -> str:
+        parts = "; ".join(
+            f"{', '.join(g[:3])}{' ...' if len(g) > 3 else ''} at {c:.4g} (noise {s * 100:.1f}%)"
+            for g, c, s in zip(self.groups, self.centers, self.noise, strict=True)
+        )
+        return (
+            f"{self.metric}: the hosts measured steadily but disagree beyond their noise and no majority "
+            f"agrees: {parts}; re-run them (validate --confirm) before trusting either group"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "metric": self.metric,
+            "groups": [
+                {"hosts": list(g), "center": c, "noise": round(s, 6)}
+                for g, c, s in zip(self.groups, self.centers, self.noise, strict=True)
+            ],
+        }
+
+
 @dataclass
 class MajorityResult:
     issues: dict[int, list[Issue]] = field(default_factory=dict)
     disagreements: list[Disagreement] = field(default_factory=list)
+    noisy: list[NoisyMetric] = field(default_factory=list)
+    inconsistent: list[Inconsistency] = field(default_factory=list)
 
 
 def _nanmedian(a: np.ndarray, axis: int) -> np.ndarray:
@@ -107,7 +192,10 @@ def majority_check(
     directions: Directions,
     hosts: list[str],
     settings: DetectionSettings | None = None,
+    noise: np.ndarray | None = None,
 ) -> MajorityResult:
+    """Judge each host against the others (see the module's text). ``noise``: the measured noise of each
+    value (same shape as ``values``, NaN where unknown), or None."""
     settings = settings or DetectionSettings()
     out = MajorityResult()
     n = values.shape[0]
@@ -116,10 +204,11 @@ def majority_check(
         return out
     names = [columns[c] for c in keep]
     v = values[:, keep].astype(float)
+    own = noise[:, keep].astype(float) if noise is not None else np.full(v.shape, np.nan)
     prior = np.array([noise_prior(c).sigma for c in names])
     direc = np.array([directions.of(c) for c in names])
     if n == 2:
-        _two_hosts(names, v, prior, hosts, settings, out)
+        _two_hosts(names, v, prior, own, hosts, settings, out)
         return out
 
     with np.errstate(all="ignore"):
@@ -142,12 +231,32 @@ def majority_check(
             if z.size >= POOL_MIN_CELLS:
                 mad = float(np.median(np.abs(z - np.median(z)))) * MAD_TO_SIGMA
                 fam_sigma[cols] = np.maximum(prior[cols], mad)
-        sigma = np.maximum(fam_sigma[None, :], np.nan_to_num(spread, nan=np.inf))
+        # The other hosts' own measured noise: the reference is no steadier than what it is made of.
+        xo = np.broadcast_to(own, (n, n, own.shape[1])).copy()
+        xo[idx, idx, :] = np.nan
+        others_own = _nanmedian(xo, axis=1)
+        candidates = np.stack(
+            [
+                np.broadcast_to(fam_sigma[None, :], v.shape),
+                np.nan_to_num(spread, nan=np.inf),
+                np.nan_to_num(own, nan=0.0),
+                np.nan_to_num(others_own, nan=0.0),
+            ]
+        )
+        which = np.argmax(candidates, axis=0)
+        sigma = np.max(candidates, axis=0)
         bad = np.where(direc > 0, -dev, np.where(direc < 0, dev, np.abs(dev)))
         z = bad / (sigma * infl)
         usable = np.isfinite(z) & (m_others >= 2) & (ref != 0)
+        incons = _inconsistent(names, v, own, prior, hosts, settings, out)
+        usable &= ~incons[None, :]
         z = np.where(usable, z, np.nan)
         hit = (z > settings.threshold) & (bad > settings.min_deviation)
+        catchable = np.maximum(settings.min_deviation, settings.threshold * sigma * infl)
+        promised = settings.too_noisy_factor * np.maximum(
+            settings.min_deviation, settings.threshold * prior[None, :] * infl
+        )
+        noisy = usable & ~hit & (catchable > promised)
 
     for r, j in zip(*np.nonzero(hit), strict=True):
         out.issues.setdefault(int(r), []).append(
@@ -162,12 +271,90 @@ def majority_check(
                 sigmas=float(z[r, j]),
                 detail=(
                     f"{dev[r, j] * 100:+.1f}% from the median {ref[r, j]:.4g} of the {int(m_others[r, j])} "
-                    f"other hosts ({z[r, j]:.1f} noise sigmas; noise {sigma[r, j] * 100:.1f}%)"
+                    f"other hosts ({z[r, j]:.1f} noise sigmas; noise {sigma[r, j] * 100:.1f}%, "
+                    f"{_source(int(which[r, j]), fam_sigma[j] > prior[j])})"
                 ),
+            )
+        )
+    for j in np.nonzero(noisy.any(axis=0))[0]:
+        rows = np.nonzero(noisy[:, j])[0]
+        out.noisy.append(
+            NoisyMetric(
+                metric=names[j],
+                hosts=tuple(hosts[r] for r in rows),
+                noise=tuple(float(sigma[r, j]) for r in rows),
+                source=tuple(_source(int(which[r, j]), fam_sigma[j] > prior[j]) for r in rows),
+                catchable=tuple(float(catchable[r, j]) for r in rows),
+                promised=float(promised[rows, j].max()),
             )
         )
     _combine(names, v, dev, bad, z, direc, settings, out)
     return out
+
+
+_SOURCES = ("prior", "spread across hosts", "own samples", "other hosts' samples")
+
+
+def _source(which: int, family_measured: bool) -> str:
+    if which == 0:
+        return "family spread across hosts" if family_measured else "prior"
+    return _SOURCES[which]
+
+
+def _agree(a: float, b: float, sa: float, sb: float, settings: DetectionSettings) -> bool:
+    """Two values agree within their noise (or within the practical margin)."""
+    lo = min(abs(a), abs(b))
+    if lo == 0:
+        return a == b
+    diff = abs(a - b) / lo
+    return diff <= max(settings.min_deviation, settings.threshold * math.hypot(sa, sb))
+
+
+def _inconsistent(
+    names: list[str],
+    v: np.ndarray,
+    own: np.ndarray,
+    prior: np.ndarray,
+    hosts: list[str],
+    settings: DetectionSettings,
+    out: MajorityResult,
+) -> np.ndarray:
+    """Columns where every host measured its own noise, and no majority agrees within it: recorded in
+    ``out.inconsistent`` (one per metric, its ranks pooled); the mask of those columns."""
+    mask = np.zeros(v.shape[1], dtype=bool)
+    found: dict[str, Inconsistency] = {}
+    for j in range(v.shape[1]):
+        rows = np.nonzero(np.isfinite(v[:, j]))[0]
+        if rows.size < 3 or not np.isfinite(own[rows, j]).all():
+            continue
+        vals = v[rows, j]
+        sig = np.maximum(prior[j], own[rows, j])
+        agree = np.array(
+            [
+                [_agree(vals[a], vals[b], sig[a], sig[b], settings) for b in range(rows.size)]
+                for a in range(rows.size)
+            ]
+        )
+        if (agree.sum(axis=1) * 2 > rows.size).any():
+            continue  # a majority agrees within its noise: judged against it
+        mask[j] = True
+        order = np.argsort(vals)
+        groups: list[list[int]] = [[int(order[0])]]
+        for a, b in zip(order[:-1], order[1:], strict=True):
+            if agree[a, b]:
+                groups[-1].append(int(b))
+            else:
+                groups.append([int(b)])
+        base = parse_metric(names[j]).base
+        if base not in found:  # one finding per metric: its first rank that shows it
+            found[base] = Inconsistency(
+                metric=names[j],
+                groups=tuple(tuple(hosts[rows[i]] for i in g) for g in groups),
+                centers=tuple(float(np.median(vals[g])) for g in groups),
+                noise=tuple(float(np.median(sig[g])) for g in groups),
+            )
+    out.inconsistent.extend(found.values())
+    return mask
 
 
 def _combine(
@@ -223,6 +410,7 @@ def _two_hosts(
     names: list[str],
     v: np.ndarray,
     prior: np.ndarray,
+    own: np.ndarray,
     hosts: list[str],
     settings: DetectionSettings,
     out: MajorityResult,
@@ -230,9 +418,11 @@ def _two_hosts(
     with np.errstate(all="ignore"):
         a, b = v[0], v[1]
         dev = (b - a) / np.abs(a)
-        # The difference of two values has sqrt(2) noise sigmas; measured against the smaller one.
+        # The difference of two values: each with the prior or its own measured noise, the larger.
+        sa = np.fmax(prior, own[0])
+        sb = np.fmax(prior, own[1])
         diff = np.abs(b - a) / np.minimum(np.abs(a), np.abs(b))
-        sig = diff / (prior * math.sqrt(2))
+        sig = diff / np.hypot(sa, sb)
         hit = np.isfinite(sig) & (sig > settings.threshold) & (diff > settings.min_deviation)
     for j in np.nonzero(hit)[0]:
         out.disagreements.append(

@@ -44,6 +44,11 @@ class NoisePrior:
 
 
 NOISE_PRIORS: tuple[NoisePrior, ...] = (
+    NoisePrior(
+        r"noop/.*",
+        0.5,
+        "suite: one step of no work timed once (sub-microsecond, timer-bound): it measures the tool, not the hardware",
+    ),
     NoisePrior(r"kernel-launch/.*", 0.03, "suite (assumed): launch latency jitters by a few percent"),
     NoisePrior(r"gemm-flops/.*", 0.01, "assumed: tensor-core and SIMT GEMM repeat within 1%"),
     NoisePrior(

@@ -68,6 +68,11 @@ class DetectionSettings:
     min_floor: float = 0.01  # ... but never below 1%
     majority_max_hosts: int = 20  # below this many hosts, also majority agreement (analysis.majority)
     sku_reference: bool = True  # judge hosts against their GPU model's reference (analysis.sku_reference)
+    # Measured noise (analysis.majority): a metric whose noise on a host makes the smallest flagged
+    # deviation more than this many times the one flagged at the prior is "too noisy" there ...
+    too_noisy_factor: float = 2.0
+    too_noisy: Literal["warn", "fail"] = "warn"  # ... which passes the gate with a warning, or fails it
+    inconsistent: Literal["fail", "warn"] = "fail"  # steady hosts that disagree with no majority
 
 
 _D = DetectionSettings()
@@ -151,6 +156,9 @@ class FleetGate(BaseModel):
     min_floor: float = Field(default=_D.min_floor, ge=0, le=1)
     majority_max_hosts: int = Field(default=_D.majority_max_hosts, ge=0)
     sku_reference: bool = _D.sku_reference
+    too_noisy_factor: float = Field(default=_D.too_noisy_factor, ge=1)
+    too_noisy: Literal["warn", "fail"] = _D.too_noisy
+    inconsistent: Literal["fail", "warn"] = _D.inconsistent
 
     def settings(self) -> DetectionSettings:
         return DetectionSettings(
@@ -164,6 +172,9 @@ class FleetGate(BaseModel):
             min_floor=self.min_floor,
             majority_max_hosts=self.majority_max_hosts,
             sku_reference=self.sku_reference,
+            too_noisy_factor=self.too_noisy_factor,
+            too_noisy=self.too_noisy,
+            inconsistent=self.inconsistent,
         )
 
 
@@ -231,3 +242,24 @@ class Gates(BaseModel):
     # Not in the gates' dump: a report without --history stays as it was; with it, report.json's
     # "history" section shows the settings used.
     history: HistoryGate = Field(default_factory=HistoryGate, exclude=True)
+    # validate's confirmation before the verdict (ConfirmGate, below); report.json's "confirmation"
+    # section shows it where it ran.
+    confirm: ConfirmGate = Field(default_factory=lambda: ConfirmGate(), exclude=True)
+
+
+class ConfirmGate(BaseModel):
+    """``gates.confirm``: plain ``validate`` re-runs the benchmarks of the hosts that fail on the fleet's
+    statistics alone (fleet, sibling and majority checks; no explicit reason) on them and on a few
+    control hosts before the verdict, and fails them only if they deviate again
+    (:mod:`sb_fleet.history.confirm`). At most max(min_hosts, max_percent of the hosts), and never more
+    than max_hosts, worst first; ``validate --no-confirm`` (or ``auto: false``) turns it off."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    auto: bool = True
+    max_hosts: int | None = Field(default=None, ge=0)
+    max_percent: float = Field(default=5.0, ge=0, le=100)
+    min_hosts: int = Field(default=2, ge=0)
+
+
+Gates.model_rebuild()

@@ -13,8 +13,14 @@ SuperBench's rule (its runner's node summary), per metric and its ``reduce_op``:
   "Unknown reduce type" and drops it too).
 
 Where sb-fleet differs on purpose: a rank's value is the mean of its ``run_count`` runs (SuperBench
-writes ``<key>/<run>/<metric>`` per run; the spread across runs stays in each result file), and
-``last`` (the highest rank's value) is accepted as a reduce op.
+writes ``<key>/<run>/<metric>`` per run; the samples stay in each result file), and ``last`` (the
+highest rank's value) is accepted as a reduce op.
+
+Beside the summary, each metric's *measured noise* (the result file's ``spread``: the robust relative
+sigma of the rank's timed samples, :mod:`sb_bench.core.samples`) goes into ``noise-summary.jsonl``,
+one line per node keyed as the summary: a reduced metric takes its noisiest rank's. A spread that is
+not a finite number in ``[0, MAX_NOISE]``, or that a failed rank reports, is left out (its metric is
+then judged with the noise the fleet shows).
 
 Pure apart from reading the files it is given. A rank file that is unreadable, truncated, not a
 result object, without a return code, or outside the parser's bounds (:mod:`sb_fleet.bounded_json`:
@@ -48,6 +54,8 @@ REDUCERS: dict[str, Callable[[list[float]], float]] = {
     "last": lambda xs: xs[-1],
 }
 CORRUPT_RC = 3  # SuperBench's INVALID_BENCHMARK_RESULT
+NOISE_SUMMARY = "noise-summary.jsonl"  # per host, each metric's measured noise, keyed as results-summary
+MAX_NOISE = 100.0  # a spread a host claims beyond 10,000% is not a measurement: left out
 INVALID_VALUES = "invalid-values.json"  # host -> {metric: the invalid value, as text}
 
 
@@ -73,9 +81,16 @@ class HostRecord:
     problems: list[str] = field(default_factory=list)
     meta: dict[str, dict] = field(default_factory=dict)  # "<key>/<metric>" -> unit, higher_is_better
     invalid: dict[str, str] = field(default_factory=dict)  # summary metric name -> the bad value, as text
+    # summary metric name -> the measured noise of its value (relative robust sigma of the timed samples)
+    noise: dict[str, float] = field(default_factory=dict)
 
     def summary_line(self) -> str:
         return json.dumps({"node": self.host, **dict(sorted(self.metrics.items()))}, allow_nan=False)
+
+    def noise_line(self) -> str:
+        """The host's line of ``noise-summary.jsonl``: its metrics' measured noise, keyed as the summary."""
+        kept = {k: v for k, v in sorted(self.noise.items()) if k in self.metrics}
+        return json.dumps({"node": self.host, **kept}, allow_nan=False)
 
 
 def _finite(v: object) -> bool:
@@ -157,7 +172,12 @@ def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> Non
     per_metric: dict[str, dict[int, float]] = {}
     reduce_ops: dict[str, object] = {}
     invalid: dict[str, tuple[int, object]] = {}  # metric -> (rank, its first invalid value)
+    spreads: dict[str, dict[int, float]] = {}  # metric -> rank -> the rank's measured spread
     for rank, d in sorted(ranks.items()):
+        sp = d.get("spread")
+        for metric, v in sp.items() if isinstance(sp, dict) and codes.get(rank) == 0 else ():
+            if _finite(v) and 0 <= v <= MAX_NOISE:
+                spreads.setdefault(str(metric), {})[rank] = float(v)
         result = d.get("result")
         ops = d.get("reduce_op")
         for metric, values in result.items() if isinstance(result, dict) else ():
@@ -181,13 +201,19 @@ def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> Non
         op = reduce_ops.get(metric)
         if metric in invalid and op is not None:
             continue  # one rank's invalid value makes the node's reduced value invalid
+        noise = spreads.get(metric, {})
         if op is None:
             for r, v in sorted(by_rank.items()):
-                out.metrics[f"{key}/{metric}:{r}" if multi else f"{key}/{metric}"] = v
+                name = f"{key}/{metric}:{r}" if multi else f"{key}/{metric}"
+                out.metrics[name] = v
+                if r in noise:
+                    out.noise[name] = noise[r]
         elif isinstance(op, str) and op in REDUCERS:
             v = REDUCERS[op]([by_rank[r] for r in sorted(by_rank)])
             if math.isfinite(v):
                 out.metrics[f"{key}/{metric}"] = v
+                if noise:  # the noisiest rank's: one bursty rank moves a max, a sum or a mean
+                    out.noise[f"{key}/{metric}"] = max(noise.values())
             else:  # a sum past the double range
                 _invalid(out, f"{key}/{metric}", None, v)
         else:

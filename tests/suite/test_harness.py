@@ -102,8 +102,10 @@ def test_partial_skip_keeps_the_rest_and_says_why():
 def test_run_count_spread_and_reduce_ops_in_envelope():
     env = run_bench("test-probe", values=["10", "12", "14"], run_count=3, device="cpu")
     assert env["result"]["x"] == [10.0, 12.0, 14.0] and env["run_count"] == 3
-    assert env["spread"]["x"] == pytest.approx(4 / 12)
+    # Three runs, no timed samples: the range over the mean, in sigmas of a normal sample of three.
+    assert env["spread"]["x"] == pytest.approx(4 / 12 / 1.693, abs=1e-6)
     assert env["spread"]["y"] == 0.0
+    assert env["raw_data"]["x"] == [[10.0], [12.0], [14.0]]  # SuperBench's shape: one list per run
     assert env["reduce_op"] == {"x": "max", "y": None, "return_code": None}
     assert env["metrics"]["y"] == {
         "name": "y",

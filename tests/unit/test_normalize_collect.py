@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sb_fleet.errors import RunDirError
@@ -311,3 +312,49 @@ def test_interrupt_stops_a_container_by_a_hostile_name_as_data(tmp_path):
         containers={"h1": ([str(mute)], name)},
     )
     assert said == {"h1": "container not stopped: sudo: a password is required; absent"}
+
+
+def test_measured_noise_goes_beside_the_summary_and_hostile_spreads_are_left_out(tmp_path):
+    """Each rank's ``spread`` (its samples' robust sigma) becomes the node's noise-summary line, keyed as
+    the summary; a reduced metric takes its noisiest rank's; a spread that is not a finite number in
+    [0, MAX_NOISE], or that a failed rank reports, is unknown (never a crash, never a wrong noise)."""
+    from sb_fleet.analysis.fleet_results import load_fleet
+
+    def put(d: Path, r: int, result: dict, spread: dict, op: dict | None = None, rc: int = 0) -> None:
+        d.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "return_code": rc,
+            "status": "ok" if rc == 0 else "failed",
+            "result": {**result, "return_code": [rc]},
+            "reduce_op": op or {},
+            "spread": spread,
+        }
+        (d / f"rank{r}.json").write_text(json.dumps(doc))
+
+    raw = tmp_path / "run" / "raw"
+    res = raw / "gpu01" / "results"
+    put(res / "mem-bw", 0, {"h2d_bw": [10.0]}, {"h2d_bw": 0.02})
+    put(res / "mem-bw", 1, {"h2d_bw": [20.0]}, {"h2d_bw": "0.5"})  # a string: unknown
+    put(res / "nccl-bw", 0, {"t": [5.0]}, {"t": 0.01}, {"t": "max"})
+    put(res / "nccl-bw", 1, {"t": [3.0]}, {"t": 0.2}, {"t": "max"})  # the noisiest rank's
+    put(res / "gemm-flops", 0, {"a": [1.0], "b": [2.0], "c": [3.0]}, {"a": -1, "b": 1e9, "c": True})
+    hr = summarize_host("gpu01", raw / "gpu01")
+    assert hr.noise == {"mem-bw/h2d_bw:0": 0.02, "nccl-bw/t": 0.2}
+    line = json.loads(hr.noise_line())
+    assert line == {"node": "gpu01", "mem-bw/h2d_bw:0": 0.02, "nccl-bw/t": 0.2}
+    failed = HostRecord("gpu02")
+    reduce_entry("e", {0: {"return_code": 3, "result": {"x": [1.0]}, "spread": {"x": 0.1}}}, failed)
+    assert failed.noise == {}
+
+    # The analysis reads it back aligned with the summary; a garbage line is a problem, not a crash.
+    run = tmp_path / "run"
+    (run / "manifest.json").write_text("{}")
+    (run / "results-summary.jsonl").write_text(hr.summary_line() + "\n")
+    (run / "noise-summary.jsonl").write_text(
+        hr.noise_line() + '\n{"node": "gpu01", "x"\n{"node": "ghost", "nccl-bw/t": 0.5}\n'
+    )
+    fleet = load_fleet(run)
+    assert fleet.noise is not None and fleet.noise.shape == fleet.values.shape
+    col = fleet.column_index()
+    assert fleet.noise[0, col["nccl-bw/t"]] == 0.2 and np.isnan(fleet.noise[0, col["mem-bw/h2d_bw:1"]])
+    assert any("noise-summary.jsonl" in str(p) and "not valid JSON" in str(p) for p in fleet.problems)

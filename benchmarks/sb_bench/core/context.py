@@ -49,6 +49,17 @@ class Elapsed:
     seconds: float = 0.0
 
 
+@dataclass
+class Laps:
+    """A timed loop's laps: ``(seconds, steps)`` each (see :meth:`RankContext.lap_timer`)."""
+
+    laps: list[tuple[float, int]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def mark(self, steps: int) -> None:  # replaced by the timer that yields this object
+        raise RuntimeError("Laps.mark outside a lap_timer")
+
+
 @dataclass(frozen=True)
 class HostDevice:
     """The device of a benchmark that runs on the host alone and never imports torch."""
@@ -151,6 +162,52 @@ class RankContext:
             t0 = time.perf_counter()
             yield out
             out.seconds = time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def lap_timer(self) -> Iterator[Laps]:
+        """Time the enclosed work in laps: ``laps.mark(steps)`` after each group of steps. On CUDA each
+        mark records an event on the current stream (no synchronisation inside the loop; the events are
+        read once the loop is done), on the host it reads ``perf_counter``. ``laps.laps`` then holds
+        ``(seconds, steps)`` per lap and ``laps.seconds`` their sum."""
+        out = Laps()
+        if self.is_cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            first = torch.cuda.Event(enable_timing=True)
+            first.record()
+            events: list[tuple[Any, int]] = []
+
+            def mark(steps: int) -> None:
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                events.append((ev, steps))
+
+            out.mark = mark  # type: ignore[method-assign]
+            yield out
+            if not events:
+                mark(0)
+            events[-1][0].synchronize()
+            prev = first
+            for ev, steps in events:
+                out.laps.append((prev.elapsed_time(ev) / 1e3, steps))
+                prev = ev
+        else:
+            marks: list[tuple[float, int]] = []
+
+            def mark_host(steps: int) -> None:
+                marks.append((time.perf_counter(), steps))
+
+            out.mark = mark_host  # type: ignore[method-assign]
+            t0 = time.perf_counter()
+            yield out
+            if not marks:
+                mark_host(0)
+            prev_t = t0
+            for t, steps in marks:
+                out.laps.append((t - prev_t, steps))
+                prev_t = t
+        out.seconds = sum(s for s, _ in out.laps)
 
     def wall_timer(self) -> contextlib.AbstractContextManager[Elapsed]:
         """Host wall-clock time of the enclosed work, device synchronised at both ends."""

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from sb_bench.core import energy, registry
+from sb_bench.core import energy, registry, samples
 from sb_bench.core.benchmark import Benchmark, Case, CheckFailed, SkipBenchmark
 from sb_bench.core.context import RankContext, clean_benchmark_env
 from sb_bench.core.result import ReturnCode, envelope, failure, now_iso
@@ -33,11 +33,15 @@ class Harness:
         self.figures: set[str] = set()
         self.meter: energy.Meter = energy.NoMeter("")
         self.energy: dict[str, dict] = {}
+        # This run's timed samples per metric, and the last case's samples in seconds per step.
+        self.samples: dict[str, list[float]] = {}
+        self.last_laps: list[float] = []
 
     def with_steps(self, steps: int) -> Harness:
         """A harness that times exactly ``steps`` steps without warm-up, measuring energy like this one."""
         h = Harness({"num_warmup": 0, "num_steps": steps, "duration": 0.0})
         h.figures, h.meter, h.energy = self.figures, self.meter, self.energy
+        h.samples = self.samples
         return h
 
     def measure(
@@ -77,37 +81,66 @@ class Harness:
         meter.start()
         try:
             if self.duration > 0:
-                seconds, steps = self._time_for_duration(ctx, step)
+                laps = self._time_for_duration(ctx, step)
             else:
-                steps = self.num_steps
-                with ctx.timer() as t:
-                    for _ in range(steps):
-                        step()
-                seconds = t.seconds
+                laps = self._time_steps(ctx, step, self.num_steps)
         finally:
             reading = self.end_window(meter, case.key)
         if case.check is not None:
             err = case.check()
             if err:
                 raise CheckFailed(f"{case.key}: {err}")
-        per_step = seconds / steps
+        seconds = sum(s for s, _ in laps)
+        steps = sum(n for _, n in laps)
+        per_step = seconds / steps if steps else 0.0
         if not per_step > 0:
             raise CheckFailed(f"{case.key}: measured a non-positive time ({per_step!r} s per step)")
         values = case.metrics(per_step)
+        self.last_laps = samples.merge_laps(laps)
+        self.record_samples(case.metrics, self.last_laps)
         return {**values, **self.measure(case.key, values, reading)}
 
-    def _time_for_duration(self, ctx: RankContext, step: Any) -> tuple[float, int]:
+    def record_samples(self, metrics: Any, per_step: list[float]) -> None:
+        """Keep this run's samples: ``metrics(seconds per step)`` of each sample (see
+        :mod:`sb_bench.core.samples`). A benchmark with its own timed loop calls this too."""
+        for sec in per_step:
+            if not sec > 0:
+                continue
+            for k, v in metrics(sec).items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self.samples.setdefault(k, []).append(float(v))
+
+    def take_samples(self) -> dict[str, list[float]]:
+        """This run's samples per metric (at most MAX_SAMPLES each), and start the next run's."""
+        out = {k: samples.thin(v) for k, v in self.samples.items()}
+        self.samples = {}
+        return out
+
+    def _time_steps(self, ctx: RankContext, step: Any, steps: int) -> list[tuple[float, int]]:
+        # A clock (or CUDA event) reading every few steps, at most MAX_LAPS in the loop.
+        every = samples.lap_every(steps)
+        with ctx.lap_timer() as laps:
+            done = 0
+            while done < steps:
+                n = min(every, steps - done)
+                for _ in range(n):
+                    step()
+                done += n
+                laps.mark(n)
+        return laps.laps
+
+    def _time_for_duration(self, ctx: RankContext, step: Any) -> list[tuple[float, int]]:
         # Time in chunks that double, so the clock is read rarely and the loop stays tight.
-        total, steps, chunk = 0.0, 0, 1
+        laps: list[tuple[float, int]] = []
+        chunk = 1
         deadline = time.monotonic() + self.duration
         while True:
             with ctx.timer() as t:
                 for _ in range(chunk):
                     step()
-            total += t.seconds
-            steps += chunk
+            laps.append((t.seconds, chunk))
             if time.monotonic() >= deadline:
-                return total, steps
+                return laps
             chunk = min(chunk * 2, 1 << 16)
 
 
@@ -219,6 +252,7 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
                 harness.meter = energy.NoMeter(f"{energy.NO_COUNTER}: {type(exc).__name__}: {exc}")
         bench.setup(ctx)
         raw: dict[str, list[float]] = {m.name: [] for m in metrics}
+        runs_samples: list[dict[str, list[float]]] = []
         try:
             for _ in range(args["run_count"]):
                 values = bench.run_once(ctx, harness)
@@ -226,6 +260,7 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
                     if not isinstance(value, (int, float)) or not math.isfinite(value):
                         raise CheckFailed(f"metric {key} is not a finite number ({value!r})")
                     raw.setdefault(key, []).append(float(value))
+                runs_samples.append(harness.take_samples())
         finally:
             bench.teardown(ctx)
             harness.meter.close()
@@ -277,7 +312,7 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
         reason=reason,
         run_count=args["run_count"],
         start_time=start,
-        raw_data={k: [v] for k, v in result.items()},
+        raw_data=_raw_data(result, runs_samples),
         result=result,
         reduce_op={k: (declared[k].reduce if k in declared else None) for k in result},
         metrics={k: declared[k].to_json() for k in result if k in declared},
@@ -296,6 +331,15 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
     if details:
         env["details"] = details
     return env
+
+
+def _raw_data(result: Mapping[str, list[float]], runs: list[dict[str, list[float]]]) -> dict[str, list]:
+    """SuperBench's ``raw_data``: per metric, one list per run, of the run's timed samples (its one
+    value where the run has no samples of the metric)."""
+    out: dict[str, list] = {}
+    for k, values in result.items():
+        out[k] = [(runs[i].get(k) if i < len(runs) else None) or [v] for i, v in enumerate(values)]
+    return out
 
 
 def _energy_reasons(bench: Benchmark, metrics: list, harness: Harness, raw: dict[str, list[float]]) -> None:

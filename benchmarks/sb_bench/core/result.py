@@ -5,7 +5,8 @@ Fields as SuperBench writes them (``name``, ``type``, ``run_count``,
 ``reduce_op``) plus sb-fleet's own, which SuperBench tools ignore:
 ``schema_version``, ``status`` (ok/failed/skipped/timeout), ``reason``,
 ``rank``/``world_size``, ``metrics`` (unit and direction per metric),
-``spread`` (relative spread of each metric across the ``run_count`` runs)
+``spread`` (robust relative sigma of each metric over its timed samples of every run, or over the
+runs where a run has no samples: :mod:`sb_bench.core.samples`)
 and ``params``.
 """
 
@@ -19,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from sb_bench.core.samples import robust_spread
 
 SCHEMA_VERSION = 1
 
@@ -66,10 +69,16 @@ def envelope(
     reduce_op.setdefault("return_code", None)
     spread = {}
     for key, values in result.items():
-        vals = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-        if key != "return_code" and len(vals) > 1:
-            mean = sum(vals) / len(vals)
-            spread[key] = (max(vals) - min(vals)) / abs(mean) if mean else None
+        if key == "return_code":
+            continue
+        # The timed samples of every run pooled (sb_bench.core.samples); the run values where none.
+        runs = (raw_data or {}).get(key)
+        pooled = [x for run in runs if isinstance(run, list) for x in run] if isinstance(runs, list) else []
+        if len(pooled) < 2:
+            pooled = list(values)
+        s = robust_spread(pooled)
+        if s is not None:
+            spread[key] = round(s, 6)
     return {
         "schema_version": SCHEMA_VERSION,
         "name": name,

@@ -16,7 +16,11 @@ def time_together(ctx: RankContext, harness: Harness, case: Case) -> dict[str, f
     for _ in range(harness.num_warmup):
         case.step()
     ctx.barrier()
-    return Harness({"num_warmup": 0, "num_steps": harness.num_steps, "duration": 0.0}).time_case(ctx, case)
+    h = Harness({"num_warmup": 0, "num_steps": harness.num_steps, "duration": 0.0})
+    h.samples = harness.samples  # the samples are the run's, whoever timed them
+    out = h.time_case(ctx, case)
+    harness.last_laps = h.last_laps
+    return out
 
 
 def run_cases_together(bench, ctx: RankContext, harness: Harness) -> dict[str, float]:

@@ -30,6 +30,7 @@ from sb_bench.core.benchmark import Benchmark, Case
 from sb_bench.core.context import RankContext
 from sb_bench.core.metric import Metric, Param
 from sb_bench.core.registry import register
+from sb_bench.core.samples import lap_every, merge_laps
 from sb_bench.micro.launch_native import NativeUnavailable, load_launcher
 
 SUPERBENCH_METRICS = ("event_time", "wall_time")
@@ -110,20 +111,36 @@ class KernelLaunch(Benchmark):
         values.update(
             harness.time_case(ctx, Case("back_to_back", launch, lambda s: {"back_to_back_time": s * 1e3}))
         )
-        values["torch_launch_time"] = torch_round_trip_ms(ctx, launch, harness.num_warmup, harness.num_steps)
+        laps: list[tuple[float, int]] = []
+        values["torch_launch_time"] = torch_round_trip_ms(
+            ctx, launch, harness.num_warmup, harness.num_steps, laps
+        )
+        harness.record_samples(lambda s: {"torch_launch_time": s * 1e3}, merge_laps(laps))
         return values
 
 
-def torch_round_trip_ms(ctx: RankContext, launch, warmups: int, steps: int) -> float:
-    """Host time of one launch followed by a device synchronisation, averaged (ms)."""
+def torch_round_trip_ms(
+    ctx: RankContext, launch, warmups: int, steps: int, laps: list[tuple[float, int]] | None = None
+) -> float:
+    """Host time of one launch followed by a device synchronisation, averaged (ms); ``laps`` receives
+    ``(seconds, steps)`` every few steps (at most MAX_LAPS readings) for the run's samples."""
     sync = ctx.sync
     for _ in range(warmups):
         launch()
         sync()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        launch()
-        sync()
+    every = lap_every(steps)
+    t0 = prev = time.perf_counter()
+    done = 0
+    while done < steps:
+        n = min(every, steps - done)
+        for _ in range(n):
+            launch()
+            sync()
+        done += n
+        if laps is not None:
+            now = time.perf_counter()
+            laps.append((now - prev, n))
+            prev = now
     return (time.perf_counter() - t0) / steps * 1e3
 
 

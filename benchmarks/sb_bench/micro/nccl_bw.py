@@ -406,6 +406,11 @@ class NcclBw(Benchmark):
                     self.fail_metric(metric_names(op, size), err)
                     continue
                 values.update(derive(op, size, float(t) / n, n))
+                # This rank's own samples of the operation's time: how steady it was here.
+                harness.record_samples(
+                    lambda sec, op=op, size=size: derive(op, size, sec, n),
+                    [lap / per_step for lap in harness.last_laps],
+                )
         if notes:
             self.notes = notes
         return values
@@ -437,7 +442,9 @@ class NcclBw(Benchmark):
             if payload.startswith("check: "):
                 raise CheckFailed(payload[len("check: ") :])
             raise RuntimeError(payload)
-        values, notes, failed = payload
+        values, notes, failed, rank0_samples = payload
+        for name, xs in rank0_samples.items():  # rank 0's samples: how steady the group's loop was
+            harness.samples.setdefault(name, []).extend(xs)
         if notes:
             self.notes = notes
         for name, why in failed.items():
@@ -471,9 +478,11 @@ def _spawned_rank(rank: int, world: int, port: int, args: dict, h: dict, device:
         )
         ctx.distributed = True
         bench = NcclBw(args)
-        values = bench.measure(ctx, Harness(h))
+        harness = Harness(h)
+        values = bench.measure(ctx, harness)
         if rank == 0:
-            q.put(("ok", (values, getattr(bench, "notes", {}), getattr(bench, "failed", {}))))
+            payload = (values, getattr(bench, "notes", {}), getattr(bench, "failed", {}), harness.samples)
+            q.put(("ok", payload))
     except CheckFailed as exc:
         if rank == 0:
             q.put(("error", f"check: {exc}"))

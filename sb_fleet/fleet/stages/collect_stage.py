@@ -16,7 +16,7 @@ from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.fetch import CollectAborted, CollectTarget, collect_all, remove_partials
 from sb_fleet.fleet.stages.run_stage import remote_results
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.rundir.normalize import INVALID_VALUES, benchmark_outcome, summarize_host
+from sb_fleet.rundir.normalize import INVALID_VALUES, NOISE_SUMMARY, benchmark_outcome, summarize_host
 from sb_fleet.rundir.outcome_table import load_stage, save_stage
 from sb_fleet.rundir.rundir import RunDir
 from sb_fleet.rundir.runinputs import RunInputs
@@ -69,9 +69,11 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
 
 
 def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str, HostOutcome]:
-    """raw/ of every host of the run -> results-summary.jsonl, metrics.json, problems.json and each
+    """raw/ of every host of the run -> results-summary.jsonl, noise-summary.jsonl (each metric's measured
+    noise), metrics.json, problems.json and each
     collected host's benchmark outcome. Offline, and over the whole run whatever ``--limit`` said."""
     lines: list[str] = []
+    noise_lines: list[str] = []
     meta: dict[str, dict] = {}
     problems: dict[str, list[str]] = {}
     invalid: dict[str, dict[str, str]] = {}
@@ -91,12 +93,14 @@ def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str
         meta.update(rec.meta)
         if rec.metrics:
             lines.append(rec.summary_line())
+            noise_lines.append(rec.noise_line())
         if rec.problems:
             problems[h] = rec.problems
         if rec.invalid:
             invalid[h] = rec.invalid
         outcomes[h] = benchmark_outcome(rec, expected)
     atomic_write_text(rd.path / "results-summary.jsonl", "".join(ln + "\n" for ln in lines))
+    atomic_write_text(rd.path / NOISE_SUMMARY, "".join(ln + "\n" for ln in noise_lines))
     rd.write_json("metrics.json", meta)
     rd.write_json("problems.json", problems)
     rd.write_json(INVALID_VALUES, invalid)

@@ -1,0 +1,89 @@
+"""Timed samples and the spread they measure: how steady a figure was on the host that measured it.
+
+The harness times a case's steps in *laps* (at most :data:`MAX_LAPS` clock or CUDA-event readings
+inside the timed loop, so the loop itself is unchanged) and merges consecutive laps into *samples*
+of at least :data:`MIN_SAMPLE_SECONDS` of timed work each (and at most :data:`MAX_SAMPLES` of
+them). A sample therefore averages over many scheduler slices and GPU clock steps: a host that is
+steadily slow (a busy process beside its benchmark) gives steady samples, while a host whose work
+is interrupted in bursts gives scattered ones. A timed window shorter than two samples gives none;
+repeated runs (``run_count``) are then the samples.
+
+The *spread* of a metric is its robust relative sigma: ``1.4826 * MAD / |median|`` over the samples
+of every run pooled (so a shift between runs counts), or, with two or three values, the range over
+the mean divided by the expected range of a normal sample (1.128 for two, 1.693 for three). It is
+the noise of one sample, not the standard error of the figure: the run-to-run noise that a fleet
+comparison meets is rarely smaller than the scatter within a run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+MAX_LAPS = 256  # clock readings inside one timed loop
+MAX_SAMPLES = 32  # samples kept per metric and run
+MIN_SAMPLE_SECONDS = 0.02  # timed work per sample: a few scheduler periods
+MAD_TO_SIGMA = 1.4826
+# Expected range of n normal values in sigmas (d2 of quality control charts).
+_RANGE_TO_SIGMA = {2: 1.128, 3: 1.693}
+
+
+def lap_every(steps: int) -> int:
+    """Steps between two clock readings so that a loop of ``steps`` takes at most MAX_LAPS of them."""
+    return max(1, -(-int(steps) // MAX_LAPS))
+
+
+def merge_laps(laps: Sequence[tuple[float, int]]) -> list[float]:
+    """Seconds per step of each sample made of consecutive ``(seconds, steps)`` laps.
+
+    Laps are merged until a sample holds at least ``max(MIN_SAMPLE_SECONDS, total / MAX_SAMPLES)``;
+    a short remainder joins the sample before it. Fewer than two samples: none (the window was too
+    short to say anything about its own steadiness)."""
+    total = sum(s for s, _ in laps)
+    if not laps or not total > 0:
+        return []
+    want = max(MIN_SAMPLE_SECONDS, total / MAX_SAMPLES)
+    out: list[list[float]] = []
+    sec, steps = 0.0, 0
+    for s, n in laps:
+        sec += s
+        steps += n
+        if sec >= want:
+            out.append([sec, steps])
+            sec, steps = 0.0, 0
+    if steps and out:
+        out[-1][0] += sec
+        out[-1][1] += steps
+    if len(out) < 2:
+        return []
+    return [s / n for s, n in out if n > 0]
+
+
+def thin(values: Sequence[float], n: int = MAX_SAMPLES) -> list[float]:
+    """At most ``n`` of ``values``, evenly spaced in sorted order (the quantiles, ends included)."""
+    if len(values) <= n:
+        return list(values)
+    xs = sorted(values)
+    return [xs[round(i * (len(xs) - 1) / (n - 1))] for i in range(n)]
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    h = len(s) // 2
+    return s[h] if len(s) % 2 else (s[h - 1] + s[h]) / 2
+
+
+def robust_spread(values: Sequence[float]) -> float | None:
+    """Robust relative sigma of ``values`` (see the module's text); None for fewer than two finite
+    values or a zero centre."""
+    xs = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    if len(xs) < 2:
+        return None
+    if len(xs) in _RANGE_TO_SIGMA:
+        mean = sum(xs) / len(xs)
+        return (max(xs) - min(xs)) / _RANGE_TO_SIGMA[len(xs)] / abs(mean) if mean else None
+    med = _median(xs)
+    if not med:
+        return None
+    mad = _median([abs(x - med) for x in xs])
+    return MAD_TO_SIGMA * mad / abs(med)

@@ -1,0 +1,81 @@
+"""Timed samples and their spread (sb_bench.core.samples, the harness's laps): how steady a figure was."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+from sb_bench.core import registry
+from sb_bench.core.benchmark import Benchmark, Case
+from sb_bench.core.metric import Metric, Param
+from sb_bench.core.samples import MAX_SAMPLES, merge_laps, robust_spread, thin
+from suite_helpers import run_bench
+
+
+def test_merge_laps_makes_samples_of_at_least_the_minimum_time():
+    laps = [(0.005, 1)] * 40  # 200 ms in 5 ms laps
+    got = merge_laps(laps)
+    assert len(got) == 10 and all(x == pytest.approx(0.005) for x in got)  # 20 ms (4 laps) each
+
+
+def test_merge_laps_caps_the_number_of_samples_and_keeps_every_step():
+    laps = [(0.01, 2)] * 256  # 2.56 s
+    got = merge_laps(laps)
+    assert len(got) == MAX_SAMPLES
+    assert sum(got) * 16 == pytest.approx(2.56)  # each sample holds 8 laps = 16 steps
+
+
+def test_too_short_a_window_gives_no_samples():
+    assert merge_laps([(0.001, 1)] * 30) == []  # 30 ms: one sample of 20 ms only
+    assert merge_laps([]) == []
+
+
+def test_robust_spread_ignores_one_wild_sample_but_sees_a_bimodal_host():
+    steady = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 50.0]
+    assert robust_spread(steady) < 0.03
+    bimodal = [1.0, 2.0] * 8
+    assert robust_spread(bimodal) > 0.4
+    assert robust_spread([1.0]) is None and robust_spread([0.0, 0.0, 0.0, 0.0]) is None
+    assert robust_spread([10.0, 12.0]) == pytest.approx(2 / 11 / 1.128)
+
+
+def test_thin_keeps_the_quantiles():
+    xs = list(range(100))
+    got = thin(xs, 5)
+    assert got[0] == 0 and got[-1] == 99 and len(got) == 5
+
+
+class _Sleeper(Benchmark):
+    """A timed case whose steps sleep; ``pattern`` 'steady' or 'bursts' (every other 40 ms at half rate)."""
+
+    name = "test-sleeper"
+    params = {"pattern": Param("str", "steady", "steady or bursts")}
+
+    def metrics(self):
+        return [Metric("rate", "1/s", True, None)]
+
+    def cases(self, ctx):
+        t0 = time.monotonic()
+
+        def step():
+            # bursts: every other 40 ms of wall time, the host does half the work
+            slow = self.args["pattern"] == "bursts" and int((time.monotonic() - t0) / 0.04) % 2 == 1
+            time.sleep(0.004 if slow else 0.002)
+
+        return [Case("sleep", step, lambda sec: {"rate": 1.0 / sec})]
+
+
+registry.register(_Sleeper)
+
+
+def test_the_harness_keeps_samples_in_raw_data_and_the_spread_tells_steady_from_bursty():
+    env = run_bench("test-sleeper", pattern="steady", num_warmup=0, num_steps=120, run_count=2, device="cpu")
+    runs = env["raw_data"]["rate"]
+    assert len(runs) == 2 and all(2 <= len(r) <= MAX_SAMPLES for r in runs)
+    # The figure is the whole window's rate; its samples scatter around it.
+    assert statistics.median(runs[0]) == pytest.approx(env["result"]["rate"][0], rel=0.3)
+    steady = env["spread"]["rate"]
+    bursty = run_bench("test-sleeper", pattern="bursts", num_warmup=0, num_steps=120, device="cpu")
+    assert bursty["spread"]["rate"] > 0.15  # half its samples are at half the rate
+    assert bursty["spread"]["rate"] > 2 * steady
