@@ -3,9 +3,12 @@
 - A ``<bench>/return_code`` other than 0 is a failed benchmark (124: timed out).
 - A benchmark expected on every host (from ``plan.json``, or else reported by
   at least half of the hosts) with no result on a host is a missing benchmark.
-- A metric that at least 90% of the hosts whose run of that benchmark
-  succeeded report, but this host does not, is a missing metric (a GPU that
-  fell off the bus shows up this way).
+- A metric that a majority (more than half, and at least two) of the hosts
+  of this host's population whose run of that benchmark succeeded report, but
+  this host does not (absent or ``null``), is a missing metric: "<metric>
+  missing" (a GPU that fell off the bus shows up this way; SuperBench's
+  diagnosis says ``<metric>_miss``). Populations are the fact groups (GPU
+  model, driver, firmware): an A100 lacking an H100-only metric is not missing it.
 
 All three make a host ``incomplete`` rather than ``fail``.
 """
@@ -17,7 +20,7 @@ import numpy as np
 from sb_fleet.analysis.issues import INCOMPLETE, Issue
 from sb_fleet.analysis.superbench.metric_names import parse_metric
 
-MISSING_METRIC_PRESENCE = 0.9
+MISSING_METRIC_PRESENCE = 0.5  # more than this share of the population reports it
 INFERRED_BENCHMARK_PRESENCE = 0.5
 
 
@@ -28,8 +31,13 @@ def _rc_text(rc: float) -> str:
 
 
 def check_completeness(
-    columns: list[str], values: np.ndarray, expected_benchmarks: list[str] | None
+    columns: list[str],
+    values: np.ndarray,
+    expected_benchmarks: list[str] | None,
+    populations: list[np.ndarray] | None = None,
 ) -> dict[int, list[Issue]]:
+    """Failed, missing benchmarks and missing metrics per host row. ``populations``: the rows of each
+    population (missing metrics are judged within it); None: the fleet is one."""
     n_hosts = values.shape[0]
     issues: dict[int, list[Issue]] = {}
     if n_hosts == 0:
@@ -85,32 +93,51 @@ def check_completeness(
                         _missing_bench(g, f"was reported by {frac * 100:.0f}% of the hosts")
                     )
 
+    pops = populations if populations is not None else [np.arange(n_hosts)]
     for g, cols in groups.items():
-        good = ok[g]
-        n_good = int(good.sum())
-        if n_good == 0:
-            continue
-        for c in cols:
-            if c in rc_cols.get(g, ()):
-                continue
-            col_present = present[:, c]
-            frac = float(np.count_nonzero(col_present & good)) / n_good
-            if frac < MISSING_METRIC_PRESENCE:
-                continue
-            for r in np.nonzero(good & ~col_present)[0]:
-                issues.setdefault(int(r), []).append(
-                    Issue(
-                        metric=columns[c],
-                        value=None,
-                        reference=None,
-                        deviation=None,
-                        check="missing-metric",
-                        category="MissingMetric",
-                        severity=INCOMPLETE,
-                        detail=f"{columns[c]} is missing although {g} succeeded ({frac * 100:.0f}% of hosts report it)",
-                    )
-                )
+        for rows in pops:
+            _missing_metrics(columns, present, ok[g], g, cols, rc_cols.get(g, []), rows, issues)
     return issues
+
+
+def _missing_metrics(
+    columns: list[str],
+    present: np.ndarray,
+    ok: np.ndarray,
+    group: str,
+    cols: list[int],
+    rc_cols: list[int],
+    rows: np.ndarray,
+    issues: dict[int, list[Issue]],
+) -> None:
+    good = np.zeros(present.shape[0], dtype=bool)
+    good[rows] = ok[rows]
+    n_good = int(good.sum())
+    if n_good < 2:
+        return
+    for c in cols:
+        if c in rc_cols:
+            continue
+        col_present = present[:, c]
+        k = int(np.count_nonzero(col_present & good))
+        if k < 2 or k / n_good <= MISSING_METRIC_PRESENCE:
+            continue
+        for r in np.nonzero(good & ~col_present)[0]:
+            issues.setdefault(int(r), []).append(
+                Issue(
+                    metric=columns[c],
+                    value=None,
+                    reference=None,
+                    deviation=None,
+                    check="missing-metric",
+                    category="MissingMetric",
+                    severity=INCOMPLETE,
+                    detail=(
+                        f"{columns[c]} missing: {group} succeeded, and {k} of the {n_good} hosts of its "
+                        f"population where it succeeded report it"
+                    ),
+                )
+            )
 
 
 def _missing_bench(bench: str, why: str) -> Issue:

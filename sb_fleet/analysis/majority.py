@@ -276,7 +276,8 @@ def majority_check(
                 ),
             )
         )
-    for j in np.nonzero(noisy.any(axis=0))[0]:
+    for jj in np.nonzero(noisy.any(axis=0))[0]:
+        j = int(jj)
         rows = np.nonzero(noisy[:, j])[0]
         out.noisy.append(
             NoisyMetric(

@@ -12,7 +12,9 @@ Two sources, used together:
    each host's median over its GPUs/NICs is sorted; a *split* is the widest hole between two
    neighbours that leaves at least ``min_share`` of the hosts (and at least 2) on each side, when
    the hole is wider than ``min_gap`` (5%) **and** than ``noise_holes`` times the noise (the
-   family's prior, :mod:`.noise_priors`, or the groups' own robust spread when larger). A benign
+   family's prior, :mod:`.noise_priors`, the hosts' median measured noise of the family, or the groups'
+   own robust spread, the largest). Populations of fewer than ``min_hosts`` (8) are not split: a few
+   hosts in two groups are no majority, which :mod:`.majority` judges per metric. A benign
    batch 1-2% apart overlaps its neighbours and leaves no hole; a handful of faulty hosts is below
    ``min_share``. Each side is searched again (up to ``max_populations``).
 
@@ -100,7 +102,10 @@ def by_facts(
     return {k: np.asarray(v, dtype=np.int64) for k, v in sorted(out.items())}
 
 
-def _host_medians(columns: list[str], values: np.ndarray) -> dict[str, np.ndarray]:
+def _host_medians(
+    columns: list[str], values: np.ndarray, noise: np.ndarray | None = None
+) -> dict[str, tuple[np.ndarray, float]]:
+    """Per family: each host's median over its GPUs/NICs, and the hosts' median measured noise (0: none)."""
     families: dict[str, list[int]] = {}
     for c, name in enumerate(columns):
         pm = parse_metric(name)
@@ -108,7 +113,12 @@ def _host_medians(columns: list[str], values: np.ndarray) -> dict[str, np.ndarra
             families.setdefault(pm.family, []).append(c)
     out = {}
     for fam, cols in families.items():
-        out[fam] = _row_medians(values[:, cols])
+        own = 0.0
+        if noise is not None:
+            per_host = _row_medians(noise[:, cols])
+            per_host = per_host[np.isfinite(per_host)]
+            own = float(np.median(per_host)) if per_host.size else 0.0
+        out[fam] = (_row_medians(values[:, cols]), own)
     return out
 
 
@@ -158,20 +168,28 @@ def find_splits(
     min_share: float = 0.1,
     noise_holes: float = 4.0,
     max_populations: int = 4,
+    noise: np.ndarray | None = None,
+    min_hosts: int = 8,
 ) -> tuple[list[PopulationSplit], list[tuple[np.ndarray, str]]]:
-    """The splits found among ``rows`` of the fleet and the resulting populations (rows, label)."""
+    """The splits found among ``rows`` of the fleet and the resulting populations (rows, label).
+
+    ``noise``: each value's measured noise (the fleet's shape, NaN where unknown): a hole must also be
+    wider than ``noise_holes`` times the hosts' median own noise of the family, so steady groups far
+    apart split and scattered ones do not. A part of fewer than ``min_hosts`` hosts is not searched:
+    two groups of a handful of hosts are no majority, which :mod:`.majority` reports per metric
+    (inconsistent, or too noisy) with each host's own noise."""
     splits: list[PopulationSplit] = []
     todo = [(rows, scope)]
     done: list[tuple[np.ndarray, str]] = []
     while todo:
         part, label = todo.pop(0)
-        if len(done) + len(todo) + 1 >= max_populations:
+        if len(done) + len(todo) + 1 >= max_populations or len(part) < min_hosts:
             done.append((part, label))
             continue
-        meds = _host_medians(columns, values[part])
+        meds = _host_medians(columns, values[part], noise[part] if noise is not None else None)
         found: dict[frozenset[int], list[tuple[float, str, float, float]]] = {}
-        for fam, med in meds.items():
-            prior = noise_prior(fam.replace("#", "0")).sigma
+        for fam, (med, own) in meds.items():
+            prior = max(noise_prior(fam.replace("#", "0")).sigma, own)
             res = _split_one(med, prior, min_gap, min_share, noise_holes)
             if res is None:
                 continue

@@ -20,7 +20,7 @@ from sb_fleet.analysis.fleet_results import Fleet, HostInfo, load_fleet
 from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
 from sb_fleet.analysis.invalid_values import invalid_value_issues
 from sb_fleet.analysis.issues import FAIL, Issue
-from sb_fleet.analysis.majority import Disagreement, majority_check
+from sb_fleet.analysis.majority import Disagreement, Inconsistency, NoisyMetric, majority_check
 from sb_fleet.analysis.populations import PopulationSplit, by_facts, find_splits
 from sb_fleet.analysis.power_limits import load_power_limit_issues
 from sb_fleet.analysis.sku_reference import check_sku
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sb_fleet.history.confirm import Confirmation
 
 REPORT_SCHEMA_VERSION = 1
+MAX_NOISE_WARNINGS = 10  # too-noisy and inconsistent metrics named one by one in the warnings
 
 
 def _inventory_hosts(path: Path) -> list[HostInfo]:
@@ -87,19 +88,25 @@ def report(
 
         ruleset = load_rules(Path(rules))
 
+    by_name = {h.name: h for h in expected}
+    fact_pops = by_facts([_traits(by_name.get(h)) for h in fleet.hosts])  # missing metrics: within each
     issues: dict[int, list[Issue]] = {}
-    _merge(issues, check_completeness(fleet.columns, fleet.values, fleet.expected_benchmarks))
+    _merge(
+        issues,
+        check_completeness(fleet.columns, fleet.values, fleet.expected_benchmarks, list(fact_pops.values())),
+    )
     if fleet.run_dir is not None:  # a GPU power limit below its default (hostprep's facts)
         for name, limit_issues in load_power_limit_issues(fleet.run_dir, fleet.hosts).items():
             issues.setdefault(host_index[name], []).extend(limit_issues)
     sw_issues, sw_warnings = check_software(fleet)  # hosts that ran another container image
     _merge(issues, sw_issues)
     warnings.extend(sw_warnings)
-    by_name = {h.name: h for h in expected}
     gpu_models = [by_name[h].gpu_model if h in by_name else None for h in fleet.hosts]
     detection = Detection(issues={})
     splits: list[PopulationSplit] = []
     disagreements: list[Disagreement] = []
+    noisy: list[NoisyMetric] = []
+    inconsistent: list[Inconsistency] = []
     partitions: dict[str, np.ndarray] = {"": np.arange(len(fleet.hosts), dtype=np.int64)}
     if gates.fleet.enabled:
         settings = gates.fleet.settings()
@@ -119,7 +126,15 @@ def report(
         partitions = {}
         for label, rows in by_fact.items():
             found, parts = find_splits(
-                fleet.columns, fleet.values, fleet.hosts, rows, label, pop.min_gap, pop.min_share
+                fleet.columns,
+                fleet.values,
+                fleet.hosts,
+                rows,
+                label,
+                pop.min_gap,
+                pop.min_share,
+                noise=fleet.noise,
+                min_hosts=settings.min_hosts,
             )
             splits += found
             partitions.update({plabel: prows for prows, plabel in parts})
@@ -127,18 +142,24 @@ def report(
             part = detect(fleet.columns, fleet.values[rows], fleet.directions, settings)
             if len(rows) < settings.majority_max_hosts:
                 names = [fleet.hosts[r] for r in rows]
-                maj = majority_check(fleet.columns, fleet.values[rows], fleet.directions, names, settings)
+                own = fleet.noise[rows] if fleet.noise is not None else None
+                maj = majority_check(
+                    fleet.columns, fleet.values[rows], fleet.directions, names, settings, own
+                )
                 for r, lst in maj.issues.items():
                     part.issues.setdefault(r, []).extend(lst)
                 disagreements += maj.disagreements
+                noisy += maj.noisy
+                inconsistent += maj.inconsistent
             for r, lst in part.issues.items():
                 detection.issues.setdefault(int(rows[r]), []).extend(lst)
             detection.flagged_cells |= {(int(rows[r]), c) for r, c in part.flagged_cells}
             detection.families += [dataclasses.replace(f, partition=label) for f in part.families]
             if len(rows) < settings.min_hosts:
                 who = f"in {label}" if label else "reported"
+                measured = "measured noise" if fleet.noise is not None else "noise"
                 how = (
-                    "judged by majority agreement against the suite's noise priors"
+                    f"judged by majority agreement against their {measured} (never below the suite's priors)"
                     if len(rows) >= 3
                     else "no majority to judge by"
                 )
@@ -152,6 +173,18 @@ def report(
         for sp in splits:
             warnings.append(
                 sp.sentence() + ("" if pop.expected_mix else " (gates.populations.expected_mix: false)")
+            )
+        for nm in noisy[:MAX_NOISE_WARNINGS]:
+            warnings.append(nm.sentence())
+        if len(noisy) > MAX_NOISE_WARNINGS:
+            warnings.append(
+                f"... {len(noisy) - MAX_NOISE_WARNINGS} more metric(s) too noisy to judge (report.json)"
+            )
+        for inc in inconsistent[:MAX_NOISE_WARNINGS]:
+            warnings.append(inc.sentence())
+        if len(inconsistent) > MAX_NOISE_WARNINGS:
+            warnings.append(
+                f"... {len(inconsistent) - MAX_NOISE_WARNINGS} more inconsistent metric(s) (report.json)"
             )
         if disagreements:
             a, b = disagreements[0].hosts
@@ -266,6 +299,17 @@ def report(
             passed=False,
             policy=f"{gate.policy}; the two hosts disagree on {len(disagreements)} metric(s)",
         )
+    fleet_gate = gates.fleet
+    if inconsistent and fleet_gate.inconsistent == "fail":  # no majority to judge by: never a silent pass
+        gate = dataclasses.replace(
+            gate,
+            passed=False,
+            policy=f"{gate.policy}; {len(inconsistent)} metric(s) inconsistent (steady hosts disagree, no majority)",
+        )
+    if noisy and fleet_gate.too_noisy == "fail":
+        gate = dataclasses.replace(
+            gate, passed=False, policy=f"{gate.policy}; {len(noisy)} metric(s) too noisy to judge"
+        )
     if fabric is not None and fabric.gate_failure:  # a bad link fails the fleet, not its two hosts
         gate = dataclasses.replace(gate, passed=False, policy=f"{gate.policy}; {fabric.gate_failure}")
     view = None
@@ -305,6 +349,8 @@ def report(
         health=_health(fleet.run_dir, warnings),
         populations=splits,
         disagreements=disagreements,
+        too_noisy=noisy,
+        inconsistent=inconsistent,
     )
 
 

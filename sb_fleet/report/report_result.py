@@ -14,7 +14,7 @@ import numpy as np
 from sb_fleet.analysis.detect import FamilyStats
 from sb_fleet.analysis.fleet_results import Fleet, LineProblem
 from sb_fleet.analysis.gates import GateResult
-from sb_fleet.analysis.majority import Disagreement
+from sb_fleet.analysis.majority import Disagreement, Inconsistency, NoisyMetric
 from sb_fleet.analysis.populations import PopulationSplit
 from sb_fleet.analysis.stats import ColumnStats
 from sb_fleet.analysis.verdict import VERDICTS, HostReport
@@ -56,6 +56,13 @@ class ReportResult:
     disagreements: list[Disagreement] = field(
         default_factory=list
     )  # two hosts, no majority (analysis.majority)
+    # metrics the measured noise keeps from being judged down to the gate's promise, and metrics on
+    # which steady hosts disagree with no majority (analysis.majority)
+    too_noisy: list[NoisyMetric] = field(default_factory=list)
+    inconsistent: list[Inconsistency] = field(default_factory=list)
+    # validate's confirmation run (confirm.json's document: the hosts re-run, both runs' values, the
+    # hosts over the bound, the seconds it took); None where none ran (sb_fleet.history.confirm)
+    confirmation: dict | None = None
 
     @property
     def exit_code(self) -> int:

@@ -85,11 +85,14 @@ def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any
         "warnings": list(result.warnings),
         "populations": [sp.to_json() for sp in result.populations],
         "disagreements": [d.to_json() for d in result.disagreements],
+        "too_noisy": [m.to_json() for m in result.too_noisy],
+        "inconsistent": [m.to_json() for m in result.inconsistent],
         "gates": result.gates.model_dump(mode="json"),
         "seconds": round(result.seconds, 3),
         **({"history": result.history.to_json()} if result.history is not None else {}),
         **({"fabric": result.fabric.to_json()} if result.fabric is not None else {}),
         **({"health": health_summary(result.health)} if result.health is not None else {}),
+        **({"confirmation": result.confirmation} if result.confirmation is not None else {}),
         **({"figures": figures.to_json()} if figures is not None else {}),
     }
 

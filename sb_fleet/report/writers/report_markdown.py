@@ -79,7 +79,7 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
         f"- Hosts: **{len(result.hosts)}**: {counts['pass']} pass, {counts['fail']} fail, "
         f"{counts['incomplete']} incomplete, {counts['missing']} missing"
         + (
-            f", {counts['flaky']} flaky (did not reproduce under validate --confirm)"
+            f", {counts['flaky']} flaky (did not reproduce in validate's confirmation run)"
             if counts.get("flaky")
             else ""
         ),
@@ -95,6 +95,8 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
     if result.gates.limits:
         checks.append(f"{len(result.gates.limits)} absolute limit(s)")
     lines.append(f"- Checks: {', '.join(checks) if checks else 'none'}")
+    if result.confirmation is not None:
+        lines.append(f"- Confirmation: {confirmation_line(result.confirmation)}")
     for rule, patterns in result.rules_unmatched.items():  # a rule that judges nothing passes every host
         lines.append(f"- **WARNING: rule `{rule}` matches no metric**: {patterns}")
     lines.append("")
@@ -158,9 +160,14 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
         for c, n in cats.most_common():
             lines.append(f"| {_cell(c)} | {n} |")
         lines.append("")
+    elif result.too_noisy or result.inconsistent:  # never "All hosts passed" over what was not judged
+        lines += ["## No host failed, but not every metric could be judged (see below)", ""]
     else:
         lines += ["## All hosts passed", ""]
+    lines += _noise_sections(result)
 
+    if result.confirmation is not None:
+        lines += confirmation_section(result.confirmation)
     fams = _flagged_families(result)
     if fams:
         lines += [
@@ -217,3 +224,124 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
         "Files: report.json (all details), report.html (plots, per-host drill-down), junit.xml, quarantine.txt"
     )
     return "\n".join(lines) + "\n"
+
+
+def _pct(v: object) -> str:
+    return f"{v * 100:+.1f}%" if isinstance(v, (int, float)) else "-"
+
+
+def _num_cell(v: object) -> str:
+    return _fmt(float(v)) if isinstance(v, (int, float)) else "-"
+
+
+def confirmation_line(doc: dict) -> str:
+    """One line on validate's confirmation run: how many hosts, what it found, how long it took."""
+    hosts = doc.get("hosts") or {}
+    flaky = sum(1 for h in hosts.values() if h.get("result") == "flaky")
+    sel = doc.get("selection") or {}
+    beyond = sel.get("not_confirmed") or []
+    plan = doc.get("plan") or {}
+    if doc.get("not_run"):
+        head = f"not run ({doc['not_run']})"
+    else:
+        secs = doc.get("seconds")
+        took = f" in {secs:.1f} s" if isinstance(secs, (int, float)) else ""
+        head = (
+            f"{len(plan.get('benchmarks') or {})} host(s) re-run with {len(plan.get('controls') or [])} "
+            f"control host(s){took}: {len(hosts) - flaky} reproduced, {flaky} flaky"
+        )
+    if beyond:
+        head += f"; {len(beyond)} not confirmed (over the bound of {sel.get('limit')} host(s))"
+    return head
+
+
+def confirmation_section(doc: dict) -> list[str]:
+    """validate's confirmation run: every re-run finding with the first and the re-run measurement."""
+    mode = doc.get("mode")
+    sel = doc.get("selection") or {}
+    lines = [f"## Confirmation before the verdict: {confirmation_line(doc)}", ""]
+    if mode == "auto":
+        lines += [
+            f"`validate` re-ran the benchmarks of the hosts that fail on fleet statistics alone (fleet, "
+            f"sibling, majority checks), worst first, at most {sel.get('limit')} host(s), on them and on "
+            "control hosts; a host fails only when it deviates again (`--no-confirm` turns this off, "
+            "`--confirm` re-runs every failing host).",
+            "",
+        ]
+    else:
+        lines += ["`validate --confirm` re-ran the benchmarks of every failing host, with control hosts.", ""]
+    hosts = doc.get("hosts") or {}
+    if hosts:
+        lines += [
+            "| Host | Result | Metric | Check | First value | First deviation | Re-run value | Re-run deviation "
+            "| Reproduced | Why |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, h in sorted(hosts.items()):
+            for r in h.get("replays") or []:
+                rc = str(r.get("metric", "")).endswith("return_code")
+                lines.append(
+                    f"| {_cell(name)} | {h.get('result')} | `{_cell(r.get('metric'))}` | {_cell(r.get('check'))} "
+                    f"| {_num_cell(r.get('first_value'))} | {'-' if rc else _pct(r.get('first'))} "
+                    f"| {_num_cell(r.get('again_value'))} | {'-' if rc else _pct(r.get('again'))} "
+                    f"| {'yes' if r.get('reproduced') else 'no'} | {_cell(r.get('why', ''))} |"
+                )
+        lines.append("")
+    beyond = sel.get("not_confirmed") or []
+    if beyond:
+        lines.append(
+            f"- Not confirmed (over the bound of {sel.get('limit')} host(s); they keep their first verdict): "
+            + _cell(", ".join(beyond))
+        )
+    explicit = sel.get("explicit") or []
+    if explicit:
+        lines.append(
+            "- Not re-run (a rule, limit, baseline, history or a failed benchmark says they fail): "
+            + _cell(", ".join(explicit))
+        )
+    if beyond or explicit:
+        lines.append("")
+    return lines
+
+
+def _noise_sections(result: ReportResult) -> list[str]:
+    """Too noisy to judge, and inconsistent (analysis.majority): the metrics, hosts and figures."""
+    lines: list[str] = []
+    if result.inconsistent:
+        fails = result.gates.fleet.inconsistent == "fail"
+        lines += [
+            f"## Inconsistent ({len(result.inconsistent)} metric(s){': the gate fails' if fails else ''})",
+            "",
+            "Hosts that each measured steadily disagree beyond their noise, and no majority agrees: no host "
+            "is judged on these metrics. Re-run them (`sb-fleet validate --confirm`) before trusting either group.",
+            "",
+            "| Metric | Groups (value, own noise) |",
+            "|---|---|",
+        ]
+        for m in result.inconsistent[:MAX_HOST_ROWS]:
+            groups = "; ".join(
+                f"{_hosts(g)}: {_fmt(c)} ({n * 100:.1f}%)"
+                for g, c, n in zip(m.groups, m.centers, m.noise, strict=True)
+            )
+            lines.append(f"| `{_cell(m.metric)}` | {groups} |")
+        lines.append("")
+    if result.too_noisy:
+        fails = result.gates.fleet.too_noisy == "fail"
+        lines += [
+            f"## Too noisy to judge ({len(result.too_noisy)} metric(s){': the gate fails' if fails else ''})",
+            "",
+            "The noise measured on these hosts (their own timed samples, or the spread of the others) "
+            "hides deviations the gate promises to catch at the suite's prior noise: a fault smaller than "
+            "the smallest flagged deviation would pass. Re-run on a quieter fleet.",
+            "",
+            "| Metric | Hosts | Noise | From | Smallest flagged | Promised |",
+            "|---|---|---|---|---|---|",
+        ]
+        for nm in result.too_noisy[:MAX_HOST_ROWS]:
+            worst = max(range(len(nm.hosts)), key=lambda i: nm.noise[i])
+            lines.append(
+                f"| `{_cell(nm.metric)}` | {_hosts(nm.hosts)} | {nm.noise[worst] * 100:.1f}% | {_cell(nm.source[worst])} "
+                f"| {nm.catchable[worst] * 100:.0f}% | {nm.promised * 100:.0f}% |"
+            )
+        lines.append("")
+    return lines

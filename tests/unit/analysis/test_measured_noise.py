@@ -1,0 +1,136 @@
+"""Issue 35: verdicts from measured noise (each value's own noise from the run's noise-summary.jsonl).
+
+The values here are written by hand in the shapes the real corpus shows (tests/corpus/): contended
+hosts whose own samples scatter, steady hosts, two steady groups with no majority. What decides is
+the run's own evidence: the same fleet is judged with and without its noise file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sb_fleet.report.analyse import report, write_reports
+
+KL = "kernel-launch/back_to_back_time"
+GF = "gemm-flops/fp32_flops"
+
+
+def run_dir(
+    tmp: Path, values: dict[str, dict[str, float]], noise: dict[str, dict[str, float]] | None
+) -> Path:
+    run = tmp / "run"
+    run.mkdir(exist_ok=True)
+    (run / "manifest.json").write_text('{"schema_version": 1}')
+    (run / "results-summary.jsonl").write_text(
+        "".join(json.dumps({"node": h, **m}) + "\n" for h, m in values.items())
+    )
+    p = run / "noise-summary.jsonl"
+    if noise is None:
+        p.unlink(missing_ok=True)
+    else:
+        p.write_text("".join(json.dumps({"node": h, **m}) + "\n" for h, m in noise.items()))
+    return run
+
+
+def test_a_contended_host_whose_own_samples_scatter_is_not_condemned_and_the_report_says_so(tmp_path):
+    # The issue's case: kernel-launch +140% on one host of four; every host's samples scatter by 40-70%.
+    values = {"a": {KL: 0.010}, "b": {KL: 0.011}, "c": {KL: 0.0105}, "d": {KL: 0.024}}
+    noise = {"a": {KL: 0.4}, "b": {KL: 0.5}, "c": {KL: 0.45}, "d": {KL: 0.7}}
+    before = report(run_dir(tmp_path, values, None))
+    assert {h.name for h in before.hosts if h.verdict == "fail"} == {"d"}  # the prior alone: a false alarm
+    r = report(run_dir(tmp_path, values, noise))
+    assert all(h.verdict == "pass" for h in r.hosts)
+    assert r.gate.passed  # too noisy passes with a warning by default ...
+    assert [m.metric for m in r.too_noisy] == [KL] and "d" in r.too_noisy[0].hosts
+    assert any("too noisy to judge" in w for w in r.warnings)
+    write_reports(r, tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "All hosts passed" not in md and "## Too noisy to judge" in md  # ... never "All hosts passed"
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert doc["too_noisy"][0]["metric"] == KL and doc["too_noisy"][0]["hosts"][0]["source"]
+
+
+def test_too_noisy_can_be_made_to_fail_the_gate(tmp_path):
+    from sb_fleet.config.gatespec import Gates
+
+    values = {"a": {KL: 0.010}, "b": {KL: 0.011}, "c": {KL: 0.0105}, "d": {KL: 0.012}}
+    noise = {h: {KL: 0.5} for h in values}
+    r = report(run_dir(tmp_path, values, noise), gates=Gates.model_validate({"fleet": {"too_noisy": "fail"}}))
+    assert not r.gate.passed and "too noisy" in r.gate.policy
+
+
+def test_a_steadily_slow_host_among_steady_hosts_fails(tmp_path):
+    # A busy process beside one host's GEMM: its samples are steady, at half the rate.
+    values = {h: {GF: v} for h, v in zip("abcdef", [61.0, 63.5, 60.2, 62.8, 59.9, 30.5], strict=True)}
+    noise = {h: {GF: 0.03} for h in values}
+    r = report(run_dir(tmp_path, values, noise))
+    assert {h.name for h in r.hosts if h.verdict == "fail"} == {"f"}
+    issue = next(h for h in r.hosts if h.name == "f").issues[0]
+    assert issue.check == "majority" and "noise 3.0%" in issue.detail  # judged with the measured noise
+
+
+def test_a_slow_host_among_noisy_peers_is_too_noisy_not_a_silent_pass(tmp_path):
+    # The issue's loaded machine: healthy hosts 47-93 GFLOPS, the busy one at 39.8, "All hosts passed".
+    values = {h: {GF: v} for h, v in zip("abcdef", [47.0, 93.0, 71.0, 55.0, 82.0, 39.8], strict=True)}
+    noise = {h: {GF: 0.25} for h in values}
+    r = report(run_dir(tmp_path, values, noise))
+    failed = {h.name for h in r.hosts if h.verdict == "fail"}
+    noisy_hosts = {h for m in r.too_noisy for h in m.hosts}
+    assert failed == {"f"} or "f" in noisy_hosts or r.inconsistent
+    write_reports(r, tmp_path / "out")
+    assert "All hosts passed" not in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_steady_hosts_in_two_groups_with_no_majority_are_inconsistent(tmp_path):
+    values = {"a": {GF: 60.0}, "b": {GF: 61.0}, "c": {GF: 120.0}, "d": {GF: 121.0}}
+    noise = {h: {GF: 0.01} for h in values}
+    r = report(run_dir(tmp_path, values, noise))
+    assert all(h.verdict == "pass" for h in r.hosts)  # no host is judged on it ...
+    assert not r.gate.passed and "inconsistent" in r.gate.policy  # ... but the gate fails, naming groups
+    (inc,) = r.inconsistent
+    assert inc.groups == (("a", "b"), ("c", "d"))
+    from sb_fleet.config.gatespec import Gates
+
+    warn = report(
+        run_dir(tmp_path, values, noise), gates=Gates.model_validate({"fleet": {"inconsistent": "warn"}})
+    )
+    assert warn.gate.passed and warn.inconsistent
+    # The same two groups whose own samples scatter by 40%: they agree within their noise.
+    noisy = {h: {GF: 0.4} for h in values}
+    r2 = report(run_dir(tmp_path, values, noisy))
+    assert not r2.inconsistent and r2.gate.passed and r2.too_noisy
+
+
+def test_two_hosts_that_differ_within_their_measured_noise_are_no_finding(tmp_path):
+    values = {"a": {GF: 60.0}, "b": {GF: 75.0}}
+    assert not report(run_dir(tmp_path, values, None)).gate.passed  # 25% apart at a 1% prior
+    r = report(run_dir(tmp_path, values, {"a": {GF: 0.08}, "b": {GF: 0.1}}))
+    assert r.gate.passed and not r.disagreements
+    steady = report(run_dir(tmp_path, values, {"a": {GF: 0.005}, "b": {GF: 0.004}}))
+    assert not steady.gate.passed and steady.disagreements
+
+
+def test_a_metric_the_majority_reports_and_a_host_lacks_makes_it_incomplete(tmp_path):
+    """The issue's offline SuperBench summary: four hosts, one lacking mem-bw/h2d_bw (absent, then null)."""
+    full = {"mem-bw/return_code": 0, "mem-bw/h2d_bw": 26.0, "mem-bw/d2h_bw": 25.0}
+    for lacking in ({"mem-bw/return_code": 0, "mem-bw/d2h_bw": 25.1}, {**full, "mem-bw/h2d_bw": None}):
+        lines = [{"node": f"n{i}", **full} for i in range(3)] + [{"node": "n3", **lacking}]
+        p = tmp_path / "results-summary.jsonl"
+        p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        r = report(p)
+        verdicts = {h.name: h.verdict for h in r.hosts}
+        assert verdicts == {"n0": "pass", "n1": "pass", "n2": "pass", "n3": "incomplete"}
+        issue = next(h for h in r.hosts if h.name == "n3").issues[0]
+        assert issue.check == "missing-metric" and "mem-bw/h2d_bw missing" in issue.detail
+        assert not r.gate.passed
+
+
+def test_populations_split_only_on_steady_groups_far_apart(tmp_path):
+    lo = [60.0, 60.5, 59.8, 60.2, 60.1]
+    hi = [66.0, 66.3, 65.8, 66.1, 65.9]  # 10% apart
+    values = {f"h{i}": {GF: v} for i, v in enumerate(lo + hi)}
+    steady = report(run_dir(tmp_path, values, {h: {GF: 0.003} for h in values}))
+    assert steady.populations and not steady.gate.passed
+    scattered = report(run_dir(tmp_path, values, {h: {GF: 0.05} for h in values}))  # 5% noise per host
+    assert not scattered.populations
