@@ -74,6 +74,7 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.fleet.workflow.Opti
         resume=bool(kw.get("resume")),
         history=kw.get("history"),
         confirm=bool(kw.get("confirm")),
+        auto_confirm=not kw.get("no_confirm"),
         second_pass=not kw.get("no_second_pass"),
         rules=kw.get("rules"),
         baseline=kw.get("baseline"),
@@ -177,8 +178,15 @@ def check(**kw: Any) -> int:
 @click.option(
     "--confirm",
     is_flag=True,
-    help="before the verdict, run the failing hosts' flagged benchmarks again (with a few passing control "
-    "hosts); a finding that does not reproduce makes the host 'flaky', not failed.",
+    help="before the verdict, run every failing host's flagged benchmarks again (with a few passing control "
+    "hosts); a finding that does not reproduce makes the host 'flaky', not failed. By default only the "
+    "hosts failed on fleet statistics alone are re-run, at most max(2, 5%) of the hosts (gates.confirm).",
+)
+@click.option(
+    "--no-confirm",
+    is_flag=True,
+    help="no confirmation run: a host failed on fleet statistics alone (fleet, sibling, majority checks) "
+    "fails at once instead of being re-run first.",
 )
 @click.option(
     "--rules", type=PathArg, help="SuperBench rules file (YAML) to judge the run with, as report's."
@@ -207,6 +215,8 @@ def validate(**kw: Any) -> int:
     """health checks, deploy, run, collect and report in one command."""
     from sb_fleet.fleet import workflow as wf
 
+    if kw.get("confirm") and kw.get("no_confirm"):
+        raise UsageError("--confirm and --no-confirm contradict each other: give one")
     opts = _options(kw)
     if opts.dry_run:
         run = wf.inputs_for(opts)

@@ -56,7 +56,8 @@ class Options:
     forks: int | None = None
     resume: bool = False
     history: Path | None = None  # the history store to record into (else fleet.history of the config)
-    confirm: bool = False  # validate: run the flagged hosts' benchmarks again before the verdict
+    confirm: bool = False  # validate --confirm: run every failing host's flagged benchmarks again first
+    auto_confirm: bool = True  # validate: confirm the hosts failed on fleet statistics alone (--no-confirm)
     second_pass: bool = True  # validate: a pattern run's suspects re-paired, a failed all-nodes run bisected
     rules: Path | None = None  # validate: SuperBench rules to judge the run with (as report --rules)
     baseline: Path | None = None  # validate: SuperBench baseline (as report --baseline)
@@ -224,11 +225,15 @@ def analyse_run(run: RunInputs, opts: Options, confirmations: dict | None = None
     )
 
 
-def report(run: RunInputs, opts: Options, confirmations: dict | None = None) -> int:
-    """The fleet analysis (:func:`analyse_run`) written into the run directory; the gate's exit code."""
+def report(
+    run: RunInputs, opts: Options, confirmations: dict | None = None, result: ReportResult | None = None
+) -> int:
+    """The fleet analysis (:func:`analyse_run`, or ``result`` when already made) written into the run
+    directory; the gate's exit code."""
     from sb_fleet.report.analyse import write_reports
 
-    result = analyse_run(run, opts, confirmations)
+    if result is None:
+        result = analyse_run(run, opts, confirmations)
     write_reports(result, run.rd.path)
     for rule, patterns in result.rules_unmatched.items():
         # loud whatever --quiet says: a rule that matches nothing passes every host silently
@@ -278,9 +283,45 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
         merge(run.rd, list(run.plan.hosts))
         report(run, opts)
         return finish(run, opts, start, run.select(opts.limit), gate_passed=False), run
-    confirmations = confirm(run, opts) if opts.confirm else None
-    gate = report(run, opts, confirmations)
+    gate = verdict(run, opts)
     return finish(run, opts, start, run.select(opts.limit), gate_passed=gate == 0), run
+
+
+def confirm_mode(run: RunInputs, opts: Options) -> str | None:
+    """``explicit`` (--confirm: every failing host), ``auto`` (the default: the hosts failed on fleet
+    statistics alone, bounded; gates.confirm), or None (--no-confirm, gates.confirm.auto: false)."""
+    if opts.confirm:
+        return "explicit"
+    return "auto" if opts.auto_confirm and run.config.gates.confirm.auto else None
+
+
+def verdict(run: RunInputs, opts: Options) -> int:
+    """validate's report: the analysis, confirmed before it condemns (:func:`confirm`); the gate's exit
+    code. Without a host to confirm, the first analysis is the report (no second one)."""
+    mode = confirm_mode(run, opts)
+    if mode is None:
+        return report(run, opts)
+    first = analyse_run(run, opts)
+    done = confirm(run, opts, first, mode)
+    if done is None:
+        return report(run, opts, result=first)
+    results, doc = done
+    final = analyse_run(run, opts, results) if results else first
+    beyond = set((doc.get("selection") or {}).get("not_confirmed") or [])
+    if beyond:  # over the bound: the first verdict stands, and the report says it was not confirmed
+        final.hosts = [
+            dataclasses.replace(h, reason=_joined(h.reason, NOT_CONFIRMED)) if h.name in beyond else h
+            for h in final.hosts
+        ]
+    final.confirmation = doc
+    return report(run, opts, result=final)
+
+
+NOT_CONFIRMED = "not confirmed (over validate's bound on the hosts it re-runs; --confirm re-runs them all)"
+
+
+def _joined(reason: str, note: str) -> str:
+    return f"{reason}; {note}" if reason else note
 
 
 def say(opts: Options, message: str) -> None:
@@ -299,22 +340,61 @@ def sub_stages(sub: RunInputs, opts: Options) -> None:
         collect_stage(sub, ex, hosts)
 
 
-def confirm(run: RunInputs, opts: Options) -> dict | None:
-    """validate --confirm: the benchmarks the failing hosts were flagged on run again, on them and on a
-    few passing control hosts, as a sub-run in ``<run>/confirm/``; each host's findings judged
-    reproduced or not (:mod:`sb_fleet.history.confirm`), written to ``confirm.json``."""
+def confirm(
+    run: RunInputs, opts: Options, first: ReportResult, mode: str = "explicit"
+) -> tuple[dict, dict] | None:
+    """Confirm before condemning: the benchmarks the chosen hosts were flagged on run again, on them and
+    on a few passing control hosts, as a sub-run in ``<run>/confirm/``; each host's findings judged
+    reproduced or not (:mod:`sb_fleet.history.confirm`), written to ``confirm.json``. ``explicit``
+    (--confirm): every failing host; ``auto``: those failed on fleet statistics alone, worst first, at
+    most gates.confirm's bound. (host -> Confirmation, confirm.json's document), or None when there is
+    nothing to confirm."""
+    import time
+
     import yaml
 
     from sb_fleet.analysis.fleet_results import load_fleet
     from sb_fleet.history import confirm as cf
     from sb_fleet.safe_files import atomic_write_text
 
-    # with a history store, its findings are confirmed too (the final report records the run again)
-    first = analyse_run(run, opts)
-    plan = cf.plan_confirmation(first.hosts)
-    cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), plan.all_benchmarks)
-    if not plan.benchmarks or cfg is None or len(run.inventory.sources) != 1:
+    t0 = time.monotonic()
+    selection = None
+    if mode == "auto":
+        g = run.config.gates.confirm
+        limit = cf.confirm_limit(len(first.hosts), g.max_percent, g.min_hosts, g.max_hosts)
+        selection = cf.select_for_confirmation(first.hosts, limit)
+        if not selection.chosen and not selection.beyond:
+            return None
+        plan = cf.plan_confirmation(first.hosts, only=selection.chosen)
+    else:
+        plan = cf.plan_confirmation(first.hosts)
+    if not plan.benchmarks and selection is None:
         return None
+    cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), plan.all_benchmarks)
+    why_not = (
+        "nothing to re-run"
+        if not plan.benchmarks
+        else "the flagged benchmarks are not in the run's config"
+        if cfg is None
+        else "the run's inventory is not one file"
+        if len(run.inventory.sources) != 1
+        else None
+    )
+    if why_not is not None:
+        if selection is None:
+            return None
+        doc = cf.confirmation_json(plan, {}, "", mode, time.monotonic() - t0, selection)
+        doc["not_run"] = why_not
+        selection = dataclasses.replace(selection, beyond=(*selection.chosen, *selection.beyond))
+        doc["selection"] = selection.to_json()
+        say(opts, f"confirmation: not run ({why_not}); {len(selection.beyond)} host(s) keep their verdict")
+        return {}, doc
+    say(
+        opts,
+        f"confirmation: re-running {', '.join(plan.all_benchmarks)} on {len(plan.benchmarks)} flagged "
+        f"host(s) and {len(plan.controls)} control host(s) before the verdict"
+        + (" (--no-confirm skips this)" if mode == "auto" else ""),
+    )
     cfg_path = run.rd.path / "confirm-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
     sub = create_run(run.rd.path / "confirm", cfg_path, Path(run.inventory.sources[0]), ",".join(plan.hosts))
@@ -327,9 +407,23 @@ def confirm(run: RunInputs, opts: Options) -> dict | None:
         {h: rerun[h] for h in plan.benchmarks if h in rerun},
         {c: firsts.get(c, {}) for c in plan.controls},
         {c: rerun[c] for c in plan.controls if c in rerun},
+        firsts=firsts,
+        direction=before.directions.of,
     )
-    run.rd.write_json("confirm.json", cf.confirmation_json(plan, result, sub.rd.path))
-    return result
+    seconds = time.monotonic() - t0
+    doc = cf.confirmation_json(plan, result, sub.rd.path, mode, seconds, selection)
+    run.rd.write_json("confirm.json", doc)
+    flaky = sum(1 for c in result.values() if c.result == cf.FLAKY)
+    beyond = (
+        f"; {len(selection.beyond)} host(s) over the bound not confirmed"
+        if selection and selection.beyond
+        else ""
+    )
+    say(
+        opts,
+        f"confirmation took {seconds:.1f} s: {len(result) - flaky} host(s) reproduced, {flaky} flaky{beyond}",
+    )
+    return result, doc
 
 
 def cleanup(opts: Options, images: bool, workspaces: bool, cache: bool = False) -> tuple[int, str]:

@@ -9,12 +9,20 @@
    and the practical margin; a failed benchmark reproduces when it fails again or reports nothing.
    A host none of whose findings reproduce is ``flaky``, not failed; one whose re-run says nothing
    (unreachable, no results) stays ``confirmed``: a host is never cleared without evidence.
+   A combined finding (``majority-combined``, ``fleet-combined``, ``sibling-combined``: the metrics
+   of one benchmark on one GPU or host together) is seen again as the mean of those metrics.
+
+What plain ``validate`` confirms (the default; ``--confirm`` re-runs every failing host):
+:func:`select_for_confirmation` picks the hosts that fail on the fleet's statistics alone
+(:data:`INFERRED_CHECKS`; no rule, baseline, limit, SKU, history, return code or missing result says
+so), worst first by their findings' noise sigmas, at most :func:`confirm_limit` of them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,6 +32,13 @@ CONFIRMED, FLAKY = "confirmed", "flaky"
 DEFAULT_CONTROLS = 3
 # Checks whose findings are measurements a re-run can repeat (not "missing-host" or "outcome").
 _NOT_REPEATABLE = {"missing-host", "outcome"}
+# The checks that infer a fault from the fleet's own statistics: a host failed by these alone is what
+# plain validate confirms before it condemns (every other check names an explicit reason).
+INFERRED_CHECKS = frozenset(
+    {"fleet", "sibling", "fleet-combined", "sibling-combined", "majority", "majority-combined"}
+)
+DEFAULT_MAX_PERCENT = 5.0
+DEFAULT_MIN_HOSTS = 2
 
 
 class FindingLike(Protocol):
@@ -75,15 +90,18 @@ class ConfirmPlan:
 
 
 def plan_confirmation(
-    hosts: Sequence[HostLike], controls: int = DEFAULT_CONTROLS, verdicts: Sequence[str] = ("fail",)
+    hosts: Sequence[HostLike],
+    controls: int = DEFAULT_CONTROLS,
+    verdicts: Sequence[str] = ("fail",),
+    only: Collection[str] | None = None,
 ) -> ConfirmPlan:
-    """The re-runs: each flagged host's benchmarks, and ``controls`` passing hosts per GPU model of the
-    flagged ones, spread evenly over the sorted passing hosts (deterministic: the same run gives the
-    same plan)."""
+    """The re-runs: each flagged host's benchmarks (of the hosts in ``only`` when given), and
+    ``controls`` passing hosts per GPU model of the flagged ones, spread evenly over the sorted passing
+    hosts (deterministic: the same run gives the same plan)."""
     todo: dict[str, list[str]] = {}
     models: set[str | None] = set()
     for h in hosts:
-        if h.verdict not in verdicts:
+        if h.verdict not in verdicts or (only is not None and h.name not in only):
             continue
         benches = sorted(
             {benchmark_of(i.metric) for i in h.issues if i.metric and i.check not in _NOT_REPEATABLE}
@@ -103,6 +121,62 @@ def plan_confirmation(
     return ConfirmPlan(benchmarks=todo, controls=chosen)
 
 
+def on_statistics_alone(h: HostLike) -> bool:
+    """A failing host every finding of which comes from the fleet's statistics (:data:`INFERRED_CHECKS`):
+    no rule, baseline, limit, SKU reference, history, return code, missing result or outcome says so."""
+    return h.verdict == "fail" and bool(h.issues) and all(i.check in INFERRED_CHECKS for i in h.issues)
+
+
+def confirm_limit(
+    n_hosts: int,
+    max_percent: float = DEFAULT_MAX_PERCENT,
+    min_hosts: int = DEFAULT_MIN_HOSTS,
+    max_hosts: int | None = None,
+) -> int:
+    """How many hosts plain validate re-runs at most: max(min_hosts, max_percent of the hosts, rounded
+    down), and never more than ``max_hosts`` when given."""
+    limit = max(min_hosts, math.floor(n_hosts * max_percent / 100 + 1e-9))
+    return limit if max_hosts is None else min(limit, max_hosts)
+
+
+def _worst_first(h: HostLike) -> tuple[float, float, str]:
+    sigmas = [getattr(i, "sigmas", None) for i in h.issues]
+    devs = [i.deviation for i in h.issues]
+    s = max((float(x) for x in sigmas if x is not None and math.isfinite(x)), default=0.0)
+    d = max((abs(float(x)) for x in devs if x is not None and math.isfinite(x)), default=0.0)
+    return (-s, -d, h.name)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The hosts plain validate confirms (worst first), those over the bound, and the failing hosts
+    left alone because an explicit check says they fail."""
+
+    chosen: tuple[str, ...]
+    beyond: tuple[str, ...]
+    explicit: tuple[str, ...]
+    limit: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chosen": list(self.chosen),
+            "not_confirmed": list(self.beyond),
+            "explicit": list(self.explicit),
+            "limit": self.limit,
+        }
+
+
+def select_for_confirmation(hosts: Sequence[HostLike], limit: int) -> Selection:
+    """The failing hosts on the fleet's statistics alone, worst first (the largest noise sigmas of their
+    findings, then the largest deviation, then the name): the first ``limit`` are re-run, the rest keep
+    their first verdict."""
+    alone = sorted((h for h in hosts if on_statistics_alone(h)), key=_worst_first)
+    names = tuple(h.name for h in alone)
+    explicit = tuple(sorted(h.name for h in hosts if h.verdict == "fail" and h.name not in set(names)))
+    k = max(0, limit)
+    return Selection(chosen=names[:k], beyond=names[k:], explicit=explicit, limit=k)
+
+
 @dataclass(frozen=True)
 class Replay:
     """One finding seen again: did it reproduce?"""
@@ -113,6 +187,9 @@ class Replay:
     again: float | None  # the re-run's deviation against the control-scaled reference (or value)
     reproduced: bool
     why: str
+    first_value: float | None = None  # the measured values of both runs (None for a combined finding)
+    again_value: float | None = None
+    reference: float | None = None  # what the re-run was judged against (the control-scaled reference)
 
 
 @dataclass(frozen=True)
@@ -155,15 +232,26 @@ def judge_confirmation(
     controls_first: Mapping[str, Mapping[str, float]],
     controls_rerun: Mapping[str, Mapping[str, float]],
     min_deviation: float = 0.02,
+    firsts: Mapping[str, Mapping[str, float]] | None = None,
+    direction: Callable[[str], int] | None = None,
 ) -> dict[str, Confirmation]:
     """Each flagged host: ``confirmed`` when any finding reproduced (or the re-run has nothing to say),
-    ``flaky`` when every repeatable finding was measured again and none reproduced."""
+    ``flaky`` when every repeatable finding was measured again and none reproduced. ``firsts`` (every
+    host's first-run values) and ``direction`` (1: higher is better, -1: lower) let a combined finding
+    be seen again; without them it counts as reproduced (never cleared without evidence)."""
     out: dict[str, Confirmation] = {}
     for host, issues in findings.items():
         values = rerun.get(host)
         replays: list[Replay] = []
         for i in issues:
             if not i.metric or i.check in _NOT_REPEATABLE:
+                continue
+            if i.check.endswith("-combined") and firsts is not None and direction is not None:
+                replays.append(
+                    _combined_replay(
+                        i, host, values, firsts, controls_first, controls_rerun, direction, min_deviation
+                    )
+                )
                 continue
             replays.append(_replay(i, values, controls_first, controls_rerun, min_deviation))
         if not replays:
@@ -181,16 +269,17 @@ def _replay(
     min_deviation: float,
 ) -> Replay:
     if values is None:
-        return Replay(i.metric, i.check, i.deviation, None, True, "no results in the re-run")
+        return Replay(i.metric, i.check, i.deviation, None, True, "no results in the re-run", i.value)
     v = values.get(i.metric)
     name = parse_metric(i.metric)
     if name.is_return_code:
         ok = v is not None and v == 0
-        return Replay(i.metric, i.check, i.value, v, not ok, "passed this time" if ok else "failed again")
+        why = "passed this time" if ok else "failed again"
+        return Replay(i.metric, i.check, i.value, v, not ok, why, i.value, v)
     if v is None or not math.isfinite(v):
-        return Replay(i.metric, i.check, i.deviation, None, True, "not reported again")
+        return Replay(i.metric, i.check, i.deviation, None, True, "not reported again", i.value)
     if i.reference is None or i.deviation is None or i.reference == 0 or not math.isfinite(i.reference):
-        return Replay(i.metric, i.check, i.deviation, None, True, "no reference to compare with")
+        return Replay(i.metric, i.check, i.deviation, None, True, "no reference to compare with", i.value, v)
     ref = i.reference * control_ratio(i.metric, controls_first, controls_rerun)
     again = (v - ref) / abs(ref)
     need = max(min_deviation, abs(i.deviation) / 2)
@@ -199,7 +288,62 @@ def _replay(
     why = f"{i.deviation:+.1%} then {again:+.1%}" + (
         "" if reproduced else f" (needed {math.copysign(need, i.deviation):+.1%})"
     )
-    return Replay(i.metric, i.check, i.deviation, again, reproduced, why)
+    return Replay(i.metric, i.check, i.deviation, again, reproduced, why, i.value, v, ref)
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    ok = [x for x in xs if math.isfinite(x)]
+    return statistics.median(ok) if ok else None
+
+
+def _combined_replay(
+    i: FindingLike,
+    host: str,
+    values: Mapping[str, float] | None,
+    firsts: Mapping[str, Mapping[str, float]],
+    controls_first: Mapping[str, Mapping[str, float]],
+    controls_rerun: Mapping[str, Mapping[str, float]],
+    direction: Callable[[str], int],
+    min_deviation: float,
+) -> Replay:
+    """A combined finding (``<benchmark>/*`` or ``<benchmark>/*:<unit>``) seen again: the mean badness of
+    that benchmark's metrics on that unit, against the median of the other hosts' first values (scaled
+    by the controls) or, for ``sibling-combined``, of the host's own other units in the same run."""
+    if values is None:
+        return Replay(i.metric, i.check, i.deviation, None, True, "no results in the re-run")
+    group, _, rest = i.metric.partition("/*")
+    unit = rest[1:] if rest.startswith(":") else ""
+    mine = firsts.get(host, {})
+    sibling = i.check.startswith("sibling")
+    first_bad: list[float] = []
+    again_bad: list[float] = []
+    for m, v1 in mine.items():
+        pm = parse_metric(m)
+        d = direction(m)
+        if pm.group != group or pm.unit != unit or d == 0 or pm.is_return_code:
+            continue
+        v2 = values.get(m)
+        if v2 is None or not math.isfinite(v2):
+            continue
+        if sibling:
+            r1 = _median([x for k, x in mine.items() if parse_metric(k).family == pm.family])
+            r2 = _median([x for k, x in values.items() if parse_metric(k).family == pm.family])
+        else:
+            r1 = _median([vals[m] for h, vals in firsts.items() if h != host and m in vals])
+            r2 = None if r1 is None else r1 * control_ratio(m, controls_first, controls_rerun)
+        if not r1 or not r2:
+            continue
+        first_bad.append(-d * (v1 - r1) / abs(r1))
+        again_bad.append(-d * (v2 - r2) / abs(r2))
+    if not again_bad:
+        return Replay(i.metric, i.check, i.deviation, None, True, "not reported again")
+    b1, b2 = statistics.fmean(first_bad), statistics.fmean(again_bad)
+    need = max(min_deviation, b1 / 2)
+    reproduced = b2 >= need
+    why = f"{-b1:+.1%} then {-b2:+.1%} on average over {len(again_bad)} metric(s)" + (
+        "" if reproduced else f" (needed {-need:+.1%})"
+    )
+    return Replay(i.metric, i.check, -b1, -b2, reproduced, why)
 
 
 def rerun_values(hosts: Sequence[str], columns: Sequence[str], values: Any) -> dict[str, dict[str, float]]:
@@ -214,16 +358,21 @@ def rerun_values(hosts: Sequence[str], columns: Sequence[str], values: Any) -> d
 __all__ = [
     "CONFIRMED",
     "FLAKY",
+    "INFERRED_CHECKS",
     "ConfirmPlan",
     "Confirmation",
     "Replay",
+    "Selection",
     "benchmark_of",
     "confirm_config",
+    "confirm_limit",
     "confirmation_json",
     "control_ratio",
     "judge_confirmation",
+    "on_statistics_alone",
     "plan_confirmation",
     "rerun_values",
+    "select_for_confirmation",
 ]
 
 
@@ -239,10 +388,22 @@ def confirm_config(config: Mapping[str, Any], benchmarks: Sequence[str]) -> dict
     return {**config, "superbench": sb}
 
 
-def confirmation_json(plan: ConfirmPlan, result: Mapping[str, Confirmation], sub_run: Any) -> dict[str, Any]:
-    """confirm.json: the plan, the sub-run and every host's replays."""
+def confirmation_json(
+    plan: ConfirmPlan,
+    result: Mapping[str, Confirmation],
+    sub_run: Any,
+    mode: str = "explicit",
+    seconds: float | None = None,
+    selection: Selection | None = None,
+) -> dict[str, Any]:
+    """confirm.json (and report.json's ``confirmation``): how it was chosen (``mode``: ``auto``, plain
+    validate; ``explicit``, --confirm), the plan, the sub-run, how long it took and every host's replays
+    with both runs' values."""
     return {
         "schema_version": 1,
+        "mode": mode,
+        "seconds": None if seconds is None else round(seconds, 3),
+        **({"selection": selection.to_json()} if selection is not None else {}),
         "plan": plan.to_json(),
         "run_dir": str(sub_run),
         "hosts": {
@@ -255,6 +416,9 @@ def confirmation_json(plan: ConfirmPlan, result: Mapping[str, Confirmation], sub
                         "check": r.check,
                         "first": r.first,
                         "again": r.again,
+                        "first_value": _finite(r.first_value),
+                        "again_value": _finite(r.again_value),
+                        "reference": _finite(r.reference),
                         "reproduced": r.reproduced,
                         "why": r.why,
                     }
@@ -264,3 +428,7 @@ def confirmation_json(plan: ConfirmPlan, result: Mapping[str, Confirmation], sub
             for h, c in result.items()
         },
     }
+
+
+def _finite(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)

@@ -1,10 +1,12 @@
 """validate --confirm on a real loopback fleet: a finding that does not reproduce makes its host
 ``flaky`` (not failed), one that does stays failed, and a healthy fleet validated twice back to back
-gets the same verdicts.
+gets the same verdicts. Plain validate (no --confirm) does the same for a host flagged on the fleet's
+statistics alone (majority agreement): it is re-run before the verdict, cleared when the re-run is
+fine, failed when its fault persists.
 
 The fault is real and transient: host X's benchmark process is stopped (SIGSTOP) for a few seconds
-while it measures, so its step takes longer than the gate's ceiling, once (or, for the persistent
-case, in every run). The benchmark is ``noop`` (a timed sleep, no torch)."""
+while it measures, so its step takes longer than the gate's ceiling (or than the other hosts'), once
+(or, for the persistent case, in every run). The benchmark is ``noop`` (a timed sleep, no torch)."""
 
 from __future__ import annotations
 
@@ -50,6 +52,9 @@ gates:
       max: {CEILING_MS}
 """
 
+# No limit: only the fleet's statistics (majority agreement of 4 hosts) can flag the stalled host.
+STATS_CONFIG = CONFIG.split("gates:")[0] + "gates:\n  fleet: {enabled: true}\n"
+
 
 @pytest.fixture(scope="module")
 def cfleet():
@@ -94,9 +99,14 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _validate(fleet, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:  # noqa: ANN001
+def _validate(
+    fleet,  # noqa: ANN001
+    tmp_path: Path,
+    *extra: str,
+    config: str = CONFIG,
+) -> tuple[subprocess.CompletedProcess, Path]:
     run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
-    cfg = fleet.config(CONFIG, "confirm.yaml")
+    cfg = fleet.config(config, "confirm.yaml" if config is CONFIG else "confirm-stats.yaml")
     r = subprocess.run(
         [
             SB_FLEET,
@@ -183,3 +193,56 @@ def test_validate_with_a_corrupt_history_fails_before_touching_a_host(cfleet, tm
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and str(bad) in lines[0] and "Traceback" not in r.stderr
     assert not (run_dir / "outcomes").exists() or not any((run_dir / "outcomes").iterdir())  # no stage ran
+
+
+def _stalled_validate(fleet, tmp_path: Path, victim: str, times: int):  # noqa: ANN001, ANN202
+    """Plain validate (no --confirm) of the statistics-only config, ``victim`` stalled ``times`` times."""
+    staller = Staller(fleet, victim, times=times)
+    staller.start()
+    try:
+        r, run_dir = _validate(fleet, tmp_path, config=STATS_CONFIG)
+    finally:
+        staller.done.set()
+        staller.join(timeout=30)
+    assert staller.stalled == times
+    doc = json.loads((run_dir / "report.json").read_text())
+    host = next(h for h in doc["hosts"] if h["name"] == victim)
+    checks = {i["check"] for i in host["issues"]}
+    assert "majority" in checks and checks <= {"majority", "majority-combined", "fleet"}, host
+    conf = doc["confirmation"]
+    assert conf["mode"] == "auto" and conf["selection"]["chosen"] == [victim], conf
+    assert conf["plan"]["benchmarks"] == {victim: ["noop:a"]}
+    assert sorted(conf["plan"]["controls"]) == sorted(h.name for h in fleet.hosts if h.name != victim)
+    assert conf == json.loads((run_dir / "confirm.json").read_text())
+    rep = conf["hosts"][victim]["replays"][0]
+    # both measurements: the stalled step (3 s + 5 s stopped) and the re-run's
+    assert rep["metric"] == "noop:a/step_time" and rep["first_value"] > SLEEP_S * 1e3 + 3000, rep
+    assert isinstance(rep["again_value"], float) and rep["again_value"] >= SLEEP_S * 1e3
+    assert 0 < conf["seconds"] < 300
+    # the console (report.md on stdout) says what it cost
+    assert f"re-run with 3 control host(s) in {conf['seconds']:.1f} s" in r.stdout, r.stdout
+    assert "Confirmation before the verdict" in (run_dir / "report.md").read_text()
+    return r, doc, host, rep
+
+
+def test_plain_validate_confirms_a_majority_finding_and_clears_it_when_the_rerun_is_fine(
+    cfleet, tmp_path: Path
+) -> None:
+    victim = cfleet.hosts[3].name
+    r, doc, host, rep = _stalled_validate(cfleet, tmp_path, victim, times=1)
+    assert doc["confirmation"]["hosts"][victim]["result"] == "flaky"
+    assert not rep["reproduced"] and rep["again_value"] < SLEEP_S * 1e3 + 1000, rep
+    assert host["verdict"] == "flaky" and "did not reproduce" in host["reason"]
+    assert doc["gate"]["passed"] is True and doc["summary"]["flaky"] == 1
+    assert all(h["verdict"] == "pass" for h in doc["hosts"] if h["name"] != victim)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_plain_validate_keeps_failing_a_majority_finding_that_persists(cfleet, tmp_path: Path) -> None:
+    victim = cfleet.hosts[0].name
+    r, doc, host, rep = _stalled_validate(cfleet, tmp_path, victim, times=2)  # first run and re-run
+    assert doc["confirmation"]["hosts"][victim]["result"] == "confirmed"
+    assert rep["reproduced"] and rep["again_value"] > SLEEP_S * 1e3 + 3000, rep
+    assert host["verdict"] == "fail" and "reproduced in the confirmation run" in host["reason"]
+    assert doc["gate"]["passed"] is False
+    assert r.returncode == 1, r.stdout + r.stderr

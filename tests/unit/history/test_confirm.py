@@ -124,3 +124,134 @@ def test_confirm_config_narrows_the_run_to_the_findings_benchmarks() -> None:
         and cfg["superbench"]["enable"] is None
     )
     assert confirm_config(cfg, ["other"]) is None
+
+
+# --- plain validate: confirm the hosts failed on fleet statistics alone, bounded -------------------------
+
+
+def _host(name: str, *issues: Issue, model: str = "A100"):  # noqa: ANN202
+    return judge(name, True, list(issues), "ok", gpu_model=model)
+
+
+def _stat(metric: str, dev: float, sigmas: float, check: str = "majority") -> Issue:
+    return Issue(metric, 100.0 * (1 + dev), 100.0, dev, check, "GEMM", sigmas=sigmas)
+
+
+def test_the_bound_is_max_of_two_and_five_percent_and_a_ceiling() -> None:
+    from sb_fleet.history.confirm import confirm_limit
+
+    assert [confirm_limit(n) for n in (1, 4, 39, 40, 59, 60, 1000)] == [2, 2, 2, 2, 2, 3, 50]
+    assert confirm_limit(1000, max_hosts=10) == 10
+    assert confirm_limit(4, min_hosts=0) == 0 and confirm_limit(100, max_percent=20, min_hosts=1) == 20
+
+
+def test_only_hosts_failed_on_statistics_alone_are_chosen_worst_first_within_the_bound() -> None:
+    from sb_fleet.history.confirm import on_statistics_alone, select_for_confirmation
+
+    hosts = [_host(f"ok{i}") for i in range(6)]
+    hosts += [
+        _host("maj-mild", _stat(GEMM, -0.10, 6.0)),
+        _host("maj-worst", _stat(GEMM, -0.40, 30.0), _stat(NCCL, -0.1, 7.0, "fleet")),
+        _host("comb", Issue("gemm-flops/*:3", None, None, -0.2, "majority-combined", "GEMM", sigmas=12.0)),
+        _host("sib", _stat(GEMM, -0.3, 9.0, "sibling"), _stat(GEMM, -0.2, 8.0, "sibling-combined")),
+        # an explicit reason beside a statistical one: never re-run by the default
+        _host("limit", _stat(GEMM, -0.5, 50.0), Issue(GEMM, 50.0, 80.0, -0.375, "floor", "GEMM")),
+        _host("rule", Issue(GEMM, 50.0, None, None, "rule:gemm", "GEMM")),
+        _host("base", Issue(GEMM, 50.0, 100.0, -0.5, "baseline", "GEMM")),
+        _host("hist", _stat(GEMM, -0.3, 40.0), Issue(GEMM, 70.0, 100.0, -0.3, "history", "GEMM")),
+        _host("rc", _stat(GEMM, -0.3, 40.0), Issue(RC, 1.0, None, None, "return_code", "RC", INCOMPLETE)),
+        _host("sku", Issue(GEMM, 50.0, 100.0, -0.5, "sku", "GEMM")),
+        judge("gone", False, [], "unreachable", gpu_model="A100"),  # missing: no result to re-run
+    ]
+    alone = sorted(h.name for h in hosts if on_statistics_alone(h))
+    assert alone == ["comb", "maj-mild", "maj-worst", "sib"]
+    sel = select_for_confirmation(hosts, 2)
+    assert sel.chosen == ("maj-worst", "comb") and sel.beyond == ("sib", "maj-mild")
+    assert sel.explicit == ("base", "hist", "limit", "rc", "rule", "sku")
+    assert sel.to_json()["not_confirmed"] == ["sib", "maj-mild"] and sel.to_json()["limit"] == 2
+    everyone = select_for_confirmation(hosts, 10)
+    assert everyone.chosen == ("maj-worst", "comb", "sib", "maj-mild") and not everyone.beyond
+    plan = plan_confirmation(hosts, controls=2, only=sel.chosen)
+    assert plan.benchmarks == {"maj-worst": ["gemm-flops", "nccl-bw"], "comb": ["gemm-flops"]}
+    assert len(plan.controls) == 2 and all(c.startswith("ok") for c in plan.controls)
+    assert select_for_confirmation([h for h in hosts if h.verdict == "pass"], 2).chosen == ()
+
+
+def test_a_combined_finding_is_seen_again_as_the_mean_of_its_metrics() -> None:
+    cols = [f"gemm-flops/{p}_flops:3" for p in ("fp16_tc", "bf16_tc", "fp32")]
+    firsts = {f"n{i}": dict.fromkeys(cols, 100.0) for i in range(4)}
+    firsts["bad"] = dict.fromkeys(cols, 80.0)  # -20% on every measurement of GPU 3
+    finding = Issue("gemm-flops/*:3", None, None, -0.2, "majority-combined", "GEMM", sigmas=10.0)
+
+    def up(_m: str) -> int:
+        return 1
+
+    controls = {"n0": firsts["n0"], "n1": firsts["n1"]}
+    healed = judge_confirmation(
+        {"bad": [finding]},
+        {"bad": dict.fromkeys(cols, 99.0)},
+        controls,
+        controls,
+        firsts=firsts,
+        direction=up,
+    )
+    still = judge_confirmation(
+        {"bad": [finding]},
+        {"bad": dict.fromkeys(cols, 81.0)},
+        controls,
+        controls,
+        firsts=firsts,
+        direction=up,
+    )
+    assert healed["bad"].result == FLAKY and still["bad"].result == CONFIRMED
+    r = still["bad"].replays[0]
+    assert abs(r.first + 0.2) < 1e-9 and abs(r.again + 0.19) < 1e-9 and "3 metric(s)" in r.why
+    # without the first run's values a combined finding is never cleared
+    blind = judge_confirmation({"bad": [finding]}, {"bad": dict.fromkeys(cols, 99.0)}, {}, {})
+    assert blind["bad"].result == CONFIRMED
+
+
+def test_replays_carry_both_measurements_into_confirm_json() -> None:
+    from sb_fleet.history.confirm import ConfirmPlan, confirmation_json, select_for_confirmation
+
+    got = judge_confirmation({"a": [_slow(GEMM, 90.0, 100.0)]}, {"a": {GEMM: 99.5}}, {}, {})
+    sel = select_for_confirmation([_host("a", _stat(GEMM, -0.1, 6.0))], 2)
+    doc = confirmation_json(
+        ConfirmPlan({"a": ["gemm-flops"]}, ["c"]), got, "/r/confirm", "auto", 12.3456, sel
+    )
+    rep = doc["hosts"]["a"]["replays"][0]
+    assert (rep["first_value"], rep["again_value"], rep["reference"]) == (90.0, 99.5, 100.0)
+    assert doc["mode"] == "auto" and doc["seconds"] == 12.346 and doc["selection"]["chosen"] == ["a"]
+
+
+def test_the_report_shows_both_measurements_and_the_time_it_took() -> None:
+    from sb_fleet.report.writers.report_markdown import confirmation_line, confirmation_section
+
+    doc = {
+        "mode": "auto",
+        "seconds": 21.4,
+        "selection": {"chosen": ["a"], "not_confirmed": ["b"], "explicit": ["c"], "limit": 1},
+        "plan": {"benchmarks": {"a": ["noop"]}, "controls": ["d", "e"]},
+        "hosts": {
+            "a": {
+                "result": "flaky",
+                "replays": [
+                    {
+                        "metric": "noop/step_time",
+                        "check": "majority",
+                        "first": 1.5,
+                        "again": 0.01,
+                        "first_value": 7500.0,
+                        "again_value": 3030.0,
+                        "reproduced": False,
+                        "why": "+150.0% then +1.0% (needed +75.0%)",
+                    }
+                ],
+            }
+        },
+    }
+    line = confirmation_line(doc)
+    assert "1 host(s) re-run with 2 control host(s) in 21.4 s" in line and "1 not confirmed" in line
+    md = "\n".join(confirmation_section(doc))
+    assert "| a | flaky | `noop/step_time` | majority | 7500 | +150.0% | 3030 | +1.0% | no |" in md
+    assert "Not confirmed (over the bound of 1 host(s)" in md and "b" in md and "Not re-run" in md
