@@ -74,6 +74,9 @@ class Detection:
     issues: dict[int, list[Issue]]
     families: list[FamilyStats] = field(default_factory=list)
     flagged_cells: set[tuple[int, int]] = field(default_factory=set)  # (host row, column)
+    # Cells whose own measured noise raised the fleet check's limit past too_noisy_factor times the
+    # fleet's: column -> [(row, own noise, the limit it was judged with, too_noisy_factor x the fleet's)]
+    noisy_cells: dict[int, list[tuple[int, float, float, float]]] = field(default_factory=dict)
 
 
 def category_of(metric: str) -> str:
@@ -149,7 +152,11 @@ def detect(
     values: np.ndarray,
     directions: Directions,
     settings: DetectionSettings | None = None,
+    noise: np.ndarray | None = None,
 ) -> Detection:
+    """``noise``: each value's own measured noise (NaN where unknown): a value is judged against the
+    larger of the fleet's limit and ``threshold`` times its own noise (a host whose own samples
+    scatter is not condemned on a deviation inside its scatter; it is said too noisy instead)."""
     settings = settings or DetectionSettings()
     n_hosts = values.shape[0]
     out = Detection(issues={})
@@ -180,7 +187,15 @@ def detect(
             sigma = _spread(signed, direction, 2 * settings.min_deviation)
             bad = _badness(signed, direction)
             limit = max(settings.threshold * sigma, settings.min_deviation)
-            hit = bad > limit
+            own = np.nan_to_num(noise[:, cols], nan=0.0) if noise is not None else np.zeros(block.shape)
+            cell_limit = np.maximum(limit, settings.threshold * own)
+            hit = bad > cell_limit
+            for r, u in zip(
+                *np.nonzero(~hit & (cell_limit > settings.too_noisy_factor * limit)), strict=True
+            ):
+                out.noisy_cells.setdefault(cols[u], []).append(
+                    (int(r), float(own[r, u]), float(cell_limit[r, u]), settings.too_noisy_factor * limit)
+                )
             for r, u in zip(*np.nonzero(hit), strict=True):
                 c = cols[u]
                 v = float(block[r, u])
@@ -194,10 +209,10 @@ def detect(
                         check="fleet",
                         category=category_of(columns[c]),
                         severity=FAIL,
-                        sigmas=float(bad[r, u] / sigma),
+                        sigmas=float(bad[r, u] / max(sigma, own[r, u])),
                         detail=(
                             f"{signed[r, u] * 100:+.1f}% from the fleet median {center:.4g} "
-                            f"(limit {limit * 100:.1f}%, {bad[r, u] / sigma:.1f} robust sigmas)"
+                            f"(limit {cell_limit[r, u] * 100:.1f}%, {bad[r, u] / sigma:.1f} robust sigmas)"
                         ),
                     ),
                 )
@@ -219,7 +234,7 @@ def detect(
                 if np.isfinite(sib_sigma):
                     sbad = _badness(rel, direction)
                     sib_limit = max(settings.threshold * sib_sigma, settings.sibling_min_deviation)
-                    shit = sbad > sib_limit
+                    shit = sbad > np.maximum(sib_limit, settings.threshold * own)
                     for r, u in zip(*np.nonzero(shit), strict=True):
                         c = cols[u]
                         add_issue(

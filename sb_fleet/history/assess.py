@@ -62,6 +62,9 @@ class Assessment:
     seen: np.ndarray | None = None  # [cells, window runs]: the healthy values the references came from
     seconds: float = 0.0  # the store's queries and the regression arithmetic
     prepare_seconds: float = 0.0  # reading the facts and keying every value by component
+    # Each cell's night-to-night variation (relative robust sigma of its healthy past values, where it
+    # has at least min_runs of them; NaN elsewhere): a noise the fleet analysis judges with (issue 35)
+    own_noise: np.ndarray | None = None
 
 
 def assess(
@@ -95,6 +98,9 @@ def assess(
         path, settings, meta, cmap, window, prepare_seconds=prepared - t0, cells=cells, laps=lap.laps
     )
     a.keys, a.seen = keys, seen
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = robust_sigma(q25, q75) / np.abs(q50)
+    a.own_noise = np.where((count >= settings.min_runs) & np.isfinite(rel), rel, np.nan)
     if not window:
         a.warnings.append(f"history: {path} has no earlier run; this run starts its history")
         a.seconds = time.perf_counter() - prepared

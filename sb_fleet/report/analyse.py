@@ -102,6 +102,23 @@ def report(
     _merge(issues, sw_issues)
     warnings.extend(sw_warnings)
     gpu_models = [by_name[h].gpu_model if h in by_name else None for h in fleet.hosts]
+    hist = None
+    if history is not None:  # each component's own past: its night-to-night noise, and regressions
+        from sb_fleet.history.assess import assess
+
+        hist = assess(
+            history,
+            source,
+            fleet.run_dir,
+            fleet.hosts,
+            fleet.columns,
+            fleet.values,
+            fleet.directions,
+            gates.history.settings(),
+        )
+    noise = fleet.noise  # the run's own measured noise, and with --history each cell's night-to-night
+    if hist is not None and hist.own_noise is not None and hist.own_noise.shape == fleet.values.shape:
+        noise = hist.own_noise if noise is None else np.fmax(noise, hist.own_noise)
     detection = Detection(issues={})
     splits: list[PopulationSplit] = []
     disagreements: list[Disagreement] = []
@@ -133,16 +150,17 @@ def report(
                 label,
                 pop.min_gap,
                 pop.min_share,
-                noise=fleet.noise,
+                noise=noise,
                 min_hosts=settings.min_hosts,
             )
             splits += found
             partitions.update({plabel: prows for prows, plabel in parts})
         for label, rows in partitions.items():
-            part = detect(fleet.columns, fleet.values[rows], fleet.directions, settings)
+            own = noise[rows] if noise is not None else None
+            part = detect(fleet.columns, fleet.values[rows], fleet.directions, settings, own)
+            noisy += _noisy_cells(part.noisy_cells, fleet, rows)
             if len(rows) < settings.majority_max_hosts:
                 names = [fleet.hosts[r] for r in rows]
-                own = fleet.noise[rows] if fleet.noise is not None else None
                 maj = majority_check(
                     fleet.columns, fleet.values[rows], fleet.directions, names, settings, own
                 )
@@ -157,7 +175,7 @@ def report(
             detection.families += [dataclasses.replace(f, partition=label) for f in part.families]
             if len(rows) < settings.min_hosts:
                 who = f"in {label}" if label else "reported"
-                measured = "measured noise" if fleet.noise is not None else "noise"
+                measured = "measured noise" if noise is not None else "noise"
                 how = (
                     f"judged by majority agreement against their {measured} (never below the suite's priors)"
                     if len(rows) >= 3
@@ -174,6 +192,7 @@ def report(
             warnings.append(
                 sp.sentence() + ("" if pop.expected_mix else " (gates.populations.expected_mix: false)")
             )
+        noisy = _merge_noisy(noisy)
         for nm in noisy[:MAX_NOISE_WARNINGS]:
             warnings.append(nm.sentence())
         if len(noisy) > MAX_NOISE_WARNINGS:
@@ -216,20 +235,7 @@ def report(
     if gates.limits:
         _merge(issues, apply_limits(gates, fleet.columns, fleet.values, gpu_models))
 
-    hist = None
-    if history is not None:  # regressions against each component's own past: sb_fleet.history
-        from sb_fleet.history.assess import assess
-
-        hist = assess(
-            history,
-            source,
-            fleet.run_dir,
-            fleet.hosts,
-            fleet.columns,
-            fleet.values,
-            fleet.directions,
-            gates.history.settings(),
-        )
+    if hist is not None:  # regressions against each component's own past: sb_fleet.history
         _merge(issues, hist.issues)
         warnings.extend(hist.warnings)
 
@@ -352,6 +358,46 @@ def report(
         too_noisy=noisy,
         inconsistent=inconsistent,
     )
+
+
+def _merge_noisy(found: list[NoisyMetric]) -> list[NoisyMetric]:
+    """One record per metric (the fleet check and majority agreement can both find a metric too noisy;
+    a host's first record is kept), noisiest first."""
+    by_metric: dict[str, NoisyMetric] = {}
+    for nm in found:
+        prev = by_metric.get(nm.metric)
+        if prev is None:
+            by_metric[nm.metric] = nm
+            continue
+        new = [i for i, h in enumerate(nm.hosts) if h not in set(prev.hosts)]
+        by_metric[nm.metric] = dataclasses.replace(
+            prev,
+            hosts=prev.hosts + tuple(nm.hosts[i] for i in new),
+            noise=prev.noise + tuple(nm.noise[i] for i in new),
+            source=prev.source + tuple(nm.source[i] for i in new),
+            catchable=prev.catchable + tuple(nm.catchable[i] for i in new),
+            promised=max(prev.promised, nm.promised),
+        )
+    return sorted(by_metric.values(), key=lambda nm: (-max(nm.noise), nm.metric))
+
+
+def _noisy_cells(
+    cells: dict[int, list[tuple[int, float, float, float]]], fleet: Fleet, rows: np.ndarray
+) -> list[NoisyMetric]:
+    """The fleet check's cells that their own noise kept from being judged, as too-noisy metrics."""
+    out = []
+    for c, lst in sorted(cells.items()):
+        out.append(
+            NoisyMetric(
+                metric=fleet.columns[c],
+                hosts=tuple(fleet.hosts[int(rows[r])] for r, *_ in lst),
+                noise=tuple(own for _, own, _, _ in lst),
+                source=("own samples",) * len(lst),
+                catchable=tuple(lim for _, _, lim, _ in lst),
+                promised=max(fleet_lim for *_, fleet_lim in lst),
+            )
+        )
+    return out
 
 
 def _health(run_dir: Path | None, warnings: list[str]) -> dict | None:

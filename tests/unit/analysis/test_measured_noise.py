@@ -134,3 +134,52 @@ def test_populations_split_only_on_steady_groups_far_apart(tmp_path):
     assert steady.populations and not steady.gate.passed
     scattered = report(run_dir(tmp_path, values, {h: {GF: 0.05} for h in values}))  # 5% noise per host
     assert not scattered.populations
+
+
+def test_fleet_statistics_judge_a_host_within_its_own_scatter_too_noisy_not_failed(tmp_path):
+    # 25 hosts (fleet statistics alone, no majority agreement): one 30% low. Steady: it fails; its own
+    # samples scattering by 20%: the deviation is inside them, said too noisy, not failed.
+    rng = __import__("numpy").random.default_rng(35)
+    vals = {f"h{i:02d}": {GF: float(60 * (1 + 0.005 * rng.standard_normal()))} for i in range(25)}
+    vals["h24"][GF] = 42.0
+    steady = report(run_dir(tmp_path, vals, {h: {GF: 0.005} for h in vals}))
+    assert {h.name for h in steady.hosts if h.verdict == "fail"} == {"h24"}
+    scatter = {h: {GF: 0.005} for h in vals}
+    scatter["h24"] = {GF: 0.2}
+    r = report(run_dir(tmp_path, vals, scatter))
+    assert all(h.verdict == "pass" for h in r.hosts)
+    assert [(m.metric, m.hosts) for m in r.too_noisy] == [(GF, ("h24",))]
+
+
+def test_with_history_a_host_is_judged_with_its_night_to_night_variation(tmp_path):
+    import datetime as dt
+
+    store = tmp_path / "history.duckdb"
+    swing = [60.0, 47.0, 74.0, 52.0, 69.0, 56.0, 64.0]  # host d, night after night (its samples said so)
+
+    def night(i: int, d_value: float, d_noise: float) -> Path:
+        run = tmp_path / f"night{i}"
+        run_dir(tmp_path, {"a": {GF: 60.0}, "b": {GF: 60.3}, "c": {GF: 59.8}, "d": {GF: d_value}}, None)
+        (tmp_path / "run").rename(run)
+        when = dt.datetime(2026, 11, 1, 2, tzinfo=dt.timezone.utc) + dt.timedelta(days=i)
+        (run / "manifest.json").write_text(
+            json.dumps(
+                {"schema_version": 2, "tool": "sb-fleet", "run_id": f"n{i}", "created": when.isoformat()}
+            )
+        )
+        noise = {"a": {GF: 0.005}, "b": {GF: 0.005}, "c": {GF: 0.005}, "d": {GF: d_noise}}
+        (run / "noise-summary.jsonl").write_text(
+            "".join(json.dumps({"node": h, **m}) + "\n" for h, m in noise.items())
+        )
+        return run
+
+    for i, v in enumerate(swing):
+        r = report(night(i, v, 0.2), history=store)
+        assert r.gate.passed, r.gate.policy
+    tonight = night(len(swing), 42.0, 0.005)  # -30%, and tonight's own samples are steady
+    without = report(tonight)
+    assert {h.name for h in without.hosts if h.verdict == "fail"} == {"d"}
+    tonight2 = night(len(swing) + 1, 42.0, 0.005)
+    r = report(tonight2, history=store)
+    assert all(h.verdict == "pass" for h in r.hosts), [h.issues for h in r.hosts]
+    assert any("d" in m.hosts for m in r.too_noisy)
