@@ -26,18 +26,23 @@ def test_merge_laps_caps_the_number_of_samples_and_keeps_every_step():
     assert sum(got) * 16 == pytest.approx(2.56)  # each sample holds 8 laps = 16 steps
 
 
-def test_too_short_a_window_gives_no_samples():
-    assert merge_laps([(0.001, 1)] * 30) == []  # 30 ms: one sample of 20 ms only
+def test_a_short_window_is_cut_in_eight_and_a_single_lap_gives_none():
+    got = merge_laps([(0.0001, 1)] * 100)  # 10 ms: about eight samples of 1.25 ms (whole laps)
+    assert 7 <= len(got) <= 8 and all(x == pytest.approx(0.0001) for x in got)
+    assert merge_laps([(0.03, 10)]) == []  # one lap: no scatter to see
     assert merge_laps([]) == []
 
 
-def test_robust_spread_ignores_one_wild_sample_but_sees_a_bimodal_host():
-    steady = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 50.0]
+def test_the_spread_sees_scatter_and_the_pull_of_outlying_samples_on_the_figure():
+    steady = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.0]
     assert robust_spread(steady) < 0.03
+    # One preempted sample: the MAD ignores it, but it pulls the figure (the window's mean) by 75%.
+    assert robust_spread([*steady[:-1], 7.0]) == pytest.approx(0.75, abs=0.01)
     bimodal = [1.0, 2.0] * 8
     assert robust_spread(bimodal) > 0.4
     assert robust_spread([1.0]) is None and robust_spread([0.0, 0.0, 0.0, 0.0]) is None
     assert robust_spread([10.0, 12.0]) == pytest.approx(2 / 11 / 1.128)
+    assert robust_spread([10.0, 10.0, 16.0]) == pytest.approx(6 / 12 / 1.693)
 
 
 def test_thin_keeps_the_quantiles():

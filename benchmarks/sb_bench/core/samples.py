@@ -2,17 +2,25 @@
 
 The harness times a case's steps in *laps* (at most :data:`MAX_LAPS` clock or CUDA-event readings
 inside the timed loop, so the loop itself is unchanged) and merges consecutive laps into *samples*
-of at least :data:`MIN_SAMPLE_SECONDS` of timed work each (and at most :data:`MAX_SAMPLES` of
-them). A sample therefore averages over many scheduler slices and GPU clock steps: a host that is
-steadily slow (a busy process beside its benchmark) gives steady samples, while a host whose work
-is interrupted in bursts gives scattered ones. A timed window shorter than two samples gives none;
+of at least :data:`MIN_SAMPLE_SECONDS` of timed work each where the window allows
+:data:`MIN_SAMPLES` of them (a shorter window is cut in :data:`MIN_SAMPLES`), and at most
+:data:`MAX_SAMPLES`. A long sample averages over many scheduler slices and GPU clock steps: a host
+that is steadily slow (a busy process beside its benchmark) gives steady samples, while a host whose
+work is interrupted in bursts gives scattered ones. A window of fewer than two laps gives none;
 repeated runs (``run_count``) are then the samples.
 
-The *spread* of a metric is its robust relative sigma: ``1.4826 * MAD / |median|`` over the samples
-of every run pooled (so a shift between runs counts), or, with two or three values, the range over
-the mean divided by the expected range of a normal sample (1.128 for two, 1.693 for three). It is
-the noise of one sample, not the standard error of the figure: the run-to-run noise that a fleet
-comparison meets is rarely smaller than the scatter within a run.
+The *spread* of a metric is the larger of two relative figures over the samples of every run pooled
+(so a shift between runs counts):
+
+* the robust sigma ``1.4826 * MAD / |median|`` (with two or three values: the range over the mean
+  divided by the expected range of a normal sample, 1.128 for two, 1.693 for three): how much one
+  sample scatters;
+* the pull ``|mean - median| / |median|``: how far a few outlying samples (a preemption, a clock
+  dip) move the figure, which is the mean of the window, from what most samples say. A short window
+  hit by one 3 ms preemption is off by that much although its other samples are steady.
+
+It is the noise of one sample (or of the figure's outliers), not the standard error of the figure:
+the run-to-run noise that a fleet comparison meets is rarely smaller than the scatter within a run.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from collections.abc import Sequence
 
 MAX_LAPS = 256  # clock readings inside one timed loop
 MAX_SAMPLES = 32  # samples kept per metric and run
-MIN_SAMPLE_SECONDS = 0.02  # timed work per sample: a few scheduler periods
+MIN_SAMPLE_SECONDS = 0.02  # timed work per sample: a few scheduler periods ...
+MIN_SAMPLES = 8  # ... unless the window is shorter than this many of them
 MAD_TO_SIGMA = 1.4826
 # Expected range of n normal values in sigmas (d2 of quality control charts).
 _RANGE_TO_SIGMA = {2: 1.128, 3: 1.693}
@@ -36,13 +45,13 @@ def lap_every(steps: int) -> int:
 def merge_laps(laps: Sequence[tuple[float, int]]) -> list[float]:
     """Seconds per step of each sample made of consecutive ``(seconds, steps)`` laps.
 
-    Laps are merged until a sample holds at least ``max(MIN_SAMPLE_SECONDS, total / MAX_SAMPLES)``;
-    a short remainder joins the sample before it. Fewer than two samples: none (the window was too
-    short to say anything about its own steadiness)."""
+    Laps are merged until a sample holds at least ``max(min(MIN_SAMPLE_SECONDS, total / MIN_SAMPLES),
+    total / MAX_SAMPLES)``; a short remainder joins the sample before it. Fewer than two samples: none
+    (the window was too short to say anything about its own steadiness)."""
     total = sum(s for s, _ in laps)
     if not laps or not total > 0:
         return []
-    want = max(MIN_SAMPLE_SECONDS, total / MAX_SAMPLES)
+    want = max(min(MIN_SAMPLE_SECONDS, total / MIN_SAMPLES), total / MAX_SAMPLES)
     out: list[list[float]] = []
     sec, steps = 0.0, 0
     for s, n in laps:
@@ -74,16 +83,17 @@ def _median(xs: Sequence[float]) -> float:
 
 
 def robust_spread(values: Sequence[float]) -> float | None:
-    """Robust relative sigma of ``values`` (see the module's text); None for fewer than two finite
-    values or a zero centre."""
+    """The spread of ``values`` (see the module's text): the larger of their robust relative sigma and
+    the pull of their mean from their median; None for fewer than two finite values or a zero centre."""
     xs = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     if len(xs) < 2:
         return None
-    if len(xs) in _RANGE_TO_SIGMA:
-        mean = sum(xs) / len(xs)
-        return (max(xs) - min(xs)) / _RANGE_TO_SIGMA[len(xs)] / abs(mean) if mean else None
+    mean = sum(xs) / len(xs)
     med = _median(xs)
-    if not med:
+    if not med or not mean:
         return None
+    pull = abs(mean - med) / abs(med)
+    if len(xs) in _RANGE_TO_SIGMA:
+        return max((max(xs) - min(xs)) / _RANGE_TO_SIGMA[len(xs)] / abs(mean), pull)
     mad = _median([abs(x - med) for x in xs])
-    return MAD_TO_SIGMA * mad / abs(med)
+    return max(MAD_TO_SIGMA * mad / abs(med), pull)
