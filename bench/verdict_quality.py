@@ -1,10 +1,17 @@
 """Verdict quality at every fleet size: recall and false positives of ``sb-fleet report`` (no rules, no baseline).
 
-Prints, on freshly generated fleets (seeds the tests do not use):
+Prints, first, the **corpus of real runs** (``tests/corpus/``, recorded by ``bench/record_corpus.py``:
+real ``validate`` runs on loopback fleets, quiet and loaded, with and without planted faults),
+re-judged with this code: false gate failures on runs with no fault, and on runs with a fault
+whether the faulty host failed, was said too noisy or inconsistent, or passed silently. Then, on
+freshly generated fleets (seeds the tests do not use):
 
 * **small fleets** of every size 3-16 with one faulty host (``tests/synth/small.py``: seen and
   unseen fault kinds, sizes drawn from the issue's ranges, 6% and more), and healthy ones: recall
   per size and kind, false positives per healthy host;
+* **shaped small fleets**: the same, with every value's noise drawn from the corpus's healthy hosts
+  (``tests/synth/corpus.py``: heavy tails, contended hosts far off, each with the own noise it
+  measured) instead of a Gaussian;
 * **gross faults**: fleets of 3-10 hosts with one metric at 1/1000 of its peers: flagged, and only
   that host;
 * **populations**: 200-host fleets where 70% run GEMM and NCCL 40% slow, or 30% run 60% faster:
@@ -36,15 +43,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sb_fleet.report.analyse import report  # noqa: E402
+from tests.synth.corpus import NoiseShapes, judge_run, noise_shapes  # noqa: E402
+from tests.synth.corpus import runs as corpus_runs  # noqa: E402
 from tests.synth.fleet import generate  # noqa: E402
 from tests.synth.small import GROSS, SEEN, UNSEEN, generate_small, plant  # noqa: E402
 
 
-def judge(lines: list[str], hosts: list[str]) -> tuple[dict[str, str], object]:
+def judge(
+    lines: list[str], hosts: list[str], noise_lines: list[str] | None = None
+) -> tuple[dict[str, str], object]:
     with tempfile.TemporaryDirectory(prefix="sb-fleet-vq-") as d:
         run = Path(d)
         (run / "manifest.json").write_text('{"schema_version": 1}')
         (run / "results-summary.jsonl").write_text("\n".join(lines) + "\n")
+        if noise_lines is not None:
+            (run / "noise-summary.jsonl").write_text("\n".join(noise_lines) + "\n")
         (run / "hosts.json").write_text(
             json.dumps({"schema_version": 1, "hosts": [{"name": h, "groups": ["gpu"]} for h in hosts]})
         )
@@ -52,7 +65,9 @@ def judge(lines: list[str], hosts: list[str]) -> tuple[dict[str, str], object]:
     return {h.name: h.verdict for h in r.hosts}, r
 
 
-def small(sizes: list[int], trials: int, noise: tuple[float, float], seed0: int) -> None:
+def small(
+    sizes: list[int], trials: int, noise: tuple[float, float], seed0: int, shapes: NoiseShapes | None = None
+) -> None:
     kinds = (*SEEN, *UNSEEN)
     found: dict[tuple[int, str], int] = Counter()
     tried: dict[tuple[int, str], int] = Counter()
@@ -65,8 +80,8 @@ def small(sizes: list[int], trials: int, noise: tuple[float, float], seed0: int)
         for _t in range(trials):
             for kind in (*kinds, None):
                 seed += 1
-                fleet, _ = generate_small(n, seed, kind, noise)
-                verdict, r = judge(fleet.lines, fleet.hosts)
+                fleet, _ = generate_small(n, seed, kind, noise, shapes)
+                verdict, r = judge(fleet.lines, fleet.hosts, fleet.noise_lines)
                 for h in fleet.hosts:
                     if h in fleet.faults:
                         tried[(n, kind)] += 1
@@ -84,8 +99,10 @@ def small(sizes: list[int], trials: int, noise: tuple[float, float], seed0: int)
                                 fp_examples.append(
                                     f"n={n} seed {seed} {h}: [{i.check}] {i.metric}: {i.detail}"
                                 )
+    shape = "Gaussian" if shapes is None else "shaped like the corpus's healthy hosts, with their own noise"
     print(
-        f"\n## small fleets, one faulty host (faults >= 6%), {trials} fleets per size and kind, noise {noise}"
+        f"\n## small fleets, one faulty host (faults >= 6%), {trials} fleets per size and kind, noise {noise}, "
+        f"{shape}"
     )
     head = f"{'n':>3} " + " ".join(f"{k[:10]:>10}" for k in kinds) + f" {'recall':>7} {'FP/host':>8}"
     print(head)
@@ -114,6 +131,49 @@ def small(sizes: list[int], trials: int, noise: tuple[float, float], seed0: int)
         print(f"  missed: {m}")
     for e in fp_examples:
         print(f"  false positive: {e}")
+
+
+def corpus() -> None:
+    """Real runs (tests/corpus/, bench/record_corpus.py), re-judged offline with this code: the first
+    pass of validate (its confirmation run is not repeated here; the recorded report says what it did)."""
+    judged = [judge_run(r) for r in corpus_runs()]
+    if not judged:
+        print("\n## corpus of real runs: none recorded (bench/record_corpus.py)")
+        return
+    print("\n## corpus of real runs (tests/corpus/), re-judged offline: validate's first pass")
+    by_case: dict[str, list] = {}
+    for j in judged:
+        by_case.setdefault(j.run.case, []).append(j)
+    print(f"{'case':32} {'runs':>4}  outcomes (first pass)                        recorded validate gate")
+    false_alarms = runs_nofault = caught = faulty = silent = 0
+    for case, js in sorted(by_case.items()):
+        outcomes = Counter(j.outcome for j in js)
+        recorded = Counter(_recorded_gate(j.run.path) for j in js)
+        text = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+        rec = ", ".join(f"{k} {v}" for k, v in sorted(recorded.items()))
+        print(f"{case:32} {len(js):>4}  {text:44} {rec}")
+        if js[0].run.fault_host is None:
+            runs_nofault += len(js)
+            false_alarms += outcomes["false_alarm"]
+        else:
+            faulty += len(js)
+            caught += outcomes["caught"]
+            silent += outcomes["silent"]
+    if runs_nofault:
+        print(f"no fault: false gate failures {false_alarms}/{runs_nofault}")
+    if faulty:
+        print(f"planted faults: failed {caught}/{faulty}, silent passes {silent}/{faulty}")
+    for j in judged:
+        if j.outcome in ("false_alarm", "silent"):
+            print(f"  {j.outcome}: {j.run.case}/{j.run.path.name}: {j.why}")
+
+
+def _recorded_gate(run: Path) -> str:
+    p = run / "report.json"
+    if not p.is_file():
+        return "no report"
+    doc = json.loads(p.read_text())
+    return "passed" if doc.get("gate", {}).get("passed") else "failed"
 
 
 def gross(trials: int, noise: tuple[float, float], seed0: int) -> None:
@@ -216,14 +276,23 @@ def main() -> None:
         default="0.003,0.01;0.003,0.03",
         help="noise ranges of the large fleets, ';' between them (the small fleets' range, then a wider one)",
     )
-    ap.add_argument("--only", default="small,gross,populations,large")
+    ap.add_argument("--only", default="corpus,small,shaped,gross,populations,large")
     args = ap.parse_args()
     lo, hi = (int(x) for x in args.sizes.split("-"))
     noise = tuple(float(x) for x in args.noise.split(","))
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     only = set(args.only.split(","))
+    if "corpus" in only:
+        corpus()
     if "small" in only:
         small(list(range(lo, hi + 1)), args.trials, noise, 880_000)  # type: ignore[arg-type]
+    if "shaped" in only:
+        shapes = noise_shapes()
+        if shapes is None:
+            print("\n## small fleets shaped like the corpus: no corpus recorded")
+        else:
+            print(f"\ncorpus noise shapes: {shapes.describe()}")
+            small(list(range(lo, hi + 1)), args.trials, noise, 870_000, shapes)  # type: ignore[arg-type]
     if "gross" in only:
         gross(args.trials, noise, 990_000)  # type: ignore[arg-type]
     if "populations" in only:

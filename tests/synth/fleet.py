@@ -57,6 +57,7 @@ class SynthFleet:
     lines: list[str]  # results-summary.jsonl lines
     faults: dict[str, str]  # host -> planted fault
     benign: set[str] = field(default_factory=set)  # the benign slower sub-population
+    noise_lines: list[str] | None = None  # noise-summary.jsonl lines (each value's own noise), if any
 
     @property
     def text(self) -> str:

@@ -21,6 +21,8 @@ import json
 
 import numpy as np
 
+from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
+from tests.synth.corpus import NoiseShapes
 from tests.synth.fleet import GEMM, GPUS, MODELS, NCCL_SIZES, NICS, SynthFleet, gemm_metric, generate
 
 SEEN = ("gemm_slow_gpu", "pcie_degraded", "allreduce_slow", "ib_port", "kernel_launch_slow", "model_slow")
@@ -94,12 +96,22 @@ def plant(row: dict, kind: str, rng: np.random.Generator) -> str:
 
 
 def generate_small(
-    n_hosts: int, seed: int, kind: str | None, noise: tuple[float, float] = (0.003, 0.01)
+    n_hosts: int,
+    seed: int,
+    kind: str | None,
+    noise: tuple[float, float] = (0.003, 0.01),
+    shapes: NoiseShapes | None = None,
 ) -> tuple[SynthFleet, str | None]:
-    """A fleet of ``n_hosts`` with one host faulty (``kind``; None: a healthy fleet)."""
-    base = generate(n_hosts, seed=seed, fault_fraction=0.0, noise=noise)
+    """A fleet of ``n_hosts`` with one host faulty (``kind``; None: a healthy fleet).
+
+    ``shapes`` (:func:`tests.synth.corpus.noise_shapes`): every value's noise is drawn from the real
+    runs' healthy hosts instead of a Gaussian (heavy tails, contended hosts far off), scaled by its
+    family's sigma from ``noise``, and each value gets the own noise that host measured with it, in
+    ``SynthFleet.noise_lines`` (a run's noise-summary.jsonl)."""
+    base = generate(n_hosts, seed=seed, fault_fraction=0.0, noise=(0.0, 0.0) if shapes else noise)
     rng = np.random.default_rng(seed + 1_000_003)
     rows = [json.loads(line) for line in base.lines]
+    noise_rows = _shape(rows, shapes, noise, np.random.default_rng(seed + 2_000_003)) if shapes else None
     faults: dict[str, str] = {}
     what = None
     if kind is not None:
@@ -107,4 +119,30 @@ def generate_small(
         what = plant(rows[i], kind, rng)
         faults[rows[i]["node"]] = kind
     lines = [json.dumps(r) for r in rows]
-    return SynthFleet(hosts=base.hosts, lines=lines, faults=faults, benign=base.benign), what
+    fleet = SynthFleet(hosts=base.hosts, lines=lines, faults=faults, benign=base.benign)
+    if noise_rows is not None:
+        fleet.noise_lines = [json.dumps(r) for r in noise_rows]
+    return fleet, what
+
+
+def _shape(
+    rows: list[dict], shapes: NoiseShapes, noise: tuple[float, float], rng: np.random.Generator
+) -> list[dict]:
+    """Draw every value's noise from ``shapes`` (in place) and return the noise-summary rows."""
+    directions = Directions()
+    fam_sigma: dict[str, float] = {}
+    out = []
+    for row in rows:
+        own_row: dict[str, object] = {"node": row["node"]}
+        for k, v in list(row.items()):
+            if k == "node" or k.endswith("return_code") or not isinstance(v, (int, float)):
+                continue
+            fam = parse_metric(k).family
+            s = fam_sigma.setdefault(fam, float(rng.uniform(*noise)))
+            z, r = shapes.draw(rng, (1,))
+            worse = float(np.exp(s * float(z[0])))
+            row[k] = v / worse if directions.of(k) > 0 else v * worse
+            if np.isfinite(r[0]):
+                own_row[k] = round(max(s * float(r[0]), 0.0), 6)
+        out.append(own_row)
+    return out
