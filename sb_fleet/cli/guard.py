@@ -14,6 +14,7 @@ import click
 
 from sb_fleet.errors import SbFleetError
 from sb_fleet.exits import EXIT_FAILED, EXIT_INTERRUPTED
+from sb_fleet.rundir import runlog
 
 
 def guarded(f: Callable[..., int | None]) -> Callable[..., None]:
@@ -22,7 +23,10 @@ def guarded(f: Callable[..., int | None]) -> Callable[..., None]:
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
-            code = f(*args, **kwargs)
+            try:
+                code = f(*args, **kwargs)
+            finally:
+                runlog.finish()  # the libraries' log file closed; one line on stderr says where it is
         except SbFleetError as exc:
             click.echo(f"sb-fleet: error: {exc}", err=True)
             sys.exit(exc.exit_code)

@@ -18,6 +18,7 @@ import click
 from sb_fleet import __version__
 from sb_fleet.cli.guard import guarded
 from sb_fleet.errors import UsageError
+from sb_fleet.rundir import runlog
 
 PathArg = click.Path(path_type=Path)
 
@@ -91,8 +92,9 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.fleet.workflow.Opti
 def main(verbose: int) -> None:
     """Validate GPU clusters: deploy a benchmark suite, run it on every host, collect, and report."""
     os.umask(0o077)  # everything sb-fleet creates (run directory, results, artifacts) is private by default
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # sb-fleet's own records on the console; the libraries' (paramiko, ansible-runner ...) in the run
+    # directory's logs/libraries.log (sb_fleet.rundir.runlog)
+    runlog.install(logging.WARNING - 10 * min(verbose, 2))
 
 
 def _stage(kw: dict[str, Any], name: str) -> int:

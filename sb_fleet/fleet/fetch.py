@@ -304,6 +304,7 @@ def connect(host: Host, ssh: SshSettings):  # noqa: ANN201 - paramiko.SSHClient
     import paramiko
 
     client = paramiko.SSHClient()
+    client.set_log_channel(f"paramiko.transport.{host.name}")  # the host in logs/libraries.log
     if ssh.policy != "off":
         if ssh.known_hosts.exists():
             client.load_host_keys(str(ssh.known_hosts))

@@ -14,6 +14,7 @@ can inspect it afterwards and ``collect``/``report`` can re-run offline::
     raw/<host>/            result files fetched from each host
     results-summary.jsonl  SuperBench's one-line-per-node summary
     report.*               the report
+    logs/libraries.log     what libraries logged (paramiko, ansible-runner ...): rundir.runlog
 
 Every file is written to a temporary name and renamed into place, so a
 crash or a full disk never leaves a half-written file under its final name.

@@ -29,6 +29,7 @@ from sb_fleet.plan.render import INDEX, Rendered, render_playbooks
 from sb_fleet.plan.resources import default_config, default_inventory, root
 from sb_fleet.plan.run_plan import GivenRounds, Plan, build_plan
 from sb_fleet.plan.workspace import check_workspace_names
+from sb_fleet.rundir import runlog
 from sb_fleet.rundir.rundir import RunDir
 from sb_fleet.safe_files import atomic_write_bytes
 
@@ -123,6 +124,7 @@ def create_run(
     """A new run directory with every input written once."""
     config, inventory, plan, slurm = _plan_inputs(cfg_path, inv_path, limit, given)
     rd = RunDir.create(run_dir)
+    runlog.attach(rd.path)  # the libraries' log records go to logs/libraries.log from here on
     atomic_write_bytes(rd.path / "config.yaml", cfg_path.read_bytes())
     rd.write_json("config.json", config.model_dump(mode="json"))
     inv_dir = rd.sub("inventory")
@@ -158,6 +160,7 @@ def open_run(path: Path, config: Path | None = None, inventory: Path | None = No
     """An existing run directory's inputs, read back. ``config``/``inventory`` given again must be the
     ones the run was created with: a run's inputs never change."""
     rd = RunDir.open(path)
+    runlog.attach(rd.path)
     manifest = rd.manifest()
     if config is not None and Path(config).resolve() != (rd.path / "config.yaml").resolve():
         given = Path(config).read_bytes() if Path(config).is_file() else None
