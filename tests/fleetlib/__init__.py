@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,6 +108,8 @@ class SshFleet:
         subnet: str = "127.0.1",
         check_torch: bool = True,
         path_prefix: str | None = None,
+        sshd_wrap: Callable[[str], list[str]] | None = None,
+        host_env: dict[str, dict[str, str]] | None = None,
     ):
         self.n = n
         self.shared = shared_sshd
@@ -126,6 +129,10 @@ class SshFleet:
         self.path_prefix = path_prefix
         self.rules: list[list[str]] = []  # iptables rules this fleet added (removed by heal/cleanup)
         self.mounts: list[Path] = []  # tmpfs mounts this fleet made (unmounted by cleanup)
+        # A host's sshd started through a wrapper (argv before sshd's: e.g. its own namespaces), and extra
+        # environment for its login sessions, per host name (tests/fleetlib/corpus.py uses both).
+        self.sshd_wrap = sshd_wrap
+        self.host_env = host_env or {}
 
     # -- keys and config -------------------------------------------------------------------------
     def _keys(self) -> None:
@@ -189,8 +196,10 @@ class SshFleet:
         tmp.mkdir(parents=True, exist_ok=True, mode=0o700)
         shutil.chown(self.tmp_root, USER, USER)
         shutil.chown(tmp, USER, USER)
+        extra_env = "".join(f" {k}={v}" for k, v in self.host_env.get(tag, {}).items())
         return subprocess.Popen(
             [
+                *(self.sshd_wrap(tag) if self.sshd_wrap else []),
                 SSHD,
                 "-D",
                 "-f",
@@ -199,7 +208,8 @@ class SshFleet:
                 f"ListenAddress={listen}",
                 "-o",
                 f"SetEnv=TMPDIR={tmp}"
-                + (f" PATH={self.path_prefix}:/usr/local/bin:/usr/bin:/bin" if self.path_prefix else ""),
+                + (f" PATH={self.path_prefix}:/usr/local/bin:/usr/bin:/bin" if self.path_prefix else "")
+                + extra_env,
                 "-E",
                 str(self.dir / f"sshd-{tag}.log"),
             ],
