@@ -16,8 +16,9 @@ Where sb-fleet differs on purpose: a rank's value is the mean of its ``run_count
 writes ``<key>/<run>/<metric>`` per run; the samples stay in each result file), and ``last`` (the
 highest rank's value) is accepted as a reduce op.
 
-Beside the summary, each metric's *measured noise* (the result file's ``spread``: the robust relative
-sigma of the rank's timed samples, :mod:`sb_bench.core.samples`) goes into ``noise-summary.jsonl``,
+Beside the summary, each metric's *measured noise* (the result file's ``noise``: how uncertain the
+rank's figure is from its timed samples, :mod:`sb_bench.core.samples`; a file without it: its
+``spread``) goes into ``noise-summary.jsonl``,
 one line per node keyed as the summary: a reduced metric takes its noisiest rank's. A spread that is
 not a finite number in ``[0, MAX_NOISE]``, or that a failed rank reports, is left out (its metric is
 then judged with the noise the fleet shows).
@@ -174,7 +175,8 @@ def reduce_entry(key: str, ranks: Mapping[int, Mapping], out: HostRecord) -> Non
     invalid: dict[str, tuple[int, object]] = {}  # metric -> (rank, its first invalid value)
     spreads: dict[str, dict[int, float]] = {}  # metric -> rank -> the rank's measured spread
     for rank, d in sorted(ranks.items()):
-        sp = d.get("spread")
+        # The figure's noise; a result file of an older suite has only its runs' spread.
+        sp = d.get("noise") if isinstance(d.get("noise"), dict) else d.get("spread")
         for metric, v in sp.items() if isinstance(sp, dict) and codes.get(rank) == 0 else ():
             if _finite(v) and 0 <= v <= MAX_NOISE:
                 spreads.setdefault(str(metric), {})[rank] = float(v)

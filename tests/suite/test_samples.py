@@ -9,7 +9,7 @@ import pytest
 from sb_bench.core import registry
 from sb_bench.core.benchmark import Benchmark, Case
 from sb_bench.core.metric import Metric, Param
-from sb_bench.core.samples import MAX_SAMPLES, merge_laps, robust_spread, thin
+from sb_bench.core.samples import MAX_SAMPLES, figure_noise, merge_laps, robust_spread, thin
 from suite_helpers import run_bench
 
 
@@ -33,11 +33,16 @@ def test_a_short_window_is_cut_in_eight_and_a_single_lap_gives_none():
     assert merge_laps([]) == []
 
 
-def test_the_spread_sees_scatter_and_the_pull_of_outlying_samples_on_the_figure():
+def test_the_noise_of_the_figure_sees_the_pull_of_outlying_samples_and_the_scatter_of_the_rest():
     steady = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.0]
-    assert robust_spread(steady) < 0.03
+    assert robust_spread(steady) < 0.03 and figure_noise(steady) < 0.01
     # One preempted sample: the MAD ignores it, but it pulls the figure (the window's mean) by 75%.
-    assert robust_spread([*steady[:-1], 7.0]) == pytest.approx(0.75, abs=0.01)
+    wild = [*steady[:-1], 7.0]
+    assert robust_spread(wild) < 0.03 and figure_noise(wild) == pytest.approx(0.75, abs=0.01)
+    # Steady at the sample's scale, 16 samples scattering 10%: the figure is known to about 2.5%.
+    scatter = [0.9, 1.1] * 8
+    assert robust_spread(scatter) == pytest.approx(0.148, abs=0.001)
+    assert figure_noise(scatter) == pytest.approx(0.148 / 4, abs=0.001)
     bimodal = [1.0, 2.0] * 8
     assert robust_spread(bimodal) > 0.4
     assert robust_spread([1.0]) is None and robust_spread([0.0, 0.0, 0.0, 0.0]) is None
@@ -84,3 +89,4 @@ def test_the_harness_keeps_samples_in_raw_data_and_the_spread_tells_steady_from_
     bursty = run_bench("test-sleeper", pattern="bursts", num_warmup=0, num_steps=120, device="cpu")
     assert bursty["spread"]["rate"] > 0.15  # half its samples are at half the rate
     assert bursty["spread"]["rate"] > 2 * steady
+    assert 0 < env["noise"]["rate"] <= steady  # the figure of many steady samples is known better

@@ -342,6 +342,13 @@ def test_measured_noise_goes_beside_the_summary_and_hostile_spreads_are_left_out
     assert hr.noise == {"mem-bw/h2d_bw:0": 0.02, "nccl-bw/t": 0.2}
     line = json.loads(hr.noise_line())
     assert line == {"node": "gpu01", "mem-bw/h2d_bw:0": 0.02, "nccl-bw/t": 0.2}
+    newer = HostRecord("gpu03")  # the suite's figure noise wins over its samples' spread
+    reduce_entry(
+        "e",
+        {0: {"return_code": 0, "result": {"x": [1.0]}, "spread": {"x": 0.1}, "noise": {"x": 0.02}}},
+        newer,
+    )
+    assert newer.noise == {"e/x": 0.02}
     failed = HostRecord("gpu02")
     reduce_entry("e", {0: {"return_code": 3, "result": {"x": [1.0]}, "spread": {"x": 0.1}}}, failed)
     assert failed.noise == {}

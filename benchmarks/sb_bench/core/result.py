@@ -5,8 +5,9 @@ Fields as SuperBench writes them (``name``, ``type``, ``run_count``,
 ``reduce_op``) plus sb-fleet's own, which SuperBench tools ignore:
 ``schema_version``, ``status`` (ok/failed/skipped/timeout), ``reason``,
 ``rank``/``world_size``, ``metrics`` (unit and direction per metric),
-``spread`` (robust relative sigma of each metric over its timed samples of every run, or over the
-runs where a run has no samples: :mod:`sb_bench.core.samples`)
+``spread`` (robust relative sigma of each metric's timed samples of every run, or of the runs where
+a run has no samples) and ``noise`` (how uncertain the figure is: the samples' pull on the mean or their
+standard error, the larger; :mod:`sb_bench.core.samples`)
 and ``params``.
 """
 
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sb_bench.core.samples import robust_spread
+from sb_bench.core.samples import figure_noise, robust_spread
 
 SCHEMA_VERSION = 1
 
@@ -67,7 +68,8 @@ def envelope(
     result["return_code"] = [int(return_code)]
     reduce_op = dict(reduce_op or {})
     reduce_op.setdefault("return_code", None)
-    spread = {}
+    spread: dict[str, float] = {}
+    noise: dict[str, float] = {}
     for key, values in result.items():
         if key == "return_code":
             continue
@@ -79,6 +81,9 @@ def envelope(
         s = robust_spread(pooled)
         if s is not None:
             spread[key] = round(s, 6)
+        f = figure_noise(pooled)
+        if f is not None:
+            noise[key] = round(f, 6)
     return {
         "schema_version": SCHEMA_VERSION,
         "name": name,
@@ -96,6 +101,7 @@ def envelope(
         "reduce_op": reduce_op,
         "metrics": metrics or {},
         "spread": spread,
+        "noise": noise,
         "params": params or {},
     }
 

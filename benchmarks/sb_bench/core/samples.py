@@ -9,18 +9,17 @@ that is steadily slow (a busy process beside its benchmark) gives steady samples
 work is interrupted in bursts gives scattered ones. A window of fewer than two laps gives none;
 repeated runs (``run_count``) are then the samples.
 
-The *spread* of a metric is the larger of two relative figures over the samples of every run pooled
-(so a shift between runs counts):
+Two figures per metric, over the samples of every run pooled (so a shift between runs counts):
 
-* the robust sigma ``1.4826 * MAD / |median|`` (with two or three values: the range over the mean
-  divided by the expected range of a normal sample, 1.128 for two, 1.693 for three): how much one
-  sample scatters;
-* the pull ``|mean - median| / |median|``: how far a few outlying samples (a preemption, a clock
-  dip) move the figure, which is the mean of the window, from what most samples say. A short window
-  hit by one 3 ms preemption is off by that much although its other samples are steady.
-
-It is the noise of one sample (or of the figure's outliers), not the standard error of the figure:
-the run-to-run noise that a fleet comparison meets is rarely smaller than the scatter within a run.
+* the *spread*, how much one sample scatters: the robust relative sigma ``1.4826 * MAD / |median|``
+  (with two or three values: the range over the mean divided by the expected range of a normal
+  sample, 1.128 for two, 1.693 for three). "Steady 3%" or "steps that varied by 5x".
+* the *noise* of the figure, which is the window's mean: the larger of the *pull*
+  ``|mean - median| / |median|`` (a few outlying samples, a preemption or a clock dip, moving the
+  mean away from what most samples say: one 3 ms preemption in a 10 ms loop is a third) and the
+  standard error of the typical samples, ``spread / sqrt(n)``. This is what a deviation of the figure
+  is compared with (``noise-summary.jsonl``; :mod:`sb_fleet.analysis.majority`): a host that is
+  steadily 2x slow has a small noise and is found, one whose mean rests on a burst has a large one.
 """
 
 from __future__ import annotations
@@ -82,18 +81,35 @@ def _median(xs: Sequence[float]) -> float:
     return s[h] if len(s) % 2 else (s[h - 1] + s[h]) / 2
 
 
+def _finite(values: Sequence[float]) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
 def robust_spread(values: Sequence[float]) -> float | None:
-    """The spread of ``values`` (see the module's text): the larger of their robust relative sigma and
-    the pull of their mean from their median; None for fewer than two finite values or a zero centre."""
-    xs = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    """How much one sample scatters: the robust relative sigma of ``values`` (``1.4826 * MAD /
+    |median|``; two or three values: range / mean / d2). None for fewer than two finite values or a
+    zero centre."""
+    xs = _finite(values)
     if len(xs) < 2:
         return None
     mean = sum(xs) / len(xs)
     med = _median(xs)
     if not med or not mean:
         return None
-    pull = abs(mean - med) / abs(med)
     if len(xs) in _RANGE_TO_SIGMA:
-        return max((max(xs) - min(xs)) / _RANGE_TO_SIGMA[len(xs)] / abs(mean), pull)
+        return (max(xs) - min(xs)) / _RANGE_TO_SIGMA[len(xs)] / abs(mean)
     mad = _median([abs(x - med) for x in xs])
-    return max(MAD_TO_SIGMA * mad / abs(med), pull)
+    return MAD_TO_SIGMA * mad / abs(med)
+
+
+def figure_noise(values: Sequence[float]) -> float | None:
+    """How uncertain the figure made of ``values`` (their mean) is, relative: the larger of the pull
+    ``|mean - median| / |median|`` (outlying samples moving the mean) and the standard error of the
+    typical samples, ``robust_spread / sqrt(n)``. None where :func:`robust_spread` is None."""
+    xs = _finite(values)
+    scatter = robust_spread(xs)
+    if scatter is None:
+        return None
+    mean = sum(xs) / len(xs)
+    med = _median(xs)
+    return max(abs(mean - med) / abs(med), scatter / math.sqrt(len(xs)))
