@@ -1,9 +1,11 @@
 """A fake GPU node on disk, in the kernel's and the tools' documented layouts, for the health checks.
 
 ``make_machine(root, ...)`` writes ``root/sys`` (InfiniBand ports as in the kernel ABI,
-Documentation/ABI/stable/sysfs-class-infiniband; NUMA nodes; CPU governors; NVSwitches on the PCI bus),
-``root/proc`` (cpuinfo, meminfo, limits, osrelease, a running nv-fabricmanager, a captured kernel log
-``kmsg``), ``root/etc/os-release`` and ``root/tools`` with an ``nvidia-smi`` that answers the queries
+Documentation/ABI/stable/sysfs-class-infiniband; NUMA nodes; CPU governors; the GPUs and NVSwitches on the
+PCI bus, Documentation/ABI/testing/sysfs-bus-pci: ``vendor``, ``class``, the ``driver`` link),
+``root/proc`` (cpuinfo, meminfo, limits, osrelease, a running nv-fabricmanager, the nvidia module's
+``driver/nvidia/gpus/<bus id>``, a captured kernel log ``kmsg``), ``root/etc/os-release`` and
+``root/tools`` with an ``nvidia-smi`` that answers the queries
 sb_bench.health asks, from a JSON file of GPU values, in nvidia-smi's CSV format (``--format=csv,noheader``;
 field names from ``nvidia-smi --help-query-gpu``; an unknown field is refused with nvidia-smi's message)
 and ``timedatectl``. The defaults are an 8x H100 SXM node with 8x 400G NDR ports, as the built-in
@@ -24,6 +26,10 @@ import json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
 gpus = json.load(open(os.path.join(here, "gpus.json")))
 args = sys.argv[1:]
+if gpus == "no-driver":  # the driver is not loaded: nvidia-smi's own words, exit status 9
+    print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
+          "the latest NVIDIA driver is installed and running.")
+    sys.exit(9)
 def val(g, f, units):
     v = g.get(f, "[N/A]")
     if units and f in ("memory.total",):
@@ -61,6 +67,11 @@ else:
     print("fake nvidia-smi: unsupported arguments " + " ".join(args), file=sys.stderr)
     sys.exit(2)
 """
+
+
+def gpu_bus(i: int) -> str:
+    """GPU i's PCI address as sysfs names it (nvidia-smi prints it ``00000000:18:00.0``)."""
+    return f"0000:{0x18 + 0x10 * i:02x}:00.0"
 
 
 def gpu_row(i: int, driver: str = "550.54.15", **over: Any) -> dict[str, Any]:
@@ -111,8 +122,14 @@ def make_machine(
     ib_rate: dict[int, str] | None = None,
     kmsg: str = "",
     python: str | None = None,
+    unseen: tuple[int, ...] = (),
+    driver_loaded: bool = True,
 ) -> dict[str, str]:
-    """Write a fake node under ``root``; its inventory variables (sb_path_sysfs, sb_path_procfs, sb_tool_dir)."""
+    """Write a fake node under ``root``; its inventory variables (sb_path_sysfs, sb_path_procfs, sb_tool_dir).
+
+    ``gpus`` GPUs are on the PCI bus (3D controllers of vendor NVIDIA, bound to the ``nvidia`` driver);
+    nvidia-smi lists them all but those in ``unseen`` (indices on the bus). ``driver_loaded`` False: no
+    GPU is bound to a driver, the nvidia module lists none and nvidia-smi fails as it does then."""
     root = Path(root)
     sysfs, procfs, tools = root / "sys", root / "proc", root / "tools"
     for i in range(ib_ports):
@@ -130,6 +147,22 @@ def make_machine(
         (sysfs / f"devices/system/node/node{n}").mkdir(parents=True, exist_ok=True)
     for c in range(4):
         _w(sysfs / f"devices/system/cpu/cpu{c}/cpufreq/scaling_governor", "performance\n")
+    for i in range(gpus):  # each a device directory, linked from bus/pci/devices as the kernel does
+        bus = gpu_bus(i)
+        dev = sysfs / "devices/pci0000:00" / bus
+        _w(dev / "vendor", "0x10de\n")
+        _w(dev / "class", "0x030200\n")
+        _w(dev / "device", "0x2330\n")
+        link = sysfs / "bus/pci/devices" / bus
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(f"../../../devices/pci0000:00/{bus}", link)
+        if driver_loaded:
+            (sysfs / "bus/pci/drivers/nvidia").mkdir(parents=True, exist_ok=True)
+            os.symlink("../../../bus/pci/drivers/nvidia", dev / "driver")
+            _w(
+                procfs / "driver/nvidia/gpus" / bus / "information",
+                f"Model: \t\t NVIDIA H100 80GB HBM3\nBus Location: \t {bus}\n",
+            )
     for s in range(4):  # NVSwitches (vendor NVIDIA, class "other bridge")
         dev = sysfs / f"bus/pci/devices/0000:{0xC0 + s:02x}:00.0"
         _w(dev / "vendor", "0x10de\n")
@@ -151,8 +184,10 @@ def make_machine(
     _w(procfs / "4242/comm", "nv-fabricmanager\n")
     _w(procfs / "kmsg", kmsg)
     _w(root / "etc/os-release", 'PRETTY_NAME="Ubuntu 22.04.4 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n')
-    rows = [gpu_row(i, driver, **(gpu_over or {}).get(i, {})) for i in range(gpus)]
-    _w(tools / "gpus.json", json.dumps(rows))
+    rows = [gpu_row(i, driver, **(gpu_over or {}).get(i, {})) for i in range(gpus) if i not in unseen]
+    for k, row in enumerate(rows):  # nvidia-smi numbers the GPUs it sees
+        row["index"] = k
+    _w(tools / "gpus.json", json.dumps(rows if driver_loaded else "no-driver"))
     _w(tools / "nvidia-smi", NVIDIA_SMI.replace("@PYTHON@", python or sys.executable), 0o755)
     _w(tools / "timedatectl", "#!/bin/sh\necho yes\n", 0o755)
     for d in (root, sysfs, procfs, tools):

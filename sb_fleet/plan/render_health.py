@@ -36,7 +36,7 @@ BOOT = (
     "with os.fdopen(fd,'wb') as f: f.write(base64.b64decode(sys.argv[1]))\n"
     "sys.path.insert(0,p)\n"
     "try:\n"
-    " from sb_bench.health import record,gpu_source,gpu_checks,xid,infiniband,system,runner\n"
+    " from sb_bench.health import record,pci_bus,gpu_source,gpu_checks,xid,infiniband,system,runner\n"
     "finally:\n"
     " os.unlink(p)\n"
     "runner.main(sys.argv[2:])\n"

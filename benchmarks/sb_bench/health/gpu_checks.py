@@ -1,7 +1,8 @@
 """The GPU checks: pure rules over a :class:`~sb_bench.health.gpu_source.GpuState` and the expectations.
 
 Each rule's threshold comes from the ``gpu`` expectations the control node hands in (a SKU profile);
-without one, a rule that needs it reports the value only (pass, rule ``reported``).
+without one, a rule that needs it reports the value only (pass, rule ``reported``). One rule needs no
+profile: the GPUs on the PCI bus (:mod:`sb_bench.health.pci_bus`) must all be seen by the driver stack.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sb_bench.health.gpu_source import GpuInfo, GpuState
+from sb_bench.health.pci_bus import BusGpu, BusGpus, Seen, bus_id, nvswitch_count
 from sb_bench.health.record import FAIL, PASS, WARN, Env, Record
 
 REPORTED = "reported (no rule in the profile)"
@@ -33,25 +35,98 @@ def _per_gpu(
     return Record(check, verdict if problems else PASS, vals, rule, "; ".join(problems), st.source)
 
 
-def gpu_records(st: GpuState, env: Env) -> list[Record]:
-    want = lambda k, d=None: env.want("gpu", k, d)  # noqa: E731
-    count = want("count")
-    recs: list[Record] = []
-    n = len(st.gpus)
-    if not st.source:
-        verdict = FAIL if count else PASS
-        return [Record("gpu.count", verdict, 0, f"== {count}" if count else REPORTED, st.problem, "")]
-    ev = f"{n} GPU(s) found" + (f", {count} expected" if count else "")
-    recs.append(
-        Record(
-            "gpu.count",
-            FAIL if count is not None and n != count else PASS,
-            n,
-            f"== {count}" if count is not None else REPORTED,
-            ev,
-            st.source,
+def _gpus(n: int) -> str:
+    return f"{n} GPU" + ("" if n == 1 else "s")
+
+
+def _missing(gpus: list[BusGpu], why: dict[str, str], limit: int = 16) -> str:
+    """``0000:07:00.0 (no kernel driver bound)``, grouped: the ids of one vendor and driver together."""
+    groups: dict[str, list[str]] = {}
+    for g in gpus:
+        drv = why.get(g.bus_id) or (
+            "no kernel driver bound" if g.driver is None else f"kernel driver {g.driver}"
         )
+        groups.setdefault(f"{g.vendor}, {drv}", []).append(g.bus_id)
+    parts, shown = [], 0
+    for label, ids in groups.items():
+        take = ids[: max(0, limit - shown)]
+        shown += len(take)
+        if take:
+            parts.append(f"{', '.join(take)} ({label})")
+    more = len(gpus) - shown
+    return "; ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+def count_record(st: GpuState, env: Env, bus: BusGpus | None = None, amd: Seen | None = None) -> Record:
+    """``gpu.count``: the GPUs the driver stack sees (NVML/nvidia-smi, amdsmi for AMD GPUs) against the
+    GPUs on the PCI bus, profile or not (fewer seen fails, naming both counts and the bus ids not seen:
+    "8 GPUs on the PCI bus, 0 seen by the driver: ..."), and against the profile's count. ``bus`` None:
+    the bus was not read, only the profile judges."""
+    count = env.want("gpu", "count")
+    amd_ids = amd.bus_ids if amd is not None else ()
+    n = len(st.gpus) + len(amd_ids)
+    sources = [x for x in (st.source, amd.source if amd is not None else "") if x]
+    nothing = "" if sources else (st.problem or "no GPU driver stack answered")
+    failed: list[str] = []
+    info: list[str] = []
+    value: Any = n
+    rule = f"== {count}" if count is not None else REPORTED
+    if bus is not None and bus.readable:
+        m = len(bus.gpus)
+        value = {"seen": n, "on_bus": m}
+        rule = "every GPU on the PCI bus seen by the driver" + (f"; == {count}" if count is not None else "")
+        if n < m:
+            failed.append(_short_of_bus(st, bus, amd, n))
+            nothing = ""  # said in it
+        elif m:
+            more = " (more than the bus shows: a partial sysfs?)" if n > m else ""
+            info.append(f"{_gpus(m)} on the PCI bus, {n} seen by the driver{more}")
+        else:
+            info.append("no GPU on the PCI bus" + (f", {n} seen by the driver" if n else ""))
+    if count is not None:
+        msg = f"{n} GPU(s) found, {count} expected"
+        if n != count:
+            failed.append(msg + (f" ({nothing})" if nothing else ""))
+            nothing = ""
+        else:
+            info.append(msg)
+    elif sources and (bus is None or not bus.readable):
+        info.append(f"{n} GPU(s) found")
+    if nothing:
+        info.append(nothing)
+    if bus is not None:
+        info.extend(bus.notes if bus.readable else [f"PCI bus not read: {'; '.join(bus.notes)}"])
+    return Record(
+        "gpu.count",
+        FAIL if failed else PASS,
+        value,
+        rule,
+        "; ".join([*failed, *info]),
+        "+".join([*sources, *(["sysfs"] if bus is not None else [])]),
     )
+
+
+def _short_of_bus(st: GpuState, bus: BusGpus, amd: Seen | None, n: int) -> str:
+    seen_ids = {b for b in (bus_id(g.bus_id) for g in st.gpus) if b}
+    seen_ids |= set(amd.bus_ids if amd is not None else ())
+    not_seen = [g for g in bus.gpus if g.bus_id not in seen_ids]
+    ev = f"{_gpus(len(bus.gpus))} on the PCI bus, {n} seen by the driver"
+    why = {b: w for b, w in st.unusable if b}
+    ev += f": not seen {_missing(not_seen, why)}" if not_seen else " (the driver named no bus ids)"
+    causes = [w for b, w in st.unusable if not b]
+    vendors = bus.vendors()
+    if "NVIDIA" in vendors and not st.source:
+        causes.append(f"the NVIDIA driver stack did not answer: {st.problem or 'no source'}")
+    if "AMD" in vendors and (amd is None or not amd.source):
+        causes.append(f"the AMD driver stack did not answer: {amd.problem if amd else 'not asked'}")
+    return ev + "".join(f"; {c}" for c in causes)
+
+
+def gpu_records(st: GpuState, env: Env, bus: BusGpus | None = None, amd: Seen | None = None) -> list[Record]:
+    want = lambda k, d=None: env.want("gpu", k, d)  # noqa: E731
+    recs: list[Record] = [count_record(st, env, bus, amd)]
+    if not st.source:
+        return recs
     model = want("model")
     names = sorted({g.name for g in st.gpus})
     problems = []
@@ -265,17 +340,7 @@ def _pcie_problem(g: GpuInfo, gen: int | None, width: int | None) -> str | None:
 
 def nvswitches(env: Env) -> int:
     """NVSwitch devices on the PCI bus (vendor 0x10de, class 0x0680xx: 'other bridge')."""
-    from sb_bench.health.record import read_text
-
-    n = 0
-    try:
-        devs = sorted(env.sys("bus/pci/devices").iterdir())
-    except OSError:
-        return 0
-    for d in devs:
-        if read_text(d / "vendor") == "0x10de" and (read_text(d / "class") or "").startswith("0x0680"):
-            n += 1
-    return n
+    return nvswitch_count(env)
 
 
 def fabric_manager_record(env: Env) -> Record | None:

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from sb_bench.health.pci_bus import bus_id
 from sb_bench.health.record import Env
 
 # nvml.h constants (stable across NVML versions; named as in the header).
@@ -66,6 +67,9 @@ class GpuState:
     cuda: str | None = None
     problem: str = ""  # why no source could read the GPUs
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # GPUs the source knows of but cannot use: (bus id or "", why), e.g. excluded by the driver
+    # (NVreg_ExcludedGpus), no permission to open, lost
+    unusable: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
 
 class GpuSource(Protocol):
@@ -96,14 +100,28 @@ class NvmlSource:
         n = self.nvml
         n.nvmlInit()
         try:
+            # nvmlDeviceGetCount (v2) counts every GPU, also one whose handle then fails (no permission,
+            # lost): such a GPU is not one the checks can use, and is said so
             count = n.nvmlDeviceGetCount()
-            gpus = tuple(self._gpu(i, n.nvmlDeviceGetHandleByIndex(i)) for i in range(count))
+            gpus, unusable = [], []
+            for i in range(count):
+                try:
+                    h = n.nvmlDeviceGetHandleByIndex(i)
+                except Exception as exc:
+                    unusable.append(("", f"NVML: GPU {i} of {count}: {type(exc).__name__}: {exc}"[:200]))
+                    continue
+                gpus.append(self._gpu(i, h))
+            for i in range(self._get("nvmlGetExcludedDeviceCount") or 0):
+                info = self._get("nvmlGetExcludedDeviceInfoByIndex", i)
+                b = _text(getattr(getattr(info, "pciInfo", None), "busId", None))
+                unusable.append((bus_id(b) or "", "excluded by the driver (NVreg_ExcludedGpus)"))
             cuda = self._get("nvmlSystemGetCudaDriverVersion")
             return GpuState(
                 "nvml",
-                gpus,
+                tuple(gpus),
                 driver=_text(self._get("nvmlSystemGetDriverVersion")),
                 cuda=f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None,
+                unusable=tuple(unusable),
             )
         finally:
             try:
@@ -221,15 +239,21 @@ def _conv(kind: str, raw: str) -> Any:
 
 
 def parse_query_gpu(
-    text: str, fields: tuple[tuple[str, str, str], ...] = SMI_FIELDS
+    text: str, fields: tuple[tuple[str, str, str], ...] = SMI_FIELDS, skipped: list[str] | None = None
 ) -> tuple[list[GpuInfo], str | None]:
-    """``nvidia-smi --query-gpu=F,... --format=csv,noheader,nounits`` -> the GPUs and the driver version."""
+    """``nvidia-smi --query-gpu=F,... --format=csv,noheader,nounits`` -> the GPUs and the driver version.
+    A line that is not a row raises ValueError, or with ``skipped`` is appended there (nvidia-smi prints
+    "Unable to determine the device handle for GPU0000:07:00.0: Unknown Error" among the rows for a GPU
+    it cannot open, and exits non-zero)."""
     gpus, driver = [], None
     for line in text.splitlines():
         if not line.strip():
             continue
         cols = [c.strip() for c in line.split(", ")]
         if len(cols) != len(fields):
+            if skipped is not None:
+                skipped.append(line.strip()[:200])
+                continue
             raise ValueError(
                 f"nvidia-smi: {len(cols)} columns where {len(fields)} were asked: {line[:200]!r}"
             )
@@ -300,11 +324,9 @@ def parse_smi_version(text: str) -> dict[str, str]:
 
 
 def _bus(b: str) -> str:
-    """PCI bus ids compared as nvidia-smi prints them in one place and NVML/the kernel in another:
-    lower case, a 4-digit domain (``00000000:3B:00.0`` -> ``0000:3b:00.0``)."""
-    b = b.strip().lower()
-    dom, _, rest = b.partition(":")
-    return f"{dom[-4:]}:{rest}" if rest else b
+    """PCI bus ids compared as nvidia-smi prints them in one place and NVML/the kernel in another
+    (``00000000:3B:00.0`` -> ``0000:3b:00.0``: :func:`sb_bench.health.pci_bus.bus_id`)."""
+    return bus_id(b) or b.strip().lower()
 
 
 class SmiSource:
@@ -318,8 +340,9 @@ class SmiSource:
     def _smi(self, *args: str) -> tuple[int, str, str]:
         return self.env.run(["nvidia-smi", *args], self.timeout)
 
-    def query(self) -> tuple[list[GpuInfo], str | None, list[str]]:
-        """The GPU query; a field this nvidia-smi does not know is dropped (and named) and asked again."""
+    def query(self) -> tuple[list[GpuInfo], str | None, list[str], list[str]]:
+        """The GPU query -> (GPUs, driver, notes, lines about GPUs it could not open). A field this
+        nvidia-smi does not know is dropped (and named) and asked again; a failure with no row raises."""
         fields, dropped = list(SMI_FIELDS), []
         for _ in range(len(SMI_FIELDS)):
             q = ",".join(f for f, _, _ in fields)
@@ -329,10 +352,13 @@ class SmiSource:
                 fields = [f for f in fields if f[0] != m.group(1)]
                 dropped.append(m.group(1))
                 continue
-            if rc != 0:
+            skipped: list[str] = []
+            gpus, driver = parse_query_gpu(out, tuple(fields), skipped if rc != 0 else None)
+            if rc != 0 and not gpus:
                 raise RuntimeError(f"nvidia-smi --query-gpu failed (rc {rc}): {(err or out).strip()[:300]}")
-            gpus, driver = parse_query_gpu(out, tuple(fields))
-            return gpus, driver, [f"nvidia-smi does not know {d}" for d in dropped]
+            if rc != 0:  # some GPUs answered: the others are named
+                skipped += [x.strip()[:200] for x in err.splitlines() if x.strip()][:8]
+            return gpus, driver, [f"nvidia-smi does not know {d}" for d in dropped], skipped
         raise RuntimeError("nvidia-smi rejected every field")
 
     def read(self) -> GpuState:
@@ -346,7 +372,7 @@ class SmiSource:
             )
             fn = pool.submit(self._smi, "nvlink", "-s")
             fv = pool.submit(self._smi, "--version")
-            gpus, driver, notes = fq.result()
+            gpus, driver, notes, failed = fq.result()
             rc, out, _ = fr.result()
             remap = parse_remapped_rows(out) if rc == 0 else {}
             rc, out, _ = fn.result()
@@ -362,8 +388,32 @@ class SmiSource:
                 g = replace(g, nvlink_up=links[g.index][0], nvlink_total=links[g.index][1])
             merged.append(g)
         return GpuState(
-            "nvidia-smi", tuple(merged), driver or ver.get("driver"), ver.get("cuda"), notes=tuple(notes)
+            "nvidia-smi",
+            tuple(merged),
+            driver or ver.get("driver"),
+            ver.get("cuda"),
+            notes=tuple(notes),
+            unusable=tuple((_failed_bus(x), f"nvidia-smi: {x}") for x in failed),
         )
+
+
+_BUS_IN_TEXT = re.compile(r"([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
+
+
+def _failed_bus(line: str) -> str:
+    """The bus id nvidia-smi names in a line about a GPU it could not open ("" when none)."""
+    m = _BUS_IN_TEXT.search(line)
+    return (bus_id(m.group(1)) or "") if m else ""
+
+
+def _smi_read(env: Env, timeout: float, problems: list[str]) -> GpuState:
+    """The GPUs through nvidia-smi; one that fails (no driver: "NVIDIA-SMI has failed because it couldn't
+    communicate with the NVIDIA driver", rc 9) is no source, with its words."""
+    try:
+        st = SmiSource(env, timeout).read()
+    except (RuntimeError, ValueError, OSError) as exc:
+        return GpuState("", problem="; ".join([*problems, str(exc)[:400]]))
+    return replace(st, notes=(*st.notes, *problems))
 
 
 def read_gpus(env: Env, nvml_loader: Callable[[], Any] | None = None, timeout: float = 10.0) -> GpuState:
@@ -371,7 +421,7 @@ def read_gpus(env: Env, nvml_loader: Callable[[], Any] | None = None, timeout: f
     problems: list[str] = []
     # a tool directory that holds nvidia-smi stands in for this machine's GPUs (a test host, a wrapper)
     if env.tool_dir is not None and (env.tool_dir / "nvidia-smi").is_file():
-        return SmiSource(env, timeout).read()
+        return _smi_read(env, timeout, problems)
     loader = nvml_loader or _import_pynvml
     try:
         nvml = loader()
@@ -384,8 +434,7 @@ def read_gpus(env: Env, nvml_loader: Callable[[], Any] | None = None, timeout: f
         except Exception as exc:  # no driver, library not found: nvidia-smi is the fallback
             problems.append(f"NVML: {type(exc).__name__}: {exc}"[:300])
     if env.tool("nvidia-smi") is not None:
-        st = SmiSource(env, timeout).read()
-        return replace(st, notes=(*st.notes, *problems))
+        return _smi_read(env, timeout, problems)
     return GpuState("", problem="; ".join([*problems, "nvidia-smi: not found"]))
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from sb_bench.health.gpu_checks import fabric_manager_record, gpu_facts, gpu_records
-from sb_bench.health.gpu_source import read_gpus
+from sb_bench.health.gpu_source import GpuState, read_gpus
 from sb_bench.health.infiniband import ib_records
+from sb_bench.health.pci_bus import Seen, gpus_on_bus, read_amd
 from sb_bench.health.record import FAIL, Env, Record, worst
 from sb_bench.health.system import system_records
 from sb_bench.health.xid import xid_record
@@ -32,8 +33,31 @@ Probe = Callable[[Env, float], tuple[list[Record], dict[str, Any]]]
 
 
 def _gpu(env: Env, timeout: float) -> tuple[list[Record], dict[str, Any]]:
-    st = read_gpus(env, timeout=timeout)
-    return gpu_records(st, env), gpu_facts(st)
+    """The GPUs on the PCI bus (sysfs: quick, no driver involved), then what the driver stack sees, given
+    ``timeout`` in all: a driver that hangs (NVML blocked in the kernel) is "0 seen", with the bus count,
+    not a probe that never answers."""
+    t0 = time.monotonic()
+    bus = gpus_on_bus(env)
+    got: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            got["nvidia"] = read_gpus(env, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - the driver's failure is the finding
+            got["nvidia"] = GpuState("", problem=f"{type(exc).__name__}: {exc}"[:300])
+        if "AMD" in bus.vendors():
+            try:
+                got["amd"] = read_amd(env, timeout)
+            except Exception as exc:  # noqa: BLE001
+                got["amd"] = Seen("", problem=f"{type(exc).__name__}: {exc}"[:300])
+
+    t = threading.Thread(target=ask, daemon=True, name="probe-gpu-driver")
+    t.start()
+    t.join(max(0.1, timeout - (time.monotonic() - t0)))
+    late = f"no answer within {timeout:g} s (a hung driver?)"
+    st = got.get("nvidia") or GpuState("", problem=f"NVML/nvidia-smi: {late}")
+    amd = got.get("amd") or (Seen("", problem=f"amdsmi: {late}") if "AMD" in bus.vendors() else None)
+    return gpu_records(st, env, bus, amd), gpu_facts(st)
 
 
 def _fabric(env: Env, timeout: float) -> tuple[list[Record], dict[str, Any]]:

@@ -107,7 +107,10 @@ def test_warnings_and_counts():
 
 def test_no_gpu_source():
     st = GpuState("", problem="nvidia-smi: not found")
-    assert verdicts(gpu_records(st, Env(expect=H100)))["gpu.count"] == ("fail", "nvidia-smi: not found")
+    assert verdicts(gpu_records(st, Env(expect=H100)))["gpu.count"] == (
+        "fail",
+        "0 GPU(s) found, 8 expected (nvidia-smi: not found)",
+    )
     assert verdicts(gpu_records(st, Env()))["gpu.count"][0] == "pass"  # no GPU expected: nothing to fail
 
 
