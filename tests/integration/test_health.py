@@ -53,7 +53,15 @@ FAULTS: dict[str, tuple[dict, str, str]] = {
     "h5": ({"gpus": 7}, "gpu.count", "7 GPU(s) found, 8 expected"),
     "h6": ({"gpu_over": {1: {"remap.pending": True, "remap.unc": 2}}}, "gpu.row_remap", "row remap pending"),
     "h7": ({"kmsg": XID_FATAL}, "gpu.xid", "XID 79"),
-    "h8": ({"driver": "535.104.05"}, "drift.driver", "majority (8 of 9) has 550.54.15"),
+    "h8": ({"driver": "535.104.05"}, "drift.driver", "majority (9 of 10) has 550.54.15"),
+    # 8 GPUs on the PCI bus and no driver loaded (nvidia-smi: "couldn't communicate with the NVIDIA driver")
+    "h9": ({"driver_loaded": False}, "gpu.count", "8 GPUs on the PCI bus, 0 seen by the driver"),
+    # nvidia-smi lists 7 of the 8 GPUs on the bus
+    "h10": (
+        {"unseen": (3,)},
+        "gpu.count",
+        "8 GPUs on the PCI bus, 7 seen by the driver: not seen 0000:48:00.0",
+    ),
 }
 
 
@@ -94,7 +102,8 @@ def test_check_names_every_fault(setup, tmp_path):
         assert words in failing[check]["evidence"], (host, failing[check])
         assert words in o["reason"], (host, o["reason"])
         doc = json.loads((rd / "health" / f"{host}.json").read_text())
-        assert doc["host"] == host and doc["facts"]["gpu_source"] == "nvidia-smi"
+        assert doc["host"] == host
+        assert doc["facts"]["gpu_source"] == (None if row == "h9" else "nvidia-smi"), (host, doc["facts"])
     # the application XID is a warning with its code, not a failure
     h1 = next(h for h, r in by_name.items() if r == "h1")
     warns = {f["check"]: f for f in health["hosts"][h1]["findings"]}
