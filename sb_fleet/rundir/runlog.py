@@ -1,7 +1,8 @@
 """Where log records go: sb-fleet's own to the console, every library's to the run directory.
 
 The console is for sb-fleet's own lines (one per host and problem). What libraries log (paramiko's
-``paramiko.transport`` tracebacks when an sshd resets a connection, ansible-runner, urllib3 ...) goes to
+``paramiko.transport`` tracebacks when an sshd resets a connection, ansible-runner, urllib3, the warnings
+they raise through :mod:`warnings` ...) goes to
 ``<run>/logs/libraries.log`` (private: the directory 0700, the file 0600), with its time, level, logger
 and thread, and the console gets one line at the end saying how many warning and error lines are there.
 
@@ -142,6 +143,7 @@ def install(level: int) -> None:
             root.removeHandler(h)
             h.close()
     root.setLevel(level)
+    logging.captureWarnings(True)  # a library's warnings.warn (cryptography's deprecations) too: py.warnings
     _current = LibraryLog()
     root.addHandler(_Console())
     root.addHandler(_current)
@@ -161,6 +163,7 @@ def finish() -> None:
     if cur is None:
         return
     logging.getLogger().removeHandler(cur)
+    logging.captureWarnings(False)
     line = cur.finish()
     if line:
         print(line, file=sys.stderr)
