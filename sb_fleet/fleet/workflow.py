@@ -308,9 +308,10 @@ def verdict(run: RunInputs, opts: Options) -> int:
     results, doc = done
     final = analyse_run(run, opts, results) if results else first
     beyond = set((doc.get("selection") or {}).get("not_confirmed") or [])
-    if beyond:  # over the bound: the first verdict stands, and the report says it was not confirmed
+    if beyond:  # over the bound (or not run): the first verdict stands, and the report says so
+        note = f"not confirmed ({doc['not_run']})" if doc.get("not_run") else NOT_CONFIRMED
         final.hosts = [
-            dataclasses.replace(h, reason=_joined(h.reason, NOT_CONFIRMED)) if h.name in beyond else h
+            dataclasses.replace(h, reason=_joined(h.reason, note)) if h.name in beyond else h
             for h in final.hosts
         ]
     final.confirmation = doc
@@ -387,6 +388,7 @@ def confirm(
         doc["not_run"] = why_not
         selection = dataclasses.replace(selection, beyond=(*selection.chosen, *selection.beyond))
         doc["selection"] = selection.to_json()
+        run.rd.write_json("confirm.json", doc)
         say(opts, f"confirmation: not run ({why_not}); {len(selection.beyond)} host(s) keep their verdict")
         return {}, doc
     say(

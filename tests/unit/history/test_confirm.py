@@ -14,6 +14,7 @@ from sb_fleet.history.confirm import (
     judge_confirmation,
     plan_confirmation,
     rerun_values,
+    select_for_confirmation,
 )
 
 GEMM = "gemm-flops/fp16_tc_flops:3"
@@ -255,3 +256,48 @@ def test_the_report_shows_both_measurements_and_the_time_it_took() -> None:
     md = "\n".join(confirmation_section(doc))
     assert "| a | flaky | `noop/step_time` | majority | 7500 | +150.0% | 3030 | +1.0% | no |" in md
     assert "Not confirmed (over the bound of 1 host(s)" in md and "b" in md and "Not re-run" in md
+
+
+def test_validate_confirms_by_default_and_hosts_over_the_bound_keep_their_verdict_with_a_note(
+    monkeypatch,  # noqa: ANN001
+) -> None:
+    from types import SimpleNamespace
+
+    from sb_fleet.config.gatespec import Gates
+    from sb_fleet.fleet import workflow as wf
+
+    hosts = [_host(f"ok{i}") for i in range(3)]
+    hosts += [_host(n, _stat(GEMM, -0.1 * s, 6.0 * s)) for n, s in (("w1", 3), ("w2", 2), ("w3", 1))]
+    run = SimpleNamespace(config=SimpleNamespace(gates=Gates()))
+    seen: dict = {}
+
+    def fake_confirm(_run, _opts, first, mode):  # noqa: ANN001, ANN202
+        seen["mode"] = mode
+        sel = select_for_confirmation(first.hosts, 2)
+        return {}, {"mode": mode, "selection": sel.to_json()}
+
+    monkeypatch.setattr(wf, "analyse_run", lambda *_a: SimpleNamespace(hosts=list(hosts), confirmation=None))
+    monkeypatch.setattr(wf, "confirm", fake_confirm)
+
+    def fake_report(_run, _opts, result=None) -> int:  # noqa: ANN001
+        seen["result"] = result
+        return 0
+
+    monkeypatch.setattr(wf, "report", fake_report)
+    assert wf.verdict(run, wf.Options()) == 0 and seen["mode"] == "auto"
+    out = {h.name: h for h in seen["result"].hosts}
+    assert out["w3"].verdict == "fail" and "not confirmed" in out["w3"].reason
+    assert "not confirmed" not in out["w1"].reason and seen["result"].confirmation["selection"]["limit"] == 2
+    assert wf.confirm_mode(run, wf.Options(auto_confirm=False)) is None
+    assert wf.confirm_mode(run, wf.Options(confirm=True, auto_confirm=False)) == "explicit"
+    off = SimpleNamespace(config=SimpleNamespace(gates=Gates.model_validate({"confirm": {"auto": False}})))
+    assert wf.confirm_mode(off, wf.Options()) is None
+
+
+def test_confirm_and_no_confirm_together_are_a_usage_error() -> None:
+    from click.testing import CliRunner
+
+    from sb_fleet.cli.main import main
+
+    r = CliRunner().invoke(main, ["validate", "--confirm", "--no-confirm", "--dry-run"])
+    assert r.exit_code == 2 and "contradict" in r.output, r.output
