@@ -11,8 +11,9 @@ qdisc it added:
   busy process beside one host's benchmark.
 - ``pin_tree``: a host's sshd (and its sessions) pinned to CPUs with ``taskset -a -p``; every session and benchmark
   it starts afterwards inherits the affinity.
-- ``CpuGroup``: a cpu cgroup of its own (one weight for everything in it); a host's sshd put in one
-  beside a busy process gets half of what one process gets, however loaded the machine is.
+- ``CpuGroup``: a cpu cgroup of its own (one weight for everything in it, optionally at most one
+  CPU's time): a host's sshd put in one beside a busy process gets half of what a host alone gets,
+  however loaded the machine is.
 - ``shaped_link``: htb on ``lo`` for every packet from or to one address (ENVIRONMENT.md's recipe).
 - ``SLOW_PYTHON_ENV``: the environment of a slowed interpreter, for one host's login sessions
   (``SshFleet(host_env=...)``; the run playbook sets PYTHONPATH itself, so a sitecustomize cannot
@@ -84,7 +85,13 @@ def own_names(fleet_dir: Path, hosts: dict[str, str]) -> Callable[[str], list[st
 
 
 class BusyLoops:
-    """``n`` busy Python processes, each pinned to ``cpu`` when given; stopped by pid on exit."""
+    """``n`` busy Python processes, each pinned to ``cpu`` when given; stopped by pid on exit.
+
+    Each runs in a session of its own: with the kernel's autogroup scheduling (enabled here,
+    /proc/sys/kernel/sched_autogroup_enabled) CPU time is shared between sessions before processes,
+    and every SSH command on a simulated host is a session, so a busy loop left in the recorder's
+    session would share one session's weight with sb-fleet and Ansible instead of weighing as much as
+    a host."""
 
     def __init__(self, n: int, cpu: int | None = None, nice: int = 0):
         self.n, self.cpu, self.nice = n, cpu, nice
@@ -97,7 +104,7 @@ class BusyLoops:
                 argv = ["nice", "-n", str(self.nice), *argv]
             if self.cpu is not None:
                 argv = ["taskset", "-c", str(self.cpu), *argv]
-            self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))
+            self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True))
         return self
 
     @property
@@ -148,16 +155,31 @@ class CpuGroup:
     rest of the machine. On exit every process still in it goes back to the root group and the group is
     removed."""
 
-    def __init__(self, name: str, shares: int = 1024, root: Path = Path("/sys/fs/cgroup/cpu")):
+    def __init__(
+        self,
+        name: str,
+        shares: int = 1024,
+        cpus: float | None = None,
+        period_us: int = 5000,
+        root: Path = Path("/sys/fs/cgroup/cpu"),
+    ):
         self.root = root
         self.path = root / name
         self.shares = shares
+        self.cpus = cpus  # at most this many CPUs' time in all (CFS quota), None: no cap
+        # The quota's period: short, so that each of a benchmark's timed samples (>= 20 ms) sees the cap
+        # as an even share rather than full speed, then a stop (the default period is 100 ms).
+        self.period_us = period_us
 
     def __enter__(self) -> CpuGroup:
         if not (self.root / "cpu.shares").exists():
             raise RuntimeError(f"no cgroup v1 cpu controller at {self.root}")
         self.path.mkdir(exist_ok=True)
         (self.path / "cpu.shares").write_text(str(self.shares))
+        if self.cpus is not None:
+            (self.path / "cpu.cfs_quota_us").write_text("-1")
+            (self.path / "cpu.cfs_period_us").write_text(str(self.period_us))
+            (self.path / "cpu.cfs_quota_us").write_text(str(int(self.period_us * self.cpus)))
         return self
 
     def add(self, pid: int) -> None:
