@@ -126,18 +126,18 @@ FAULTS = ("nofault", "slowhost", "slowpython", "tclink")
 CASE_RE = re.compile(r"^(?P<fault>[a-z]+)-(?P<n>\d+)h-(?P<mode>parallel|serial)-(?P<load>quiet|loaded)$")
 
 # The corpus as issue 35 asks for it: case -> runs.
-FINAL = {
+FINAL = {  # the quiet cases first: a loaded run leaves the machine loaded for the next one
     "nofault-3h-parallel-quiet": 5,
     "nofault-4h-parallel-quiet": 5,
     "nofault-6h-parallel-quiet": 5,
     "nofault-8h-parallel-quiet": 5,
-    "nofault-4h-parallel-loaded": 3,
-    "nofault-6h-parallel-loaded": 3,
     "nofault-4h-serial-quiet": 3,
     "slowhost-6h-parallel-quiet": 8,
-    "slowhost-6h-parallel-loaded": 4,
     "slowpython-6h-parallel-quiet": 3,
     "tclink-6h-parallel-quiet": 3,
+    "nofault-4h-parallel-loaded": 3,
+    "nofault-6h-parallel-loaded": 3,
+    "slowhost-6h-parallel-loaded": 4,
 }
 
 BACKGROUND = 2  # busy processes of a loaded run
