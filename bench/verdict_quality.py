@@ -140,18 +140,28 @@ def corpus() -> None:
     if not judged:
         print("\n## corpus of real runs: none recorded (bench/record_corpus.py)")
         return
-    print("\n## corpus of real runs (tests/corpus/), re-judged offline: validate's first pass")
+    print(
+        "\n## corpus of real runs (tests/corpus/), re-judged offline as validate judges: the first pass, then "
+        "the recorded confirmation run"
+    )
     by_case: dict[str, list] = {}
     for j in judged:
         by_case.setdefault(j.run.case, []).append(j)
-    print(f"{'case':32} {'runs':>4}  outcomes (first pass)                        recorded validate gate")
+    print(f"{'case':32} {'runs':>4}  {'outcomes (first pass)':36} {'after confirmation':36} recorded gate")
     false_alarms = runs_nofault = caught = faulty = silent = 0
     for case, js in sorted(by_case.items()):
         outcomes = Counter(j.outcome for j in js)
+        firsts = Counter(j.first for j in js)
         recorded = Counter(_recorded_gate(j.run.path) for j in js)
         text = ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+        first = ", ".join(f"{k} {v}" for k, v in sorted(firsts.items()))
         rec = ", ".join(f"{k} {v}" for k, v in sorted(recorded.items()))
-        print(f"{case:32} {len(js):>4}  {text:44} {rec}")
+        print(f"{case:32} {len(js):>4}  {first:36} {text:36} {rec}")
+        slow = [x for x in (j.run.slowdown() for j in js) if x is not None]
+        if slow:  # what the planted fault really did to the faulty host's GEMM
+            print(
+                f"{'':32}       the faulty host's GEMM: {min(slow):.2f}x-{max(slow):.2f}x slower than the others' median"
+            )
         if js[0].run.fault_host is None:
             runs_nofault += len(js)
             false_alarms += outcomes["false_alarm"]

@@ -3,8 +3,9 @@ and the noise shapes it shows, for the synthetic fleets.
 
 Each run is a real ``sb-fleet validate`` on a loopback fleet (its run directory's small files and a
 ``case.json`` saying what was planted, where, and how loaded the machine was). :func:`judge_run`
-re-judges one with the current code, offline (no confirmation: the first pass of ``validate``), and
-classifies it the way issue 35 counts:
+re-judges one with the current code, offline, as ``validate`` does: the first pass, then the
+recorded confirmation run (``confirm/``: the flagged hosts and control hosts run again) where there
+is one; and classifies it the way issue 35 counts:
 
 * a run with no fault: ``false_alarm`` when the gate failed, ``noted`` when it passed with metrics
   said too noisy or inconsistent, else ``clean``;
@@ -46,6 +47,22 @@ class CorpusRun:
     def loaded(self) -> bool:
         return self.case.endswith("-loaded")
 
+    def slowdown(self, metric: str = "gemm-flops/fp32_flops") -> float | None:
+        """How much slower the faulty host measured ``metric`` (a rate) than the median of the others:
+        what the planted fault really did (a busy process on 2 shared cores need not slow a host)."""
+        host = self.fault_host
+        if host is None:
+            return None
+        rows = [
+            json.loads(x) for x in (self.path / "results-summary.jsonl").read_text().splitlines() if x.strip()
+        ]
+        vals = {r["node"]: r.get(metric) for r in rows}
+        mine = vals.get(host)
+        others = [v for h, v in vals.items() if h != host and isinstance(v, (int, float)) and v > 0]
+        if not isinstance(mine, (int, float)) or not mine > 0 or not others:
+            return None
+        return float(np.median(others)) / float(mine)
+
 
 def runs(root: Path = CORPUS) -> Iterator[CorpusRun]:
     """Every recorded run whose validate produced results (a run that crashed is not evidence)."""
@@ -63,6 +80,7 @@ def runs(root: Path = CORPUS) -> Iterator[CorpusRun]:
 class Judged:
     run: CorpusRun
     outcome: str  # clean | noted | false_alarm (no fault); caught | noted | silent (a fault)
+    first: str  # the same, from the first pass alone (before the recorded confirmation run)
     gate_passed: bool
     failed: tuple[str, ...]
     noisy: tuple[str, ...]  # metrics said too noisy
@@ -70,30 +88,68 @@ class Judged:
     why: str  # the gate's policy, or the faulty host's first finding
 
 
-def judge_run(run: CorpusRun, report_fn=None) -> Judged:  # noqa: ANN001 - the report function under test
-    if report_fn is None:
-        from sb_fleet.report.analyse import report as report_fn
-    r = report_fn(run.path)
-    failed = tuple(h.name for h in r.hosts if h.verdict == "fail")
-    noisy = tuple(m.metric for m in r.too_noisy)
-    incons = tuple(m.metric for m in r.inconsistent)
+def _outcome(run: CorpusRun, r) -> tuple[str, str]:  # noqa: ANN001 - a ReportResult
+    noisy = bool(r.too_noisy or r.inconsistent)
     fault = run.fault_host
     if fault is None:
-        outcome = "false_alarm" if not r.gate.passed else ("noted" if noisy or incons else "clean")
-        why = r.gate.policy
-    else:
-        host = next((h for h in r.hosts if h.name == fault), None)
-        on_host = any(fault in m.hosts for m in r.too_noisy) or any(
-            fault in g for m in r.inconsistent for g in m.groups
-        )
-        if host is not None and host.verdict == "fail":
-            outcome = "caught"
-        elif on_host:
-            outcome = "noted"
-        else:
-            outcome = "silent"
-        why = host.issues[0].detail if host is not None and host.issues else r.gate.policy
-    return Judged(run, outcome, r.gate.passed, failed, noisy, incons, why)
+        return ("false_alarm" if not r.gate.passed else ("noted" if noisy else "clean")), r.gate.policy
+    host = next((h for h in r.hosts if h.name == fault), None)
+    on_host = any(fault in m.hosts for m in r.too_noisy) or any(
+        fault in g for m in r.inconsistent for g in m.groups
+    )
+    why = host.issues[0].detail if host is not None and host.issues else r.gate.policy
+    if host is not None and host.verdict == "fail":
+        return "caught", why
+    return ("noted" if on_host else "silent"), why
+
+
+def _confirmations(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportResult; host -> Confirmation
+    """validate's confirmation, judged again from the recorded re-run (``confirm/``): the hosts the first
+    pass fails on fleet statistics that the recorded run re-ran. A host failing now that was not re-run
+    then cannot be cleared (the strict reading)."""
+    from sb_fleet.analysis.fleet_results import load_fleet
+    from sb_fleet.history import confirm as cf
+
+    doc_path, again_path = run.path / "confirm.json", run.path / "confirm" / "results-summary.jsonl"
+    if not doc_path.is_file() or not again_path.is_file():
+        return None
+    plan = json.loads(doc_path.read_text()).get("plan") or {}
+    rerun_hosts = set(plan.get("benchmarks") or {})
+    controls = list(plan.get("controls") or [])
+    again = load_fleet(again_path)
+    rerun = cf.rerun_values(again.hosts, again.columns, again.values)
+    firsts = cf.rerun_values(first.fleet.hosts, first.fleet.columns, first.fleet.values)
+    chosen = [h for h in cf.select_for_confirmation(first.hosts, len(first.hosts)).chosen if h in rerun_hosts]
+    return cf.judge_confirmation(
+        {h.name: h.issues for h in first.hosts if h.name in chosen},
+        {h: rerun[h] for h in chosen if h in rerun},
+        {c: firsts.get(c, {}) for c in controls},
+        {c: rerun[c] for c in controls if c in rerun},
+        firsts=firsts,
+        direction=first.fleet.directions.of,
+    )
+
+
+def judge_run(run: CorpusRun) -> Judged:
+    """The run judged as validate judges it, offline with this code: the first pass, then the recorded
+    confirmation run where the run has one."""
+    from sb_fleet.report.analyse import report
+
+    first = report(run.path)
+    first_outcome, _ = _outcome(run, first)
+    confirmations = _confirmations(run, first)
+    r = report(run.path, confirmations=confirmations) if confirmations else first
+    outcome, why = _outcome(run, r)
+    return Judged(
+        run,
+        outcome,
+        first_outcome,
+        r.gate.passed,
+        tuple(h.name for h in r.hosts if h.verdict == "fail"),
+        tuple(m.metric for m in r.too_noisy),
+        tuple(m.metric for m in r.inconsistent),
+        why,
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,55 @@
+"""Issue 35 on real runs: the corpus (tests/corpus/, bench/record_corpus.py) re-judged with this code.
+
+Each recorded run is a real ``sb-fleet validate`` on a loopback fleet of 3-8 hosts on this machine
+kind (2 shared cores), quiet or loaded, with or without a planted fault (a busy process beside one
+host's benchmarks, a slowed interpreter, a link shaped with tc). The verdict is the offline first
+pass of ``validate`` (no confirmation run): the strictest reading.
+
+* no fault: never a gate failure (what cannot be judged is said too noisy or inconsistent instead);
+* a planted fault: never a silent pass (the host fails, or the report names it too noisy or
+  inconsistent), and on a quiet machine where the fault made the host measurably slow, it fails in at
+  least 19 of 20 runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.synth.corpus import CORPUS, judge_run, runs
+
+RUNS = list(runs())
+
+
+def test_the_corpus_is_there() -> None:
+    assert CORPUS.is_dir(), f"{CORPUS} is missing: record it with bench/record_corpus.py --final"
+    assert len(RUNS) >= 20, f"only {len(RUNS)} recorded runs in {CORPUS}"
+    cases = {r.case.split("-", 1)[0] for r in RUNS}
+    assert {"nofault", "slowhost"} <= cases, cases
+
+
+@pytest.mark.parametrize(
+    "run", [r for r in RUNS if r.fault_host is None], ids=lambda r: f"{r.case}/{r.path.name}"
+)
+def test_no_false_alarm_on_a_healthy_fleet(run) -> None:  # noqa: ANN001
+    j = judge_run(run)
+    assert j.outcome != "false_alarm", f"gate failed on a healthy fleet: {j.why}; failed hosts {j.failed}"
+
+
+@pytest.mark.parametrize(
+    "run", [r for r in RUNS if r.fault_host is not None], ids=lambda r: f"{r.case}/{r.path.name}"
+)
+def test_a_planted_fault_is_never_passed_over(run) -> None:  # noqa: ANN001
+    j = judge_run(run)
+    assert j.outcome != "silent", f"{run.fault_host} passed silently: {j.why}"
+
+
+def test_a_slow_host_on_a_quiet_machine_fails_in_19_of_20() -> None:
+    quiet = [
+        r for r in RUNS if r.case.startswith("slowhost-") and not r.loaded and (r.slowdown() or 0) >= 1.5
+    ]
+    if not quiet:
+        pytest.fail(
+            "no quiet slow-host run in the corpus where the busy process made the host 1.5x slow or more"
+        )
+    caught = sum(judge_run(r).outcome == "caught" for r in quiet)
+    assert caught >= 0.95 * len(quiet), f"caught {caught} of {len(quiet)}"
