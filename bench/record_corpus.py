@@ -5,17 +5,19 @@
     .venv/bin/python bench/record_corpus.py --case slowhost-6h-parallel-quiet,tclink-6h-parallel-quiet
     .venv/bin/python bench/record_corpus.py --final            # the whole corpus, runs per case as planned
 
-A case is ``<fault>-<N>h-<parallel|serial>-<quiet|loaded>``: fault one of ``nofault``, ``slowhost``
-(every host a CPU slice of its own, one host's shared with a busy process), ``slowpython`` (one host's Python runs every
-call and line through a trace hook), ``tclink`` (one host's link shaped with tc htb); N hosts, each
-its own 127.0.x.y address with its own sshd (and its own hostname, so torch's gloo listens on it);
-``serial`` runs validate with ``--forks 1``; ``loaded`` adds two busy processes for the run's
-duration. Every run goes to ``tests/corpus/<case>/<run-id>/``: the run directory's small files
-(results and noise summaries, metrics, hosts, outcomes, plan, manifest, report, confirm) and a
-``case.json`` describing the run (hosts, benchmarks, load before and after, the planted fault, wall
-time, sb-fleet commit). Raw per-rank files, logs and facts are not kept. Needs root (sshd, useradd,
-taskset, tc). Quiet runs first wait (up to --quiet-wait s) for the 1-minute load to fall below
---quiet-load.
+A case is ``<fault>-<N>h-<parallel|serial>-<quiet|loaded>``. Faults: ``nofault``; ``slowhost``
+(every host a CPU slice of its own, one host's shared with a busy process: half the CPU);
+``slowpython`` (one host's every Python process runs with PYTHONTRACEMALLOC=1); ``tclink`` (the
+first host's traffic shaped with tc htb on lo). N hosts, each its own 127.0.x.y address with its own
+sshd, in namespaces of its own with its own hostname (so torch's gloo listens on the host's address).
+``serial`` runs validate with ``--forks 1`` (and without the all-node collective); ``loaded`` adds two
+busy processes for the run's duration. Every run goes to ``tests/corpus/<case>/<run-id>/``: the run
+directory's small files (results and noise summaries, metrics, hosts, outcomes, plan, manifest,
+report, confirm) and a ``case.json`` describing the run (hosts, benchmarks, load before and after, the
+planted fault, wall time, sb-fleet commit, what the fault did to the numbers, the verdict). Raw
+per-rank files, logs and facts are not kept. Needs root (sshd, useradd, unshare, cgroups, tc). Quiet
+runs first wait (up to --quiet-wait s) for the 1-minute load to fall below --quiet-load.
+See tests/corpus/README.md.
 """
 
 from __future__ import annotations
@@ -512,6 +514,48 @@ def show(doc: dict) -> None:
         print(f"   !! run directory incomplete: {doc['files']}; stderr: {doc['stderr_tail']}", flush=True)
 
 
+def summarize(root: Path) -> None:
+    """Per case: the runs, their gates and verdicts, and what the fault did (from each case.json)."""
+    for case_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        docs = [json.loads(m.read_text()) for m in sorted(case_dir.glob("*/case.json"))]
+        if not docs:
+            continue
+        passed = sum(1 for d in docs if (d["verdict"].get("gate") or {}).get("passed"))
+        walls = [d["wall_s"] for d in docs]
+        print(
+            f"{case_dir.name}: {len(docs)} runs, gate passed {passed}/{len(docs)}, wall "
+            f"{min(walls):.0f}-{max(walls):.0f}s, load before {min(d['load_before'][0] for d in docs):.2f}-"
+            f"{max(d['load_before'][0] for d in docs):.2f}"
+        )
+        for d in docs:
+            ver = d["verdict"]
+            gate = ver.get("gate") or {}
+            counts = {k: v for k, v in (ver.get("summary") or {}).items() if k != "hosts" and v}
+            parts = [f"  {d['run_id']}: gate {'PASSED' if gate.get('passed') else 'FAILED'} {counts}"]
+            fault = d.get("fault") or {}
+            for m, o in d.get("observed", {}).items():
+                if (
+                    isinstance(o, dict)
+                    and o.get("ratio") is not None
+                    and m.split("/")[0] in ("gemm-flops", "noop")
+                ):
+                    parts.append(f"{m.split('/')[1]} {o['ratio']}x")
+            busbw = d.get("observed", {}).get("nccl_busbw_largest")
+            if fault.get("kind") == "tclink" and busbw:
+                parts.append(f"busbw {busbw.get(fault['host'], 0):.4f} GB/s")
+            for name, h in ver.get("not_passed", {}).items():
+                first = h["issues"][0] if h["issues"] else {}
+                why = first.get("detail") or h.get("reason") or ""
+                parts.append(f"{name} {h['verdict']} ({first.get('metric', '')}: {why[:90]})")
+            noisy = ver.get("too_noisy") or {}
+            if noisy:
+                parts.append(f"too noisy: {len(noisy)} metrics")
+            for k in ("inconsistent", "populations", "disagreements"):
+                if ver.get(k):
+                    parts.append(f"{k}: {len(ver[k])}")
+            print("; ".join(parts))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", action="append", default=[], help="case name(s), comma-separated; repeatable")
@@ -525,7 +569,11 @@ def main() -> int:
     ap.add_argument("--quiet-wait", type=float, default=120.0, help="... for at most this many seconds")
     ap.add_argument("--keep-run-dirs", action="store_true", help="keep the whole run directories (in /tmp)")
     ap.add_argument("--list", action="store_true", help="print the planned cases and exit")
+    ap.add_argument("--summary", action="store_true", help="print what the recorded corpus holds and exit")
     args = ap.parse_args()
+    if args.summary:
+        summarize(args.out)
+        return 0
     if args.list:
         for name, n in FINAL.items():
             print(f"{name:<32} {n} runs")
