@@ -49,6 +49,19 @@ def test_validate_collects_every_host_and_reports_the_unreachable_one(fleet, fle
             "result",
             "reduce_op",
         } <= set(raw)
+        # issue 35: the timed samples (SuperBench's shape: one list per run) and the figure's noise
+        assert (
+            len(raw["raw_data"]["fp32_flops"]) == raw["run_count"]
+            and len(raw["raw_data"]["fp32_flops"][0]) >= 2
+        )
+        assert raw["noise"]["fp32_flops"] >= 0 and raw["spread"]["fp32_flops"] >= 0
+    noise = {
+        d["node"]: d for d in map(json.loads, (run_dir / "noise-summary.jsonl").read_text().splitlines())
+    }
+    assert sorted(noise) == sorted(summary)
+    assert all(noise[h]["gemm-flops/fp32_flops"] >= 0 for h in noise)
+    doc = _report(run_dir)
+    assert isinstance(doc["too_noisy"], list) and isinstance(doc["inconsistent"], list)
     outcomes = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     assert outcomes["host005"]["outcome"] == "unreachable"
     assert "127.0.1.99" in outcomes["host005"]["reason"]
