@@ -122,6 +122,9 @@ KEEP = [
     "confirm.json",
     "confirm/results-summary.jsonl",
     "confirm/noise-summary.jsonl",
+    "confirm-splits.json",
+    "confirm-splits/results-summary.jsonl",
+    "confirm-splits/noise-summary.jsonl",
 ]
 
 FAULTS = ("nofault", "slowhost", "slowpython", "tclink")

@@ -48,6 +48,14 @@ class PopulationSplit:
     centers: tuple[float, float]  # that family's median on each side
     gap: float  # the hole between the two sides, relative to the lower side's top value
     families: tuple[str, ...]  # every family showing the same split
+    # validate's confirmation run: None (none ran), or whether the split showed again, and how
+    confirmed: bool | None = None
+    confirmation: str = ""
+
+    @property
+    def key(self) -> str:
+        """The split's identity across two analyses of one run: its scope, family and groups."""
+        return "|".join([self.scope, self.family, *(",".join(sorted(g)) for g in self.groups)])
 
     @property
     def apart(self) -> float:
@@ -61,10 +69,11 @@ class PopulationSplit:
             f" and {len(self.families) - 4} more" if len(self.families) > 4 else ""
         )
         where = f" within {self.scope}" if self.scope else ""
+        checked = f"; validate's confirmation run: {self.confirmation}" if self.confirmation else ""
         return (
             f"two populations{where}: {len(lo)} host(s) around {self.centers[0]:.4g} and {len(hi)} around "
             f"{self.centers[1]:.4g} on {self.family} ({self.apart * 100:.0f}% apart, a gap of "
-            f"{self.gap * 100:.1f}% between them); the same split in {show}"
+            f"{self.gap * 100:.1f}% between them); the same split in {show}{checked}"
         )
 
     def to_json(self) -> dict:
@@ -76,6 +85,11 @@ class PopulationSplit:
             "gap": round(self.gap, 6),
             "families": list(self.families),
             "groups": [list(g) for g in self.groups],
+            **(
+                {"confirmed": self.confirmed, "confirmation": self.confirmation}
+                if self.confirmed is not None
+                else {}
+            ),
         }
 
 

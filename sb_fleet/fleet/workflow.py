@@ -209,7 +209,9 @@ def healthy_hosts(run: RunInputs, ex: Executor, hosts: list[str], opts: Options)
     return [h for h in hosts if h not in set(sick)]
 
 
-def analyse_run(run: RunInputs, opts: Options, confirmations: dict | None = None) -> ReportResult:
+def analyse_run(
+    run: RunInputs, opts: Options, confirmations: dict | None = None, split_checks: dict | None = None
+) -> ReportResult:
     """The fleet analysis of the run directory. With a history store (``--history`` or fleet.history),
     the run is judged against and recorded in it; with ``--rules``/``--baseline``, SuperBench's rules
     and baseline judge it too."""
@@ -222,6 +224,7 @@ def analyse_run(run: RunInputs, opts: Options, confirmations: dict | None = None
         gates=run.config.gates,
         history=opts.history or run.config.fleet.history,
         confirmations=confirmations,
+        split_checks=split_checks,
     )
 
 
@@ -302,11 +305,14 @@ def verdict(run: RunInputs, opts: Options) -> int:
     if mode is None:
         return report(run, opts)
     first = analyse_run(run, opts)
+    splits = confirm_splits(run, opts, first)
     done = confirm(run, opts, first, mode)
     if done is None:
-        return report(run, opts, result=first)
+        if splits is None:
+            return report(run, opts, result=first)
+        return report(run, opts, result=analyse_run(run, opts, None, splits))
     results, doc = done
-    final = analyse_run(run, opts, results) if results else first
+    final = analyse_run(run, opts, results, splits) if results or splits else first
     beyond = set((doc.get("selection") or {}).get("not_confirmed") or [])
     if beyond:  # over the bound (or not run): the first verdict stands, and the report says so
         note = f"not confirmed ({doc['not_run']})" if doc.get("not_run") else NOT_CONFIRMED
@@ -319,6 +325,60 @@ def verdict(run: RunInputs, opts: Options) -> int:
 
 
 NOT_CONFIRMED = "not confirmed (over validate's bound on the hosts it re-runs; --confirm re-runs them all)"
+
+
+def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[str, tuple[bool, str]] | None:
+    """A population split found in the numbers must show again before it fails the gate (issue 35): the
+    benchmarks of its families run again on the hosts of its groups, as a sub-run in
+    ``<run>/confirm-splits/``; split key -> (showed again, how), written to ``confirm-splits.json``.
+    None when there is no unexpected split to confirm (or it cannot be re-run: the split stands)."""
+    import time
+
+    import yaml
+
+    from sb_fleet.analysis.fleet_results import load_fleet
+    from sb_fleet.history import confirm as cf
+    from sb_fleet.safe_files import atomic_write_text
+
+    if not first.populations or run.config.gates.populations.expected_mix:
+        return None
+    t0 = time.monotonic()
+    benchmarks = sorted({cf.benchmark_of(f) for sp in first.populations for f in sp.families})
+    hosts = sorted({h for sp in first.populations for g in sp.groups for h in g})
+    cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), benchmarks)
+    if cfg is None or len(run.inventory.sources) != 1:
+        return None
+    say(
+        opts,
+        f"confirmation: re-running {', '.join(benchmarks)} on the {len(hosts)} hosts of the population split(s)",
+    )
+    cfg_path = run.rd.path / "confirm-splits-config.yaml"
+    atomic_write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
+    sub = create_run(
+        run.rd.path / "confirm-splits", cfg_path, Path(run.inventory.sources[0]), ",".join(hosts)
+    )
+    sub_stages(sub, opts)
+    again = load_fleet(sub.rd.path)
+    rerun = cf.rerun_values(again.hosts, again.columns, again.values)
+    out = {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in first.populations}
+    seconds = time.monotonic() - t0
+    run.rd.write_json(
+        "confirm-splits.json",
+        {
+            "schema_version": 1,
+            "seconds": round(seconds, 3),
+            "benchmarks": benchmarks,
+            "hosts": hosts,
+            "run_dir": str(sub.rd.path),
+            "splits": [
+                {**sp.to_json(), "showed_again": out[sp.key][0], "how": out[sp.key][1]}
+                for sp in first.populations
+            ],
+        },
+    )
+    shown = sum(1 for ok, _ in out.values() if ok)
+    say(opts, f"population splits confirmed in {seconds:.1f} s: {shown} of {len(out)} showed again")
+    return out
 
 
 def _joined(reason: str, note: str) -> str:

@@ -373,7 +373,40 @@ __all__ = [
     "plan_confirmation",
     "rerun_values",
     "select_for_confirmation",
+    "split_shows_again",
 ]
+
+
+def split_shows_again(
+    family: str, groups: Sequence[Sequence[str]], apart: float, rerun: Mapping[str, Mapping[str, float]]
+) -> tuple[bool, str]:
+    """Did a population split show again in the confirmation run? Each host's median over the family's
+    values in the re-run (``rerun``: host -> metric -> value); it shows again when every host of the lower
+    group is still below every host of the upper one and the groups' centres are at least half as far
+    apart as they were. (shows again, the reason in words)."""
+    meds: list[list[float]] = []
+    for g in groups:
+        vals: list[float] = []
+        for h in g:
+            xs = [
+                v
+                for m, v in rerun.get(h, {}).items()
+                if parse_metric(m).family == family and math.isfinite(v)
+            ]
+            if xs:
+                vals.append(statistics.median(xs))
+        meds.append(vals)
+    lo, hi = meds[0], meds[-1]
+    if len(lo) < len(groups[0]) or len(hi) < len(groups[-1]) or not lo or not hi:
+        return True, "the re-run did not measure every host of the split: it stands"
+    c_lo, c_hi = statistics.median(lo), statistics.median(hi)
+    again = c_hi / c_lo - 1 if c_lo > 0 else math.inf
+    if max(lo) < min(hi) and again >= apart / 2:
+        return True, f"showed again: {again * 100:.0f}% apart (first {apart * 100:.0f}%)"
+    return False, (
+        f"did not show again: {again * 100:+.0f}% apart (first {apart * 100:.0f}%), the groups "
+        + ("overlap" if max(lo) >= min(hi) else "closer than half the first gap")
+    )
 
 
 def confirm_config(config: Mapping[str, Any], benchmarks: Sequence[str]) -> dict[str, Any] | None:

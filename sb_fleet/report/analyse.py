@@ -62,9 +62,12 @@ def report(
     gates: Gates | None = None,
     history: Path | str | None = None,
     confirmations: Mapping[str, Confirmation] | None = None,
+    split_checks: Mapping[str, tuple[bool, str]] | None = None,
 ) -> ReportResult:
     """Judge every host of a run directory or results-summary.jsonl (and with ``history``, against
-    each host's own past; the run is recorded there)."""
+    each host's own past; the run is recorded there). ``split_checks``: validate's confirmation of the
+    population splits (split key -> (showed again, how)); a split that did not show again is reported
+    and does not fail the gate."""
     t0 = time.perf_counter()
     gates = gates or Gates()
     fleet = load_fleet(Path(source))
@@ -153,7 +156,13 @@ def report(
                 noise=noise,
                 min_hosts=settings.min_hosts,
             )
-            splits += found
+            for sp in found:
+                check = (split_checks or {}).get(sp.key)
+                splits.append(
+                    sp
+                    if check is None
+                    else dataclasses.replace(sp, confirmed=check[0], confirmation=check[1])
+                )
             partitions.update({plabel: prows for prows, plabel in parts})
         for label, rows in partitions.items():
             own = noise[rows] if noise is not None else None
@@ -190,7 +199,12 @@ def report(
             _merge(issues, check_sku(fleet.columns, fleet.values, fleet.directions, gpu_models))
         for sp in splits:
             warnings.append(
-                sp.sentence() + ("" if pop.expected_mix else " (gates.populations.expected_mix: false)")
+                sp.sentence()
+                + (
+                    ""
+                    if pop.expected_mix or sp.confirmed is False
+                    else " (gates.populations.expected_mix: false)"
+                )
             )
         noisy = _merge_noisy(noisy)
         for nm in noisy[:MAX_NOISE_WARNINGS]:
@@ -295,9 +309,10 @@ def report(
     if confirmations:  # validate --confirm: a failure that did not reproduce is flaky, not failed
         hosts = [_confirmed(h, confirmations.get(h.name)) for h in hosts]
     gate = decide(gates.policy, [h.verdict for h in hosts])
-    if splits and not gates.populations.expected_mix:  # an unexplained mix never passes silently
+    standing = [sp for sp in splits if sp.confirmed is not False]  # not those a re-run did not show again
+    if standing and not gates.populations.expected_mix:  # an unexplained mix never passes silently
         gate = dataclasses.replace(
-            gate, passed=False, policy=f"{gate.policy}; {len(splits)} unexpected population split(s)"
+            gate, passed=False, policy=f"{gate.policy}; {len(standing)} unexpected population split(s)"
         )
     if disagreements:  # two hosts that disagree: which one is faulty is unknown, so the fleet fails
         gate = dataclasses.replace(

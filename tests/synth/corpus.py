@@ -130,6 +130,20 @@ def _confirmations(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportRes
     )
 
 
+def _split_checks(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportResult; split key -> (bool, how)
+    """validate's confirmation of the population splits, judged again from the recorded re-run
+    (``confirm-splits/``); None where the run has none (a split then stands)."""
+    from sb_fleet.analysis.fleet_results import load_fleet
+    from sb_fleet.history import confirm as cf
+
+    path = run.path / "confirm-splits" / "results-summary.jsonl"
+    if not first.populations or not path.is_file():
+        return None
+    again = load_fleet(path)
+    rerun = cf.rerun_values(again.hosts, again.columns, again.values)
+    return {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in first.populations}
+
+
 def judge_run(run: CorpusRun) -> Judged:
     """The run judged as validate judges it, offline with this code: the first pass, then the recorded
     confirmation run where the run has one."""
@@ -138,7 +152,12 @@ def judge_run(run: CorpusRun) -> Judged:
     first = report(run.path)
     first_outcome, _ = _outcome(run, first)
     confirmations = _confirmations(run, first)
-    r = report(run.path, confirmations=confirmations) if confirmations else first
+    splits = _split_checks(run, first)
+    r = (
+        report(run.path, confirmations=confirmations, split_checks=splits)
+        if confirmations or splits
+        else first
+    )
     outcome, why = _outcome(run, r)
     return Judged(
         run,

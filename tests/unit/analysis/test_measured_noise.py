@@ -183,3 +183,33 @@ def test_with_history_a_host_is_judged_with_its_night_to_night_variation(tmp_pat
     r = report(tonight2, history=store)
     assert all(h.verdict == "pass" for h in r.hosts), [h.issues for h in r.hosts]
     assert any("d" in m.hosts for m in r.too_noisy)
+
+
+def test_a_population_split_that_does_not_show_again_in_the_confirmation_run_does_not_fail_the_gate(tmp_path):
+    from sb_fleet.history.confirm import split_shows_again
+
+    # 8 healthy hosts on 2 shared cores: 4 got the busy core, 4 the other, steady within the run.
+    vals = [18.0, 18.3, 18.2, 18.3, 22.4, 21.9, 22.0, 22.4]
+    values = {f"h{i}": {GF: v} for i, v in enumerate(vals)}
+    noise = {h: {GF: 0.02} for h in values}
+    first = report(run_dir(tmp_path, values, noise))
+    (sp,) = first.populations
+    assert not first.gate.passed and "population split" in first.gate.policy
+    # The re-run: the same hosts, other co-runners. The groups overlap: no population.
+    shuffled = {
+        h: {GF: v} for h, v in zip(values, [22.1, 18.2, 22.3, 18.1, 18.4, 22.0, 21.8, 18.3], strict=True)
+    }
+    ok, how = split_shows_again(sp.family, sp.groups, sp.apart, shuffled)
+    assert not ok and "did not show again" in how
+    r = report(run_dir(tmp_path, values, noise), split_checks={sp.key: (ok, how)})
+    assert r.gate.passed and r.populations[0].confirmed is False
+    assert any("did not show again" in w for w in r.warnings)
+    # A real second population (another GPU model) shows again: the gate fails as before.
+    same = {h: {GF: v * 1.01} for h, v in zip(values, vals, strict=True)}
+    ok2, how2 = split_shows_again(sp.family, sp.groups, sp.apart, {h: {GF: x[GF]} for h, x in same.items()})
+    assert ok2 and "showed again" in how2
+    r2 = report(run_dir(tmp_path, values, noise), split_checks={sp.key: (ok2, how2)})
+    assert not r2.gate.passed and r2.populations[0].confirmed is True
+    # A host the re-run did not measure: the split stands (never cleared without evidence).
+    partial = {h: v for h, v in same.items() if h != "h0"}
+    assert split_shows_again(sp.family, sp.groups, sp.apart, partial)[0]
