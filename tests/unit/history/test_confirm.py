@@ -276,7 +276,9 @@ def test_validate_confirms_by_default_and_hosts_over_the_bound_keep_their_verdic
         sel = select_for_confirmation(first.hosts, 2)
         return {}, {"mode": mode, "selection": sel.to_json()}
 
-    monkeypatch.setattr(wf, "analyse_run", lambda *_a: SimpleNamespace(hosts=list(hosts), confirmation=None, populations=[]))
+    monkeypatch.setattr(
+        wf, "analyse_run", lambda *_a: SimpleNamespace(hosts=list(hosts), confirmation=None, populations=[])
+    )
     monkeypatch.setattr(wf, "confirm", fake_confirm)
 
     def fake_report(_run, _opts, result=None) -> int:  # noqa: ANN001
