@@ -137,11 +137,31 @@ def _split_checks(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportResu
     from sb_fleet.history import confirm as cf
 
     path = run.path / "confirm-splits" / "results-summary.jsonl"
-    if not first.populations or not path.is_file():
+    if not first.populations:
         return None
+    if not path.is_file():  # the re-run's values not kept: validate's own word on each split, if any
+        recorded = _recorded_split_checks(run)
+        return {sp.key: recorded[sp.key] for sp in first.populations if sp.key in recorded} or None
     again = load_fleet(path)
     rerun = cf.rerun_values(again.hosts, again.columns, again.values)
     return {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in first.populations}
+
+
+def _recorded_split_checks(run: CorpusRun) -> dict[str, tuple[bool, str]]:
+    """What the recorded validate's report.json says of each split it re-ran (split key -> (showed again,
+    how)); its key as :attr:`PopulationSplit.key` makes it."""
+    p = run.path / "report.json"
+    if not p.is_file():
+        return {}
+    out = {}
+    for sp in json.loads(p.read_text()).get("populations") or []:
+        if isinstance(sp, dict) and isinstance(sp.get("confirmed"), bool):
+            groups = [",".join(sorted(g)) for g in sp.get("groups") or []]
+            out["|".join([sp.get("scope", ""), sp.get("family", ""), *groups])] = (
+                sp["confirmed"],
+                str(sp.get("confirmation", "")),
+            )
+    return out
 
 
 def judge_run(run: CorpusRun) -> Judged:

@@ -14,12 +14,13 @@ Two figures per metric, over the samples of every run pooled (so a shift between
 * the *spread*, how much one sample scatters: the robust relative sigma ``1.4826 * MAD / |median|``
   (with two or three values: the range over the mean divided by the expected range of a normal
   sample, 1.128 for two, 1.693 for three). "Steady 3%" or "steps that varied by 5x".
-* the *noise* of the figure, which is the window's mean: the larger of the *pull*
-  ``|mean - median| / |median|`` (a few outlying samples, a preemption or a clock dip, moving the
-  mean away from what most samples say: one 3 ms preemption in a 10 ms loop is a third) and the
-  standard error of the typical samples, ``spread / sqrt(n)``. This is what a deviation of the figure
-  is compared with (``noise-summary.jsonl``; :mod:`sb_fleet.analysis.majority`): a host that is
-  steadily 2x slow has a small noise and is found, one whose mean rests on a burst has a large one.
+* the *noise* of the figure, which is the window's mean: the standard error of the mean,
+  ``sd / sqrt(n) / |mean|``. A few outlying samples (a preemption, a clock dip) move the mean and
+  raise it (one 3 ms preemption in a 10 ms loop: about 40%); a window skewed the same way throughout
+  (a host throttled steadily, its samples bimodal in every window) leaves it small, since another
+  window would give the same mean. This is what a deviation of the figure is compared with
+  (``noise-summary.jsonl``; :mod:`sb_fleet.analysis.majority`): a host that is steadily 2x slow has a
+  small noise and is found, one whose mean rests on a burst has a large one.
 """
 
 from __future__ import annotations
@@ -103,13 +104,16 @@ def robust_spread(values: Sequence[float]) -> float | None:
 
 
 def figure_noise(values: Sequence[float]) -> float | None:
-    """How uncertain the figure made of ``values`` (their mean) is, relative: the larger of the pull
-    ``|mean - median| / |median|`` (outlying samples moving the mean) and the standard error of the
-    typical samples, ``robust_spread / sqrt(n)``. None where :func:`robust_spread` is None."""
+    """How uncertain the figure made of ``values`` (their mean) is, relative: the standard error of the
+    mean, ``sd / sqrt(n) / |mean|`` (``sd`` with n - 1). One outlying sample among few moves the mean
+    and this with it (one 3 ms preemption among eight 1.25 ms samples: about 40%); a distribution that
+    is skewed the same way in every window (a host throttled steadily) does not make the mean uncertain,
+    and this stays small. None for fewer than two finite values or a zero mean."""
     xs = _finite(values)
-    scatter = robust_spread(xs)
-    if scatter is None:
+    if len(xs) < 2:
         return None
     mean = sum(xs) / len(xs)
-    med = _median(xs)
-    return max(abs(mean - med) / abs(med), scatter / math.sqrt(len(xs)))
+    if not mean:
+        return None
+    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+    return math.sqrt(var / len(xs)) / abs(mean)
