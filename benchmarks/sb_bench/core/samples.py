@@ -14,13 +14,13 @@ Two figures per metric, over the samples of every run pooled (so a shift between
 * the *spread*, how much one sample scatters: the robust relative sigma ``1.4826 * MAD / |median|``
   (with two or three values: the range over the mean divided by the expected range of a normal
   sample, 1.128 for two, 1.693 for three). "Steady 3%" or "steps that varied by 5x".
-* the *noise* of the figure, which is the window's mean: the standard error of the mean,
-  ``sd / sqrt(n) / |mean|``. A few outlying samples (a preemption, a clock dip) move the mean and
-  raise it (one 3 ms preemption in a 10 ms loop: about 40%); a window skewed the same way throughout
-  (a host throttled steadily, its samples bimodal in every window) leaves it small, since another
-  window would give the same mean. This is what a deviation of the figure is compared with
-  (``noise-summary.jsonl``; :mod:`sb_fleet.analysis.majority`): a host that is steadily 2x slow has a
-  small noise and is found, one whose mean rests on a burst has a large one.
+* the *noise* of the figure: the robust standard error of the samples' centre, ``spread /
+  sqrt(n)``: how far another window of the same host would put the figure. This is what a deviation
+  of the figure is compared with (``noise-summary.jsonl``; :mod:`sb_fleet.analysis.majority`). A
+  host steadily 2x slow behind a busy process (its samples scattering by tens of percent, in every
+  window) is known to a few percent and found. A rare outlying sample (one preemption) does not raise
+  it: a figure moved by a burst is flagged on the first pass and cleared by ``validate``'s
+  confirmation run, where the burst does not repeat (confirm before condemn).
 """
 
 from __future__ import annotations
@@ -104,16 +104,13 @@ def robust_spread(values: Sequence[float]) -> float | None:
 
 
 def figure_noise(values: Sequence[float]) -> float | None:
-    """How uncertain the figure made of ``values`` (their mean) is, relative: the standard error of the
-    mean, ``sd / sqrt(n) / |mean|`` (``sd`` with n - 1). One outlying sample among few moves the mean
-    and this with it (one 3 ms preemption among eight 1.25 ms samples: about 40%); a distribution that
-    is skewed the same way in every window (a host throttled steadily) does not make the mean uncertain,
-    and this stays small. None for fewer than two finite values or a zero mean."""
+    """How uncertain the figure made of ``values`` is, relative: the robust standard error of their
+    centre, ``robust_spread / sqrt(n)``. Rare outlying samples (a preemption) do not count here: a
+    figure they moved is flagged on the first pass and cleared by validate's confirmation run, where
+    the burst does not repeat; what they cannot hide is a host whose every window is slow. None where
+    :func:`robust_spread` is None."""
     xs = _finite(values)
-    if len(xs) < 2:
+    scatter = robust_spread(xs)
+    if scatter is None:
         return None
-    mean = sum(xs) / len(xs)
-    if not mean:
-        return None
-    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
-    return math.sqrt(var / len(xs)) / abs(mean)
+    return scatter / math.sqrt(len(xs))
