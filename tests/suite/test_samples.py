@@ -39,9 +39,9 @@ def test_the_noise_of_the_figure_is_the_robust_standard_error_of_its_samples():
     # One preempted sample: the robust centre ignores it (the confirmation run judges the burst).
     wild = [*steady[:-1], 7.0]
     assert robust_spread(wild) < 0.03 and figure_noise(wild) < 0.01
-    # Scattering widely in every window (a host throttled behind a busy process): known to ~4%.
+    # Scattering widely in every window (a host throttled behind a busy process): known to ~6%.
     throttled = [1.0, 1.3, 0.8, 1.5, 1.1, 0.9, 1.4, 0.7] * 4
-    assert robust_spread(throttled) > 0.2 and figure_noise(throttled) < 0.06
+    assert robust_spread(throttled) > 0.2 and figure_noise(throttled) < 0.07  # 35% / sqrt(32)
     # Steady at the sample's scale, 16 samples scattering 10%: the figure is known to about 2.5%.
     scatter = [0.9, 1.1] * 8
     assert robust_spread(scatter) == pytest.approx(0.148, abs=0.001)
