@@ -294,7 +294,9 @@ def verdict(run_dir: Path) -> dict:
 
 
 def next_run_id(case_dir: Path) -> str:
-    n = 1 + sum(1 for p in case_dir.glob("r*") if p.is_dir()) if case_dir.exists() else 1
+    """``r<NN>-<UTC time>``, NN one past the highest recorded (runs taken out leave gaps)."""
+    taken = [int(m[1]) for p in case_dir.glob("r*") if p.is_dir() and (m := re.match(r"r(\d+)-", p.name))]
+    n = max(taken, default=0) + 1
     return f"r{n:02d}-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
 
 
@@ -397,9 +399,9 @@ def record_run(
                     f"{bad}'s group also holds one busy Python process (`python -c 'while True: pass'`) for "
                     f"the whole run, so everything {bad} runs shares its slice with it: half the CPU of a "
                     "healthy host. Why slices: with the hosts sharing the cores freely, the slowed host "
-                    "reached its GEMM later, when the others had finished and the machine was quieter, and "
-                    "measured 1.1x-3.3x *faster* than they did (pinning it and the busy loop to one CPU with "
-                    "taskset; or one capped group for it and the loop alone) in 8 of 9 trial runs."
+                    "reached its GEMM later, when the others had finished and the machine was quieter: in 9 "
+                    "trial runs so (it and the busy loop pinned to one CPU with taskset; or one capped group "
+                    "holding just the two) its GEMM came out 0.48-3.3x the others' median, 7 of 9 faster."
                 ),
             }
         elif case.fault == "slowpython":
