@@ -38,6 +38,11 @@ from sb_fleet.analysis.stats import MAD_TO_SIGMA
 from sb_fleet.analysis.superbench.metric_names import parse_metric
 
 
+def split_key(scope: str, family: str, groups: Sequence[Sequence[str]]) -> str:
+    """A population split's identity (:attr:`PopulationSplit.key`), also from report.json's fields."""
+    return "|".join([scope, family, *(",".join(sorted(g)) for g in groups)])
+
+
 @dataclass(frozen=True)
 class PopulationSplit:
     """One fleet (or one population of it) that falls apart in two."""
@@ -55,7 +60,7 @@ class PopulationSplit:
     @property
     def key(self) -> str:
         """The split's identity across two analyses of one run: its scope, family and groups."""
-        return "|".join([self.scope, self.family, *(",".join(sorted(g)) for g in self.groups)])
+        return split_key(self.scope, self.family, self.groups)
 
     @property
     def apart(self) -> float:

@@ -149,15 +149,17 @@ def _split_checks(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportResu
 
 def _recorded_split_checks(run: CorpusRun) -> dict[str, tuple[bool, str]]:
     """What the recorded validate's report.json says of each split it re-ran (split key -> (showed again,
-    how)); its key as :attr:`PopulationSplit.key` makes it."""
+    how))."""
+    from sb_fleet.analysis.populations import split_key
+
     p = run.path / "report.json"
     if not p.is_file():
         return {}
     out = {}
     for sp in json.loads(p.read_text()).get("populations") or []:
         if isinstance(sp, dict) and isinstance(sp.get("confirmed"), bool):
-            groups = [",".join(sorted(g)) for g in sp.get("groups") or []]
-            out["|".join([sp.get("scope", ""), sp.get("family", ""), *groups])] = (
+            key = split_key(str(sp.get("scope", "")), str(sp.get("family", "")), sp.get("groups") or [])
+            out[key] = (
                 sp["confirmed"],
                 str(sp.get("confirmation", "")),
             )
