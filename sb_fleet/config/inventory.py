@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sb_fleet.config.hostlist import expand, is_hostlist, split_top
-from sb_fleet.config.inventory_ini import duplicate_hosts, read_names_and_groups
+from sb_fleet.config.inventory_ini import RESERVED_NAMES, duplicate_hosts, read_names_and_groups, reserved_host_name
 from sb_fleet.config.yamlsrc import parse_yaml, read_capped
 from sb_fleet.errors import InventoryError
 
@@ -163,7 +163,9 @@ def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) 
             }
             groups = tuple(sorted(g.name for g in h.get_groups() if g.name not in ("all", "ungrouped")))
             hosts.append(Host(h.name, groups, keep))
-    except AnsibleError as exc:
+    except Exception as exc:  # Ansible raises bare Exceptions on some inventories too
+        if isinstance(exc, MemoryError):
+            raise
         msg = " ".join(str(exc.message if hasattr(exc, "message") else exc).split())
         detail = _parse_detail(captured.getvalue())
         if detail:
@@ -193,13 +195,20 @@ def check_source(path: Path) -> None:
     stripped = text.lstrip()
     if path.suffix in (".yml", ".yaml", ".json") or (path.suffix != ".ini" and not stripped.startswith("[")):
         try:
-            parse_yaml(text, path, "inventory", InventoryError)
+            doc, _node = parse_yaml(text, path, "inventory", InventoryError)
         except InventoryError as exc:
             if path.suffix in (".yml", ".yaml", ".json"):
                 raise
             if "not valid YAML" not in exc.message:  # an INI file without a section: Ansible decides
                 raise
+        else:
+            name = _reserved_in_yaml(doc)
+            if name is not None:
+                raise _reserved_error(path, None, name)
     if path.suffix not in (".yml", ".yaml", ".json"):
+        reserved = reserved_host_name(text)
+        if reserved is not None:
+            raise _reserved_error(path, f"line {reserved[1]}", reserved[0])
         dup = duplicate_hosts(text)
         if dup is not None:
             name, first, second = dup
@@ -209,6 +218,33 @@ def check_source(path: Path) -> None:
                 f"host {name} is declared again (first on line {first}: {path}:{first})",
                 "declare each host once: Ansible would silently keep only one of its definitions",
             )
+
+
+def _reserved_error(path: Path, where: str | None, name: str) -> InventoryError:
+    return InventoryError(
+        path,
+        where,
+        f"a host is named {name!r}, the name of one of Ansible's implicit groups ({', '.join(sorted(RESERVED_NAMES))})",
+        "rename the host and reach it with ansible_host: Ansible would drop it or take it for the group",
+    )
+
+
+def _reserved_in_yaml(doc: Any, depth: int = 0) -> str | None:
+    """The first host a YAML inventory (groups of ``hosts`` and ``children``) names after an implicit group."""
+    if not isinstance(doc, dict) or depth > 64:
+        return None
+    for group in doc.values():
+        if not isinstance(group, dict):
+            continue
+        hosts = group.get("hosts")
+        if isinstance(hosts, dict):
+            for name in hosts:
+                if isinstance(name, str) and name in RESERVED_NAMES:
+                    return name
+        found = _reserved_in_yaml(group.get("children"), depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def _parse_detail(text: str) -> str:

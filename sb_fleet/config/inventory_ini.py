@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 
 # Ansible's ini plugin's section and group-name lines (plugins/inventory/ini.py).
@@ -36,6 +37,8 @@ _RANGED = re.compile(r"^(?:[^\[\]:|]*\[\d+:\d+(?::\d+)?\])+[^\[\]:|]*$")
 _SHLEX_CHARS = frozenset("'\"\\#")
 _WS = re.compile(r"[ \t\r\n]+")
 DEFAULT_PLUGINS = "host_list,yaml,ini,auto,toml"
+# Ansible's implicit groups: a host of that name is dropped or mis-filed (and clashes with --limit all).
+RESERVED_NAMES = frozenset({"all", "ungrouped"})
 
 
 class _Unsupported(Exception):
@@ -245,15 +248,9 @@ def _descendants(root: _Group) -> list[_Group]:
     return ordered
 
 
-def duplicate_hosts(text: str) -> tuple[str, int, int] | None:
-    """The first host an INI inventory declares twice, as (name, first line, second line), or None.
-
-    Twice means: on two host lines of one group (``[gpu]`` listing ``gpu[01:04]`` and ``gpu03``), or on
-    host lines of two groups that both give it variables (``ansible_host=`` twice: Ansible keeps one
-    and drops the other without a word). Listing a host in several groups without variables is how
-    Ansible puts it in them, and is fine. Lines this reader cannot follow are skipped (Ansible reads them)."""
-    seen: dict[tuple[str, str], int] = {}  # (group, host) -> line
-    with_vars: dict[str, int] = {}  # host -> line that gave it variables
+def _host_lines(text: str) -> Iterator[tuple[str, int, list[str], bool]]:
+    """Each host line of an INI inventory's host sections as (group, line number, host names, has
+    variables). Lines this reader cannot follow are skipped (Ansible reads them)."""
     group, state = "ungrouped", "hosts"
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -272,7 +269,19 @@ def duplicate_hosts(text: str) -> tuple[str, int, int] | None:
             names = _host_names(tokens[0])
         except (_Unsupported, ValueError, IndexError):
             continue
-        has_vars = any("=" in t for t in tokens[1:])
+        yield group, no, names, any("=" in t for t in tokens[1:])
+
+
+def duplicate_hosts(text: str) -> tuple[str, int, int] | None:
+    """The first host an INI inventory declares twice, as (name, first line, second line), or None.
+
+    Twice means: on two host lines of one group (``[gpu]`` listing ``gpu[01:04]`` and ``gpu03``), or on
+    host lines of two groups that both give it variables (``ansible_host=`` twice: Ansible keeps one
+    and drops the other without a word). Listing a host in several groups without variables is how
+    Ansible puts it in them, and is fine. Lines this reader cannot follow are skipped (Ansible reads them)."""
+    seen: dict[tuple[str, str], int] = {}  # (group, host) -> line
+    with_vars: dict[str, int] = {}  # host -> line that gave it variables
+    for group, no, names, has_vars in _host_lines(text):
         for name in names:
             first = seen.get((group, name))
             if first is not None:
@@ -282,4 +291,14 @@ def duplicate_hosts(text: str) -> tuple[str, int, int] | None:
                 if name in with_vars:
                     return name, with_vars[name], no
                 with_vars[name] = no
+    return None
+
+
+def reserved_host_name(text: str) -> tuple[str, int] | None:
+    """The first host an INI inventory names after one of Ansible's implicit groups (``all``,
+    ``ungrouped``), as (name, line), or None: Ansible drops or mis-files such a host."""
+    for _group, no, names, _has_vars in _host_lines(text):
+        for name in names:
+            if name in RESERVED_NAMES:
+                return name, no
     return None

@@ -137,6 +137,25 @@ def test_load_inventory_uses_the_reader_only_without_vars(tmp_path):
     assert fast.hosts[0].vars == {} and full.hosts[0].vars["ansible_host"] == "10.0.0.1"
 
 
+@pytest.mark.parametrize(
+    "name,text,where",
+    [
+        ("a.yml", "all:\n  hosts:\n    ungrouped: {}\n", None),  # Ansible raised a bare Exception
+        ("b.yml", "all:\n  children:\n    gpu:\n      hosts:\n        h1:\n        all:\n", None),
+        ("c.ini", "[gpu]\nh1\nungrouped ansible_host=10.0.0.2\n", "line 3"),  # Ansible dropped it
+        ("d.ini", "all\n", "line 1"),
+    ],
+)
+def test_a_host_named_after_an_implicit_group_is_refused_with_its_line(tmp_path, name, text, where):
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(InventoryError) as err:
+        inv_mod.load_inventory(p)
+    msg = str(err.value)
+    assert "implicit groups" in msg and str(p) in msg and "rename the host" in msg, msg
+    assert (where in msg) if where else ("line" not in msg.split(":")[1]), msg
+
+
 # -- generated inventories ----------------------------------------------------------------------------
 # Mostly valid pieces (each repeated, so most files are valid), some that Ansible refuses or that
 # the reader declines.
