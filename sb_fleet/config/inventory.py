@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from sb_fleet.config.hostlist import expand, is_hostlist, split_top
-from sb_fleet.config.inventory_ini import RESERVED_NAMES, duplicate_hosts, read_names_and_groups, reserved_host_name
+from sb_fleet.config.inventory_ini import (
+    RESERVED_NAMES,
+    duplicate_hosts,
+    read_names_and_groups,
+    reserved_host_name,
+)
 from sb_fleet.config.yamlsrc import parse_yaml, read_capped
 from sb_fleet.errors import InventoryError
 
@@ -123,7 +128,6 @@ def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) 
         fast = read_names_and_groups(sources[0])
         if fast:
             return Inventory(tuple(sources), tuple(Host(n, g, {}) for n, g in fast))
-    from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
