@@ -16,7 +16,8 @@ directory's small files (results and noise summaries, metrics, hosts, outcomes, 
 report, confirm) and a ``case.json`` describing the run (hosts, benchmarks, load before and after, the
 planted fault, wall time, sb-fleet commit, what the fault did to the numbers, the verdict). Raw
 per-rank files, logs and facts are not kept. Needs root (sshd, useradd, unshare, cgroups, tc). Quiet
-runs first wait (up to --quiet-wait s) for the 1-minute load to fall below --quiet-load.
+runs first wait (up to --quiet-wait s) for the CPUs to be measured busy less than --quiet-busy of their time
+over 3 s (/proc/stat: what runs now; the 1-minute load average still carries the previous run for minutes).
 See tests/corpus/README.md.
 """
 
@@ -132,12 +133,12 @@ CASE_RE = re.compile(r"^(?P<fault>[a-z]+)-(?P<n>\d+)h-(?P<mode>parallel|serial)-
 
 # The corpus as issue 35 asks for it: case -> runs.
 FINAL = {  # the quiet cases first: a loaded run leaves the machine loaded for the next one
-    "nofault-3h-parallel-quiet": 5,
-    "nofault-4h-parallel-quiet": 5,
-    "nofault-6h-parallel-quiet": 5,
-    "nofault-8h-parallel-quiet": 5,
+    "nofault-3h-parallel-quiet": 20,
+    "nofault-4h-parallel-quiet": 20,
+    "nofault-6h-parallel-quiet": 20,
+    "nofault-8h-parallel-quiet": 20,
     "nofault-4h-serial-quiet": 3,
-    "slowhost-6h-parallel-quiet": 8,
+    "slowhost-6h-parallel-quiet": 20,
     "slowpython-6h-parallel-quiet": 3,
     "tclink-6h-parallel-quiet": 3,
     "nofault-4h-parallel-loaded": 3,
@@ -360,9 +361,9 @@ def record_run(
     run_id = next_run_id(case_dir)
     run_dir = tmp / "runs" / run_id
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    waited, load_at_start = 0.0, loadavg()[0]
+    waited, busy_at_start = 0.0, None
     if not case.loaded:
-        waited, load_at_start = wait_quiet(args.quiet_load, args.quiet_wait)
+        waited, busy_at_start = wait_quiet(args.quiet_busy, args.quiet_wait)
     load_before = loadavg()
     fault: dict | None = None
     background = BusyLoops(BACKGROUND) if case.loaded else None
@@ -373,8 +374,12 @@ def record_run(
     if case.serial:
         cmd += ["--forks", "1"]
     print(
-        f"-- {case.name} run {i + 1}/{runs} ({run_id}): load {load_before[0]:.2f} "
-        f"(waited {waited:.0f}s for quiet)" + (" + background load" if case.loaded else ""),
+        f"-- {case.name} run {i + 1}/{runs} ({run_id}): load {load_before[0]:.2f} "(
+            f"(waited {waited:.0f}s for quiet: CPUs {busy_at_start:.0%} busy)"
+            if busy_at_start is not None
+            else ""
+        )
+        + (" + background load" if case.loaded else ""),
         flush=True,
     )
     try:
@@ -466,7 +471,12 @@ def record_run(
         "load_after": [round(x, 2) for x in load_after],
         "quiet_wait": None
         if case.loaded
-        else {"threshold": args.quiet_load, "waited_s": waited, "load1": load_at_start},
+        else {
+            "busy_below": args.quiet_busy,
+            "waited_s": waited,
+            "busy": busy_at_start,
+            "load1": load_before[0],
+        },
         "background_load": (
             {
                 "added": True,
@@ -569,7 +579,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=CORPUS, help="corpus directory (default: tests/corpus)")
     ap.add_argument("--replace", action="store_true", help="delete a case's recorded runs before recording")
     ap.add_argument(
-        "--quiet-load", type=float, default=1.5, help="quiet runs wait for a 1-min load below this"
+        "--quiet-busy",
+        type=float,
+        default=0.15,
+        help="quiet runs wait until the CPUs are busy less than this fraction of their time (over 3 s)",
     )
     ap.add_argument("--quiet-wait", type=float, default=120.0, help="... for at most this many seconds")
     ap.add_argument("--keep-run-dirs", action="store_true", help="keep the whole run directories (in /tmp)")

@@ -41,17 +41,34 @@ def loadavg() -> tuple[float, float, float]:
     return os.getloadavg()
 
 
-def wait_quiet(below: float = 1.5, max_wait: float = 120.0, poll: float = 5.0) -> tuple[float, float]:
-    """Wait until the 1-minute load average is below ``below`` (at most ``max_wait`` s).
+def cpu_busy(window: float = 3.0) -> float:
+    """The fraction of all CPUs' time spent busy (not idle, not waiting for I/O) over ``window`` seconds,
+    from /proc/stat: what runs now, unlike the load average, which still carries the last minute's run."""
 
-    Returns (seconds waited, the 1-minute load when the wait ended)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields[:8]), idle
+
+    total0, idle0 = sample()
+    time.sleep(window)
+    total1, idle1 = sample()
+    elapsed = total1 - total0
+    return 0.0 if elapsed <= 0 else 1.0 - (idle1 - idle0) / elapsed
+
+
+def wait_quiet(busy_below: float = 0.15, max_wait: float = 120.0, window: float = 3.0) -> tuple[float, float]:
+    """Wait until the machine is quiet: the CPUs measured busy less than ``busy_below`` of their time over
+    ``window`` seconds (at most ``max_wait`` s in all).
+
+    Returns (seconds waited, the busy fraction when the wait ended)."""
     t0 = time.monotonic()
     while True:
-        load1 = os.getloadavg()[0]
+        busy = cpu_busy(window)
         waited = time.monotonic() - t0
-        if load1 < below or waited >= max_wait:
-            return round(waited, 1), load1
-        time.sleep(min(poll, max_wait - waited))
+        if busy < busy_below or waited >= max_wait:
+            return round(waited, 1), round(busy, 3)
 
 
 def own_names(fleet_dir: Path, hosts: dict[str, str]) -> Callable[[str], list[str]]:
