@@ -374,7 +374,8 @@ def record_run(
     if case.serial:
         cmd += ["--forks", "1"]
     print(
-        f"-- {case.name} run {i + 1}/{runs} ({run_id}): load {load_before[0]:.2f} "(
+        f"-- {case.name} run {i + 1}/{runs} ({run_id}): load {load_before[0]:.2f} "
+        + (
             f"(waited {waited:.0f}s for quiet: CPUs {busy_at_start:.0%} busy)"
             if busy_at_start is not None
             else ""
