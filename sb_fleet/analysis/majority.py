@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,16 +139,41 @@ class Inconsistency:
     groups: tuple[tuple[str, ...], ...]  # lowest value first
     centers: tuple[float, ...]  # each group's median
     noise: tuple[float, ...]  # each group's median own noise
+    # validate's re-run of the metric's benchmark on these hosts: None (none ran), or whether the
+    # groups showed again, and how
+    confirmed: bool | None = None
+    confirmation: str = ""
+
+    @property
+    def key(self) -> str:
+        """Its identity across two analyses of one run: the metric and the groups."""
+        return inconsistency_key(self.metric, self.groups)
+
+    @property
+    def apart(self) -> float:
+        """How far the highest group's centre lies above the lowest's (relative)."""
+        lo, hi = self.centers[0], self.centers[-1]
+        return hi / lo - 1 if lo > 0 else math.inf
+
+    @property
+    def standing(self) -> bool:
+        """Not cleared by a re-run (a finding, unless it did not show again)."""
+        return self.confirmed is not False
 
     def sentence(self) -> str:
         parts = "; ".join(
             f"{', '.join(g[:3])}{' ...' if len(g) > 3 else ''} at {c:.4g} (noise {s * 100:.1f}%)"
             for g, c, s in zip(self.groups, self.centers, self.noise, strict=True)
         )
-        return (
-            f"{self.metric}: the hosts measured steadily but disagree beyond their noise and no majority "
-            f"agrees: {parts}; re-run them (validate --confirm) before trusting either group"
-        )
+        head = f"{self.metric}: the hosts measured steadily but disagree beyond their noise and no majority agrees: {parts}"
+        if self.confirmed is False:
+            return (
+                f"{head}; validate's re-run {self.confirmation}: the disagreement moves between runs, so the "
+                "metric is too noisy here to judge (not a finding)"
+            )
+        if self.confirmed:
+            return f"{head}; validate's re-run {self.confirmation}: check the hosts of both groups"
+        return f"{head}; re-run them (validate --confirm) before trusting either group"
 
     def to_json(self) -> dict:
         return {
@@ -156,7 +182,17 @@ class Inconsistency:
                 {"hosts": list(g), "center": c, "noise": round(s, 6)}
                 for g, c, s in zip(self.groups, self.centers, self.noise, strict=True)
             ],
+            **(
+                {"confirmed": self.confirmed, "confirmation": self.confirmation}
+                if self.confirmed is not None
+                else {}
+            ),
         }
+
+
+def inconsistency_key(metric: str, groups: Sequence[Sequence[str]]) -> str:
+    """An inconsistency's identity (:attr:`Inconsistency.key`), also from report.json's fields."""
+    return "|".join(["inconsistent", metric, *(",".join(sorted(g)) for g in groups)])
 
 
 @dataclass

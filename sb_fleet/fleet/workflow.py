@@ -328,10 +328,11 @@ NOT_CONFIRMED = "not confirmed (over validate's bound on the hosts it re-runs; -
 
 
 def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[str, tuple[bool, str]] | None:
-    """A population split found in the numbers must show again before it fails the gate (issue 35): the
-    benchmarks of its families run again on the hosts of its groups, as a sub-run in
-    ``<run>/confirm-splits/``; split key -> (showed again, how), written to ``confirm-splits.json``.
-    None when there is no unexpected split to confirm (or it cannot be re-run: the split stands)."""
+    """A population split found in the numbers, or steady hosts that disagree with no majority
+    (inconsistent), must show again before it fails the gate (issue 35): the benchmarks concerned run
+    again on the hosts of its groups, as a sub-run in ``<run>/confirm-splits/``; key -> (showed again,
+    how), written to ``confirm-splits.json``. None when there is nothing to confirm (or it cannot be
+    re-run: it stands)."""
     import time
 
     import yaml
@@ -340,18 +341,28 @@ def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[s
     from sb_fleet.history import confirm as cf
     from sb_fleet.safe_files import atomic_write_text
 
-    if not first.populations or run.config.gates.populations.expected_mix:
+    splits = [] if run.config.gates.populations.expected_mix else list(first.populations)
+    incs = list(first.inconsistent) if run.config.gates.fleet.inconsistent == "fail" else []
+    if not splits and not incs:
         return None
     t0 = time.monotonic()
-    benchmarks = sorted({cf.benchmark_of(f) for sp in first.populations for f in sp.families})
-    hosts = sorted({h for sp in first.populations for g in sp.groups for h in g})
+    benchmarks = sorted(
+        {cf.benchmark_of(f) for sp in splits for f in sp.families} | {cf.benchmark_of(i.metric) for i in incs}
+    )
+    groups = [g for sp in splits for g in sp.groups] + [g for i in incs for g in i.groups]
+    hosts = sorted({h for g in groups for h in g})
     cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), benchmarks)
     if cfg is None or len(run.inventory.sources) != 1:
         return None
-    say(
-        opts,
-        f"confirmation: re-running {', '.join(benchmarks)} on the {len(hosts)} hosts of the population split(s)",
+    what = " and ".join(
+        x
+        for x in (
+            f"{len(splits)} population split(s)" if splits else "",
+            f"{len(incs)} inconsistent metric(s)" if incs else "",
+        )
+        if x
     )
+    say(opts, f"confirmation: re-running {', '.join(benchmarks)} on the {len(hosts)} hosts of {what}")
     cfg_path = run.rd.path / "confirm-splits-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
     sub = create_run(
@@ -360,7 +371,8 @@ def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[s
     sub_stages(sub, opts)
     again = load_fleet(sub.rd.path)
     rerun = cf.rerun_values(again.hosts, again.columns, again.values)
-    out = {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in first.populations}
+    out = {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in splits}
+    out.update({i.key: cf.inconsistency_shows_again(i.metric, i.groups, i.apart, rerun) for i in incs})
     seconds = time.monotonic() - t0
     run.rd.write_json(
         "confirm-splits.json",
@@ -371,13 +383,15 @@ def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[s
             "hosts": hosts,
             "run_dir": str(sub.rd.path),
             "splits": [
-                {**sp.to_json(), "showed_again": out[sp.key][0], "how": out[sp.key][1]}
-                for sp in first.populations
+                {**sp.to_json(), "showed_again": out[sp.key][0], "how": out[sp.key][1]} for sp in splits
+            ],
+            "inconsistent": [
+                {**i.to_json(), "showed_again": out[i.key][0], "how": out[i.key][1]} for i in incs
             ],
         },
     )
     shown = sum(1 for ok, _ in out.values() if ok)
-    say(opts, f"population splits confirmed in {seconds:.1f} s: {shown} of {len(out)} showed again")
+    say(opts, f"{what} re-run in {seconds:.1f} s: {shown} of {len(out)} showed again")
     return out
 
 

@@ -39,6 +39,11 @@ INFERRED_CHECKS = frozenset(
 )
 DEFAULT_MAX_PERCENT = 5.0
 DEFAULT_MIN_HOSTS = 2
+# A finding reproduces only beyond the run-to-run noise the control hosts measured: the healthy controls'
+# own moves between the two runs (after the common shift) give that noise, and the flagged host's repeat
+# must lie this many of its sigmas beyond the reference (3: one-sided 0.13% for a healthy host).
+RERUN_SIGMAS = 3.0
+_D2 = {2: 1.128, 3: 1.693}  # expected range of n normal values, in sigmas
 
 
 class FindingLike(Protocol):
@@ -226,6 +231,63 @@ def control_ratio(
     return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
 
 
+def _robust_scale(xs: Sequence[float]) -> float | None:
+    """The sigma of ``xs``: the range over d2 for 2-3 values, 1.4826 x MAD from 4; None below 2."""
+    ok = sorted(x for x in xs if math.isfinite(x))
+    if len(ok) < 2:
+        return None
+    if len(ok) in _D2:
+        return (ok[-1] - ok[0]) / _D2[len(ok)]
+    med = statistics.median(ok)
+    return 1.4826 * statistics.median(abs(x - med) for x in ok)
+
+
+def _log_moves(
+    keep: Callable[[str], bool],
+    controls_first: Mapping[str, Mapping[str, float]],
+    controls_rerun: Mapping[str, Mapping[str, float]],
+) -> list[float]:
+    """Each control host's move between the runs: the mean of ln(re-run / first) over its metrics that
+    ``keep`` accepts (positive, finite values only)."""
+    moves: list[float] = []
+    for host, vals in controls_rerun.items():
+        before = controls_first.get(host, {})
+        xs = [
+            math.log(v / b)
+            for m, v in vals.items()
+            if keep(m)
+            and (b := before.get(m)) is not None
+            and b > 0
+            and v > 0
+            and math.isfinite(b)
+            and math.isfinite(v)
+        ]
+        if xs:
+            moves.append(statistics.fmean(xs))
+    return moves
+
+
+def rerun_noise(
+    keep: Callable[[str], bool],
+    controls_first: Mapping[str, Mapping[str, float]],
+    controls_rerun: Mapping[str, Mapping[str, float]],
+) -> tuple[float, int] | None:
+    """The run-to-run noise of the metrics ``keep`` accepts, measured on the control hosts: the robust
+    sigma of their moves between the two runs (in log units: relative), and how many controls gave one;
+    None with fewer than two. The common shift of all controls (the environment) does not count."""
+    moves = _log_moves(keep, controls_first, controls_rerun)
+    sigma = _robust_scale(moves)
+    return None if sigma is None else (sigma, len(moves))
+
+
+def _rerun_need(noise: tuple[float, int] | None) -> float:
+    """The smallest repeat (|ln(re-run / reference)|) beyond the controls' run-to-run noise; 0 unmeasured."""
+    if noise is None:
+        return 0.0
+    sigma, n = noise
+    return RERUN_SIGMAS * sigma * math.sqrt(1 + 1 / n)
+
+
 def judge_confirmation(
     findings: Mapping[str, Sequence[FindingLike]],
     rerun: Mapping[str, Mapping[str, float]],
@@ -284,11 +346,28 @@ def _replay(
     again = (v - ref) / abs(ref)
     need = max(min_deviation, abs(i.deviation) / 2)
     same_side = (again < 0) == (i.deviation < 0)
-    reproduced = same_side and abs(again) >= need
-    why = f"{i.deviation:+.1%} then {again:+.1%}" + (
-        "" if reproduced else f" (needed {math.copysign(need, i.deviation):+.1%})"
-    )
+    noise = rerun_noise(lambda m: m == i.metric, controls_first, controls_rerun)
+    if noise is None:  # the metric itself on too few controls: its family's
+        fam = name.family
+        noise = rerun_noise(lambda m: parse_metric(m).family == fam, controls_first, controls_rerun)
+    beyond = again > -1 and abs(math.log1p(again)) >= _rerun_need(noise)
+    reproduced = same_side and abs(again) >= need and beyond
+    if reproduced or not (same_side and abs(again) >= need):
+        why = f"{i.deviation:+.1%} then {again:+.1%}" + (
+            "" if reproduced else f" (needed {math.copysign(need, i.deviation):+.1%})"
+        )
+    else:
+        why = f"{i.deviation:+.1%} then {again:+.1%}, {_within(noise)}"
     return Replay(i.metric, i.check, i.deviation, again, reproduced, why, i.value, v, ref)
+
+
+def _within(noise: tuple[float, int] | None) -> str:
+    sigma, n = noise if noise is not None else (0.0, 0)
+    need = math.expm1(_rerun_need(noise))
+    return (
+        f"within the run-to-run noise the {n} control host(s) measured ({sigma * 100:.1f}% between the runs: "
+        f"needed {need:+.1%} from the reference)"
+    )
 
 
 def _median(xs: Sequence[float]) -> float | None:
@@ -339,9 +418,16 @@ def _combined_replay(
         return Replay(i.metric, i.check, i.deviation, None, True, "not reported again")
     b1, b2 = statistics.fmean(first_bad), statistics.fmean(again_bad)
     need = max(min_deviation, b1 / 2)
-    reproduced = b2 >= need
+
+    def in_group(m: str) -> bool:
+        pm = parse_metric(m)
+        return pm.group == group and pm.unit == unit and direction(m) != 0 and not pm.is_return_code
+
+    noise = None if sibling else rerun_noise(in_group, controls_first, controls_rerun)
+    beyond = math.log1p(abs(b2)) >= _rerun_need(noise)  # mean badness as a ratio: the smaller reading
+    reproduced = b2 >= need and beyond
     why = f"{-b1:+.1%} then {-b2:+.1%} on average over {len(again_bad)} metric(s)" + (
-        "" if reproduced else f" (needed {-need:+.1%})"
+        "" if reproduced else f" (needed {-need:+.1%})" if b2 < need else f", {_within(noise)}"
     )
     return Replay(i.metric, i.check, -b1, -b2, reproduced, why)
 
@@ -371,7 +457,10 @@ __all__ = [
     "judge_confirmation",
     "on_statistics_alone",
     "plan_confirmation",
+    "rerun_noise",
     "rerun_values",
+    "groups_show_again",
+    "inconsistency_shows_again",
     "select_for_confirmation",
     "split_shows_again",
 ]
@@ -381,24 +470,39 @@ def split_shows_again(
     family: str, groups: Sequence[Sequence[str]], apart: float, rerun: Mapping[str, Mapping[str, float]]
 ) -> tuple[bool, str]:
     """Did a population split show again in the confirmation run? Each host's median over the family's
-    values in the re-run (``rerun``: host -> metric -> value); it shows again when every host of the lower
-    group is still below every host of the upper one and the groups' centres are at least half as far
-    apart as they were. (shows again, the reason in words)."""
+    values in the re-run (``rerun``: host -> metric -> value); see :func:`groups_show_again`."""
+    return groups_show_again(lambda m: parse_metric(m).family == family, groups, apart, rerun)
+
+
+def inconsistency_shows_again(
+    metric: str, groups: Sequence[Sequence[str]], apart: float, rerun: Mapping[str, Mapping[str, float]]
+) -> tuple[bool, str]:
+    """Did steady hosts that disagreed with no majority (``majority.Inconsistency``) disagree the same
+    way in the re-run? Each host's value of ``metric``; see :func:`groups_show_again`."""
+    return groups_show_again(lambda m: m == metric, groups, apart, rerun)
+
+
+def groups_show_again(
+    keep: Callable[[str], bool],
+    groups: Sequence[Sequence[str]],
+    apart: float,
+    rerun: Mapping[str, Mapping[str, float]],
+) -> tuple[bool, str]:
+    """Groups of hosts (lowest first) measured again: each host's median over the metrics ``keep``
+    accepts in the re-run; they show again when every host of the lowest group is still below every host
+    of the highest and their centres are at least half as far apart as they were (``apart``, relative).
+    (shows again, the reason in words); a re-run that did not measure every host leaves them standing."""
     meds: list[list[float]] = []
     for g in groups:
         vals: list[float] = []
         for h in g:
-            xs = [
-                v
-                for m, v in rerun.get(h, {}).items()
-                if parse_metric(m).family == family and math.isfinite(v)
-            ]
+            xs = [v for m, v in rerun.get(h, {}).items() if keep(m) and math.isfinite(v)]
             if xs:
                 vals.append(statistics.median(xs))
         meds.append(vals)
     lo, hi = meds[0], meds[-1]
     if len(lo) < len(groups[0]) or len(hi) < len(groups[-1]) or not lo or not hi:
-        return True, "the re-run did not measure every host of the split: it stands"
+        return True, "did not measure every host again: it stands"
     c_lo, c_hi = statistics.median(lo), statistics.median(hi)
     again = c_hi / c_lo - 1 if c_lo > 0 else math.inf
     if max(lo) < min(hi) and again >= apart / 2:

@@ -65,9 +65,9 @@ def report(
     split_checks: Mapping[str, tuple[bool, str]] | None = None,
 ) -> ReportResult:
     """Judge every host of a run directory or results-summary.jsonl (and with ``history``, against
-    each host's own past; the run is recorded there). ``split_checks``: validate's confirmation of the
-    population splits (split key -> (showed again, how)); a split that did not show again is reported
-    and does not fail the gate."""
+    each host's own past; the run is recorded there). ``split_checks``: validate's re-run of the
+    population splits and inconsistent metrics (their key -> (showed again, how)); one that did not show
+    again is reported and does not fail the gate."""
     t0 = time.perf_counter()
     gates = gates or Gates()
     fleet = load_fleet(Path(source))
@@ -177,7 +177,7 @@ def report(
                     part.issues.setdefault(r, []).extend(lst)
                 disagreements += maj.disagreements
                 noisy += maj.noisy
-                inconsistent += maj.inconsistent
+                inconsistent += [_rechecked(inc, split_checks) for inc in maj.inconsistent]
             for r, lst in part.issues.items():
                 detection.issues.setdefault(int(rows[r]), []).extend(lst)
             detection.flagged_cells |= {(int(rows[r]), c) for r, c in part.flagged_cells}
@@ -321,11 +321,12 @@ def report(
             policy=f"{gate.policy}; the two hosts disagree on {len(disagreements)} metric(s)",
         )
     fleet_gate = gates.fleet
-    if inconsistent and fleet_gate.inconsistent == "fail":  # no majority to judge by: never a silent pass
+    standing_inc = [inc for inc in inconsistent if inc.standing]  # not those a re-run did not show again
+    if standing_inc and fleet_gate.inconsistent == "fail":  # no majority to judge by: never a silent pass
         gate = dataclasses.replace(
             gate,
             passed=False,
-            policy=f"{gate.policy}; {len(inconsistent)} metric(s) inconsistent (steady hosts disagree, no majority)",
+            policy=f"{gate.policy}; {len(standing_inc)} metric(s) inconsistent (steady hosts disagree, no majority)",
         )
     if noisy and fleet_gate.too_noisy == "fail":
         gate = dataclasses.replace(
@@ -431,6 +432,12 @@ def _health(run_dir: Path | None, warnings: list[str]) -> dict | None:
         warnings.append(f"{p}: not a health file; the Health section is left out")
         return None
     return d
+
+
+def _rechecked(inc: Inconsistency, checks: Mapping[str, tuple[bool, str]] | None) -> Inconsistency:
+    """An inconsistency with validate's re-run of it, where one ran (``checks``: key -> (showed again, how))."""
+    check = (checks or {}).get(inc.key)
+    return inc if check is None else dataclasses.replace(inc, confirmed=check[0], confirmation=check[1])
 
 
 def _confirmed(h: HostReport, c: Confirmation | None) -> HostReport:

@@ -130,21 +130,25 @@ def _confirmations(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportRes
     )
 
 
-def _split_checks(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportResult; split key -> (bool, how)
-    """validate's confirmation of the population splits, judged again from the recorded re-run
-    (``confirm-splits/``); None where the run has none (a split then stands)."""
+def _split_checks(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportResult; key -> (bool, how)
+    """validate's re-run of the population splits and inconsistent metrics, judged again from the
+    recorded re-run (``confirm-splits/``); None where the run has none (they then stand)."""
     from sb_fleet.analysis.fleet_results import load_fleet
     from sb_fleet.history import confirm as cf
 
     path = run.path / "confirm-splits" / "results-summary.jsonl"
-    if not first.populations:
+    if not first.populations and not first.inconsistent:
         return None
     if not path.is_file():  # the re-run's values not kept: validate's own word on each split, if any
         recorded = _recorded_split_checks(run)
         return {sp.key: recorded[sp.key] for sp in first.populations if sp.key in recorded} or None
     again = load_fleet(path)
     rerun = cf.rerun_values(again.hosts, again.columns, again.values)
-    return {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in first.populations}
+    out = {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in first.populations}
+    out.update(
+        {i.key: cf.inconsistency_shows_again(i.metric, i.groups, i.apart, rerun) for i in first.inconsistent}
+    )
+    return out
 
 
 def _recorded_split_checks(run: CorpusRun) -> dict[str, tuple[bool, str]]:

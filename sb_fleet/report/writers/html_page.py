@@ -93,7 +93,7 @@ h3 { font-size: 14px; margin: 14px 0 6px; }
 
   var passed = D.gate.passed;
   document.getElementById("head").className = passed ? "pass" : "fail";
-  document.getElementById("title").textContent = "sb-fleet report: gate " + (passed ? "passed" : "failed");
+  document.getElementById("title").textContent = D.headline || ("sb-fleet report: gate " + (passed ? "passed" : "failed"));
   document.getElementById("subtitle").textContent = D.gate.failing_hosts + " host(s) counted as failing, " +
     D.gate.allowed_failing_hosts + " allowed (" + D.gate.policy + ") \u2014 " + D.source + " \u2014 " + D.generated;
 

@@ -107,14 +107,27 @@ def _embed(obj: Any) -> str:
     return text.replace("</", "<\\/").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
+def headline(result: ReportResult) -> str:
+    """The page's title: the gate, and what could not be judged (never a bare "passed" over it)."""
+    head = f"sb-fleet report: gate {'passed' if result.gate.passed else 'failed'}"
+    notes = []
+    if result.too_noisy:
+        notes.append(f"{len(result.too_noisy)} metric(s) too noisy to judge")
+    if result.inconsistent:
+        notes.append(f"{len(result.inconsistent)} inconsistent")
+    return f"{head} ({', '.join(notes)})" if notes else head
+
+
 def render(
     result: ReportResult,
     doc: dict[str, Any],
     figures: Figures | None = None,
     figure_plots: list[Plot] | None = None,
 ) -> str:
-    title = f"sb-fleet report: gate {'passed' if result.gate.passed else 'failed'}"
-    page = PAGE.replace("@@TITLE@@", _html.escape(title)).replace("@@DATA@@", _embed(data(result, doc)))
+    title = headline(result)
+    page = PAGE.replace("@@TITLE@@", _html.escape(title)).replace(
+        "@@DATA@@", _embed({**data(result, doc), "headline": title})
+    )
     if figures is not None:  # the measured figures: static tables and matplotlib plots
         from sb_fleet.report.writers.figures_html import render as render_figures
 

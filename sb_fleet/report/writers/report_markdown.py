@@ -308,22 +308,25 @@ def _noise_sections(result: ReportResult) -> list[str]:
     """Too noisy to judge, and inconsistent (analysis.majority): the metrics, hosts and figures."""
     lines: list[str] = []
     if result.inconsistent:
-        fails = result.gates.fleet.inconsistent == "fail"
+        standing = sum(1 for m in result.inconsistent if m.standing)
+        fails = result.gates.fleet.inconsistent == "fail" and standing > 0
         lines += [
             f"## Inconsistent ({len(result.inconsistent)} metric(s){': the gate fails' if fails else ''})",
             "",
             "Hosts that each measured steadily disagree beyond their noise, and no majority agrees: no host "
-            "is judged on these metrics. Re-run them (`sb-fleet validate --confirm`) before trusting either group.",
+            "is judged on these metrics. validate re-runs them; one whose groups do not show again in the "
+            "re-run is too noisy here to judge and does not fail the gate. Otherwise re-run them "
+            "(`sb-fleet validate --confirm`) before trusting either group.",
             "",
-            "| Metric | Groups (value, own noise) |",
-            "|---|---|",
+            "| Metric | Groups (value, own noise) | Re-run |",
+            "|---|---|---|",
         ]
         for m in result.inconsistent[:MAX_HOST_ROWS]:
             groups = "; ".join(
                 f"{_hosts(g)}: {_fmt(c)} ({n * 100:.1f}%)"
                 for g, c, n in zip(m.groups, m.centers, m.noise, strict=True)
             )
-            lines.append(f"| `{_cell(m.metric)}` | {groups} |")
+            lines.append(f"| `{_cell(m.metric)}` | {groups} | {_cell(m.confirmation) or 'none'} |")
         lines.append("")
     if result.too_noisy:
         fails = result.gates.fleet.too_noisy == "fail"

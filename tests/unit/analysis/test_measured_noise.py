@@ -90,6 +90,9 @@ def test_steady_hosts_in_two_groups_with_no_majority_are_inconsistent(tmp_path):
     assert not r.gate.passed and "inconsistent" in r.gate.policy  # ... but the gate fails, naming groups
     (inc,) = r.inconsistent
     assert inc.groups == (("a", "b"), ("c", "d"))
+    from sb_fleet.report.writers.report_html import headline
+
+    assert headline(r) == "sb-fleet report: gate failed (1 inconsistent)"  # report.html's title
     from sb_fleet.config.gatespec import Gates
 
     warn = report(
@@ -100,6 +103,28 @@ def test_steady_hosts_in_two_groups_with_no_majority_are_inconsistent(tmp_path):
     noisy = {h: {GF: 0.4} for h in values}
     r2 = report(run_dir(tmp_path, values, noisy))
     assert not r2.inconsistent and r2.gate.passed and r2.too_noisy
+    assert headline(r2).startswith("sb-fleet report: gate passed (") and "too noisy to judge" in headline(r2)
+
+
+def test_an_inconsistency_fails_the_gate_only_if_validates_re_run_shows_it_again(tmp_path):
+    from sb_fleet.history.confirm import inconsistency_shows_again
+
+    values = {"a": {GF: 60.0}, "b": {GF: 61.0}, "c": {GF: 120.0}, "d": {GF: 121.0}}
+    noise = {h: {GF: 0.01} for h in values}
+    first = report(run_dir(tmp_path, values, noise))
+    (inc,) = first.inconsistent
+    moved = {"a": {GF: 118.0}, "b": {GF: 61.0}, "c": {GF: 62.0}, "d": {GF: 119.0}}  # other pairs now
+    checks = {inc.key: inconsistency_shows_again(inc.metric, inc.groups, inc.apart, moved)}
+    r = report(run_dir(tmp_path, values, noise), split_checks=checks)
+    assert r.gate.passed, r.gate.policy
+    (cleared,) = r.inconsistent  # still reported, with the re-run's word
+    assert cleared.confirmed is False and not cleared.standing
+    assert "too noisy here to judge" in cleared.sentence() and cleared.to_json()["confirmed"] is False
+    kept = {"a": {GF: 59.0}, "b": {GF: 62.0}, "c": {GF: 119.0}, "d": {GF: 122.0}}
+    checks = {inc.key: inconsistency_shows_again(inc.metric, inc.groups, inc.apart, kept)}
+    r = report(run_dir(tmp_path, values, noise), split_checks=checks)
+    assert not r.gate.passed and "inconsistent" in r.gate.policy
+    assert "showed again" in r.inconsistent[0].sentence()
 
 
 def test_two_hosts_that_differ_within_their_measured_noise_are_no_finding(tmp_path):

@@ -11,8 +11,11 @@ from sb_fleet.history.confirm import (
     FLAKY,
     benchmark_of,
     control_ratio,
+    groups_show_again,
+    inconsistency_shows_again,
     judge_confirmation,
     plan_confirmation,
+    rerun_noise,
     rerun_values,
     select_for_confirmation,
 )
@@ -88,6 +91,52 @@ def test_controls_take_out_a_change_of_the_whole_environment() -> None:
     got = judge_confirmation(findings, rerun, first, again)
     assert got["a"].result == FLAKY  # 91 against 91: nothing specific to a
     assert control_ratio(GEMM, {}, {}) == 1.0
+
+
+LAUNCH = "kernel-launch/back_to_back_time"  # lower is better
+
+
+def test_a_repeat_within_the_controls_run_to_run_noise_does_not_condemn() -> None:
+    # The 3-host corpus run nofault-3h-parallel-quiet r13 (shared cores, no fault): host002's launch
+    # time +80.5% first, +43.2% in the re-run, while its two healthy controls moved against each other by
+    # a quarter between the runs. Half the first deviation came back, but no more than the controls moved.
+    findings = {"host002": [_slow(LAUNCH, 0.004249, 0.002354, "majority")]}
+    first = {"host001": {LAUNCH: 0.002330}, "host003": {LAUNCH: 0.002377}}
+    again = {"host001": {LAUNCH: 0.004631}, "host003": {LAUNCH: 0.005995}}
+    sigma, n = rerun_noise(lambda m: m == LAUNCH, first, again)
+    assert n == 2 and 0.18 < sigma < 0.22  # |ln(4.631/2.330) - ln(5.995/2.377)| / 1.128
+    got = judge_confirmation(findings, {"host002": {LAUNCH: 0.007598}}, first, again)
+    assert got["host002"].result == FLAKY, got["host002"].replays
+    assert "within the run-to-run noise the 2 control host(s) measured" in got["host002"].replays[0].why
+    # The same repeat against controls that kept their places (2% apart both times) reproduces.
+    steady = {"host001": {LAUNCH: 0.004631}, "host003": {LAUNCH: 0.004631 * 2.377 / 2.330 * 1.02}}
+    assert (
+        judge_confirmation(findings, {"host002": {LAUNCH: 0.007598}}, first, steady)["host002"].result
+        == CONFIRMED
+    )
+
+
+def test_run_to_run_noise_needs_two_controls_and_takes_out_their_common_shift() -> None:
+    first = {f"c{i}": {GEMM: 100.0 + i} for i in range(4)}
+    assert rerun_noise(lambda m: m == GEMM, {"c0": first["c0"]}, {"c0": {GEMM: 50.0}}) is None
+    shifted = {h: {GEMM: v[GEMM] * 0.5} for h, v in first.items()}  # everyone half as fast: no noise
+    sigma, n = rerun_noise(lambda m: m == GEMM, first, shifted)
+    assert n == 4 and sigma < 1e-9
+
+
+def test_groups_show_again_only_when_they_keep_apart() -> None:
+    groups = (("a", "b"), ("c", "d"))  # lowest first, 13% apart
+    same = {"a": {GEMM: 42.0}, "b": {GEMM: 42.5}, "c": {GEMM: 47.5}, "d": {GEMM: 48.0}}
+    ok, how = inconsistency_shows_again(GEMM, groups, 0.13, same)
+    assert ok and how.startswith("showed again"), how
+    shuffled = {"a": {GEMM: 47.0}, "b": {GEMM: 42.5}, "c": {GEMM: 43.0}, "d": {GEMM: 48.0}}
+    ok, how = inconsistency_shows_again(GEMM, groups, 0.13, shuffled)
+    assert not ok and "overlap" in how, how
+    closer = {"a": {GEMM: 42.0}, "b": {GEMM: 42.5}, "c": {GEMM: 43.5}, "d": {GEMM: 44.0}}
+    ok, how = inconsistency_shows_again(GEMM, groups, 0.13, closer)
+    assert not ok and "closer than half" in how, how
+    ok, how = groups_show_again(lambda m: m == GEMM, groups, 0.13, {"a": {GEMM: 1.0}})
+    assert ok and "stands" in how  # not measured again: never cleared without evidence
 
 
 def test_no_evidence_never_clears_a_host() -> None:
@@ -277,7 +326,9 @@ def test_validate_confirms_by_default_and_hosts_over_the_bound_keep_their_verdic
         return {}, {"mode": mode, "selection": sel.to_json()}
 
     monkeypatch.setattr(
-        wf, "analyse_run", lambda *_a: SimpleNamespace(hosts=list(hosts), confirmation=None, populations=[])
+        wf,
+        "analyse_run",
+        lambda *_a: SimpleNamespace(hosts=list(hosts), confirmation=None, populations=[], inconsistent=[]),
     )
     monkeypatch.setattr(wf, "confirm", fake_confirm)
 
