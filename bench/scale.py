@@ -13,9 +13,11 @@ the same run and against the same hosts:
   node's (sb-fleet and the processes it waited for): on this machine both share the same cores, while
   on a real fleet the hosts' part runs on the hosts, in parallel;
 
-and prints the ratio validate / SSH round, twice: cold (a fresh fleet: the suite travels to every
-host) and warm (the same fleet validated again: the nightly gate's case). The benchmark is ``noop`` (no torch
-import on the hosts; venv off) so that the time measured is sb-fleet's own.
+and prints the ratio validate / SSH round three times: cold (a fresh fleet: the suite travels to every
+host), nightly (the same fleet validated again with every SSH master connection closed first, as a run
+24 hours later finds them: the nightly gate's case) and warm (again at once, the masters of the run
+before still open: ControlPersist). The control node's CPU is printed per host too. The benchmark is
+``noop`` (no torch import on the hosts; venv off) so that the time measured is sb-fleet's own.
 
     .venv/bin/python bench/scale.py                 # 16, 64, 256
     .venv/bin/python bench/scale.py --hosts 64 --json out.json
@@ -214,6 +216,43 @@ def time_validate(fleet: SshFleet, run_dir: Path, forks: int) -> dict:
     return res
 
 
+def close_masters() -> int:
+    """Close every SSH master connection sb-fleet keeps (ControlPersist), as 24 hours would: ``ssh -O
+    exit`` on each control socket under sb-fleet's control directory, then wait until no master process
+    is left. Returns how many were open."""
+    from sb_fleet.fleet.ssh import control_dir
+
+    socks = [p for p in control_dir().rglob("*") if p.is_socket()]
+    procs = [
+        subprocess.Popen(
+            ["ssh", "-O", "exit", "-o", f"ControlPath={s}", "sb-fleet-master"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for s in socks
+    ]
+    for p in procs:
+        p.wait()
+    prefix = f"ssh: {control_dir()}/"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if cmd.startswith(prefix) and "[mux]" in cmd:
+                    left.append(int(d.name))
+        if not left:
+            break
+        time.sleep(0.1)
+    else:
+        raise RuntimeError(f"{len(left)} SSH master(s) still running after ssh -O exit")
+    return len(socks)
+
+
 def one_size(n: int, forks: int, keep: bool) -> dict:
     """Cold: the first validate of a fresh fleet (the suite travels to every host). Warm: the same fleet
     validated again with a new run (the nightly gate's case: the suite is already in place)."""
@@ -229,6 +268,9 @@ def one_size(n: int, forks: int, keep: bool) -> dict:
     fleet.start()
     try:
         cold = time_validate(fleet, fleet.dir / "run-cold", forks)
+        closed = close_masters()
+        nightly = time_validate(fleet, fleet.dir / "run-nightly", forks)
+        nightly["masters_closed_before"] = closed
         warm = time_validate(fleet, fleet.dir / "run-warm", forks)
         # Largest resident set of any process validate ran on the control node (sb-fleet, ansible, ssh), MiB.
         peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -239,8 +281,9 @@ def one_size(n: int, forks: int, keep: bool) -> dict:
             "load_after": os.getloadavg()[0],
             "peak_rss_mib_largest_process": round(peak_mib, 1),
             "cold": cold,
+            "nightly": nightly,
             "warm": warm,
-            "exit_code": max(cold["exit_code"], warm["exit_code"]),
+            "exit_code": max(cold["exit_code"], nightly["exit_code"], warm["exit_code"]),
         }
     finally:
         if not keep:
@@ -258,7 +301,7 @@ def main() -> int:
     for n in args.hosts:
         row = one_size(n, args.forks, args.keep)
         rows.append(row)
-        for kind in ("cold", "warm"):
+        for kind in ("cold", "nightly", "warm"):
             v = row[kind]
             st = "  ".join(f"{k} {x['s']:.1f}s" for k, x in v["stages"].items())
             print(
@@ -266,10 +309,14 @@ def main() -> int:
                 f"ratio {v['ratio']:5.2f}  exit {v['exit_code']}  ok {v['hosts_ok']}/{n}  [{st}]",
                 flush=True,
             )
+            masters = (
+                f", {v['masters_closed_before']} SSH master(s) closed before it" if kind == "nightly" else ""
+            )
             print(
                 f"       CPU: simulated hosts {v['hosts_cpu_s']:.1f}s (sshd sessions and everything they ran), "
-                f"control node {v['control_cpu_s']:.1f}s (sb-fleet, Ansible, ssh clients; not the "
-                f"ControlPersist masters), on {v['cores']} core(s)",
+                f"control node {v['control_cpu_s']:.1f}s = {v['control_cpu_s'] / n * 1000:.0f} ms per host "
+                f"(sb-fleet, Ansible, ssh clients; not the ControlPersist masters), on {v['cores']} core(s)"
+                + masters,
                 flush=True,
             )
             for stage, tasks in v["tasks"].items():
