@@ -282,7 +282,12 @@ def majority_check(
         which = np.argmax(candidates, axis=0)
         sigma = np.max(candidates, axis=0)
         bad = np.where(direc > 0, -dev, np.where(direc < 0, dev, np.abs(dev)))
-        z = bad / (sigma * infl)
+        # Judged on the log of the ratio (relative noise is the spread of the log): a host at half the
+        # throughput is as far off as one taking twice the time, not -50% against +100%.
+        ratio = v / ref
+        logdev = np.where(ratio > 0, np.log(np.where(ratio > 0, ratio, 1.0)), dev)
+        bad_log = np.where(direc > 0, -logdev, np.where(direc < 0, logdev, np.abs(logdev)))
+        z = bad_log / (sigma * infl)
         usable = np.isfinite(z) & (m_others >= 2) & (ref != 0)
         incons = _inconsistent(names, v, own, prior, hosts, settings, out)
         usable &= ~incons[None, :]

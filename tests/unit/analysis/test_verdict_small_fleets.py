@@ -88,11 +88,12 @@ def test_trimming_at_every_size_an_extreme_value_cannot_hide_itself(n: int) -> N
 
 @pytest.mark.parametrize("n", range(3, 17))
 def test_smallest_deviation_flagged_at_each_size(n: int) -> None:
-    # Noiseless peers: a single metric is flagged beyond max(threshold x prior x inflation, min_deviation).
+    # Noiseless peers: a single metric is flagged beyond max(threshold x prior x inflation, min_deviation),
+    # the first on the log of the ratio (a bandwidth x below the reference: ln(1 / x)).
     s = DetectionSettings()
     prior = noise_prior("nccl-bw/allreduce_8589934592_busbw:0").sigma
     infl = float(ref_inflation(np.array([n - 1]))[0])
-    smallest = max(s.threshold * prior * infl, s.min_deviation)
+    smallest = max(-math.expm1(-s.threshold * prior * infl), s.min_deviation)
     cols = ["nccl-bw/allreduce_8589934592_busbw:0"]
     hosts = [f"h{i}" for i in range(n)]
     for factor, flagged in ((1.03, True), (0.97, False)):
@@ -101,7 +102,10 @@ def test_smallest_deviation_flagged_at_each_size(n: int) -> None:
         issues = majority_check(cols, vals, Directions(), hosts).issues
         assert (0 in issues) is flagged, (n, smallest, factor)
     assert smallest == pytest.approx(
-        max(5.5 * 0.01 * math.sqrt(1 + (1 / (n - 1) if n <= 3 else math.pi / 2 / (n - 1))), 0.03)
+        max(
+            1 - math.exp(-5.5 * 0.01 * math.sqrt(1 + (1 / (n - 1) if n <= 3 else math.pi / 2 / (n - 1)))),
+            0.03,
+        )
     )
 
 
