@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleetlib.corpus import CpuGroup
-from tests.integration.conftest import SB_FLEET, started_fleet
+from tests.integration.conftest import sb_fleet, started_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -90,22 +90,7 @@ def lift_when(path: Path, groups: list[CpuGroup], done: threading.Event) -> thre
 
 def validate(fleet, run_dir: Path) -> subprocess.CompletedProcess:  # noqa: ANN001
     cfg = fleet.config(CONFIG, "noise-confirm.yaml")
-    return subprocess.run(
-        [
-            SB_FLEET,
-            "validate",
-            "-i",
-            str(fleet.inventory()),
-            "-c",
-            str(cfg),
-            "--run-dir",
-            str(run_dir),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return sb_fleet("validate", "-i", str(fleet.inventory()), "-c", str(cfg), "--run-dir", str(run_dir))
 
 
 def inconsistency(run_dir: Path, r: subprocess.CompletedProcess) -> dict:
