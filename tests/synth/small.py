@@ -128,21 +128,28 @@ def generate_small(
 def _shape(
     rows: list[dict], shapes: NoiseShapes, noise: tuple[float, float], rng: np.random.Generator
 ) -> list[dict]:
-    """Draw every value's noise from ``shapes`` (in place) and return the noise-summary rows."""
+    """Draw the noise from ``shapes`` (in place) and return the noise-summary rows. The corpus measured
+    how a host lies against the other hosts (one value per host: contention takes a host as a whole),
+    so each host draws one (deviation, own noise) per metric family, shared by that family's metrics and
+    its GPUs; the GPUs of one host then scatter about it by a Gaussian of the family's sigma."""
     directions = Directions()
     fam_sigma: dict[str, float] = {}
     out = []
     for row in rows:
         own_row: dict[str, object] = {"node": row["node"]}
+        host_draw: dict[str, tuple[float, float]] = {}
         for k, v in list(row.items()):
             if k == "node" or k.endswith("return_code") or not isinstance(v, (int, float)):
                 continue
             fam = parse_metric(k).family
             s = fam_sigma.setdefault(fam, float(rng.uniform(*noise)))
-            z, r = shapes.draw(rng, (1,))
-            worse = float(np.exp(s * float(z[0])))
+            if fam not in host_draw:
+                z, r = shapes.draw(rng, (1,))
+                host_draw[fam] = (float(z[0]), float(r[0]))
+            z_host, r_host = host_draw[fam]
+            worse = float(np.exp(s * (z_host + float(rng.normal()))))
             row[k] = v / worse if directions.of(k) > 0 else v * worse
-            if np.isfinite(r[0]):
-                own_row[k] = round(max(s * float(r[0]), 0.0), 6)
+            if np.isfinite(r_host):
+                own_row[k] = round(max(s * r_host, 0.0), 6)
         out.append(own_row)
     return out

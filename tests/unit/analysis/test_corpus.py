@@ -70,3 +70,42 @@ def test_a_slow_host_on_a_quiet_machine_fails_in_19_of_20() -> None:
         )
     caught = sum(judge_run(r).outcome == "caught" for r in quiet)
     assert caught >= 0.95 * len(quiet), f"caught {caught} of {len(quiet)}"
+
+
+def test_small_fleets_with_the_corpuss_noise_shapes(tmp_path) -> None:  # noqa: ANN001
+    # Synthetic fleets whose hosts deviate as the corpus's healthy hosts did (heavy tails, contended hosts
+    # far off, each with the own noise it measured): still recall >= 0.95 and <= 1% false positives.
+    import json
+
+    from sb_fleet.report.analyse import report
+    from tests.synth.corpus import noise_shapes
+    from tests.synth.small import SEEN, UNSEEN, generate_small
+
+    shapes = noise_shapes()
+    assert shapes is not None, "no corpus to take the noise shapes from"
+    found = tried = fp = healthy = 0
+    seed = 6_600_000
+    for n in (4, 6, 8, 12, 16):
+        for kind in (*SEEN, *UNSEEN, None):
+            seed += 1
+            fleet, _ = generate_small(n, seed, kind, shapes=shapes)
+            run = tmp_path / f"r{seed}"
+            run.mkdir()
+            (run / "manifest.json").write_text('{"schema_version": 1}')
+            (run / "results-summary.jsonl").write_text("\n".join(fleet.lines) + "\n")
+            (run / "noise-summary.jsonl").write_text("\n".join(fleet.noise_lines or []) + "\n")
+            (run / "hosts.json").write_text(
+                json.dumps(
+                    {"schema_version": 1, "hosts": [{"name": h, "groups": ["gpu"]} for h in fleet.hosts]}
+                )
+            )
+            verdict = {h.name: h.verdict for h in report(run).hosts}
+            for h in fleet.hosts:
+                if h in fleet.faults:
+                    tried += 1
+                    found += verdict[h] == "fail"
+                else:
+                    healthy += 1
+                    fp += verdict[h] != "pass"
+    assert found >= 0.95 * tried, (found, tried)
+    assert fp <= 0.01 * healthy, (fp, healthy)
