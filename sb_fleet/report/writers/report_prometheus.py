@@ -120,6 +120,15 @@ def _declare_hosts(s: Series) -> None:
     )
 
 
+def vocabulary() -> list[str]:
+    """The names of the run and host series a run's exposition can hold (the benchmark families aside:
+    ``sb_fleet_benchmark_<unit>``); the alert rules and the dashboard use only these."""
+    s = Series()
+    _declare_run(s)
+    _declare_hosts(s)
+    return [*s.names(), "sb_fleet_benchmark_return_code"]
+
+
 def streak(verdicts: Sequence[str], counted: Sequence[str]) -> int:
     """How many runs in a row, up to the last, have a verdict the gate counts."""
     n = 0
