@@ -153,6 +153,7 @@ class Series:
     def __init__(self) -> None:
         self._families: dict[str, _Family] = {}
         self._samples: dict[str, dict[tuple[str, ...], list[tuple[float, float | None]]]] = {}
+        self._rendered: dict[bool, bytes] = {}  # format -> text, until the next change
 
     def declare(self, name: str, help_text: str, labels: Iterable[str]) -> None:
         labels = tuple(labels)
@@ -165,6 +166,7 @@ class Series:
             raise ValueError(f"{name} declared twice, differently")
         self._families[name] = fam
         self._samples.setdefault(name, {})
+        self._rendered.clear()
 
     def add(
         self,
@@ -188,6 +190,7 @@ class Series:
         if any(t == timestamp for _, t in points):
             return False
         points.append((v, timestamp))
+        self._rendered.clear()
         return True
 
     def names(self) -> list[str]:
@@ -229,5 +232,8 @@ class Series:
             yield g
 
     def render(self, openmetrics: bool = False) -> bytes:
-        """The text format (0.0.4), or OpenMetrics 1.0 (ends with ``# EOF``)."""
-        return generate_openmetrics(self) if openmetrics else generate_latest(self)
+        """The text format (0.0.4), or OpenMetrics 1.0 (ends with ``# EOF``); made once per format (the
+        run's file, its textfile copy and the push share it)."""
+        if openmetrics not in self._rendered:
+            self._rendered[openmetrics] = generate_openmetrics(self) if openmetrics else generate_latest(self)
+        return self._rendered[openmetrics]

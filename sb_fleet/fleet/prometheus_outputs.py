@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sb_fleet.report.report_result import ReportResult
 
 JOB = "sb-fleet"
-PUSH_TIMEOUT_S = 10.0
+PUSH_TIMEOUT_S = 30.0
 HOST_FIELD = "{host}"
 
 

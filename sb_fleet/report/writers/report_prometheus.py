@@ -21,7 +21,7 @@ Cardinality: hosts x (about 10 + health checks + metrics + benchmarks); x ranks 
 from __future__ import annotations
 
 import datetime as _dt
-import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -157,12 +157,21 @@ def _health(s: Series, fleet: str, health: Mapping[str, Any]) -> None:
             s.add("sb_fleet_health_check_status", {"fleet": fleet, "host": host, "check": check}, c)
 
 
-def _worst_code(codes: np.ndarray) -> float:
-    codes = codes[np.isfinite(codes)]
-    if not codes.size:
-        return math.nan
-    bad = codes[codes != 0]
-    return float(bad.max()) if bad.size else 0.0
+def _worst_codes(block: np.ndarray) -> np.ndarray:
+    """Per row (host) of a benchmark's return-code columns: its worst code (a failing one before 0);
+    NaN where none is known."""
+    known = np.isfinite(block)
+    bad = np.where(known & (block != 0), block, -np.inf).max(axis=1, initial=-np.inf)
+    return np.where(np.isfinite(bad), bad, np.where(known.any(axis=1), 0.0, np.nan))
+
+
+def _pooled(block: np.ndarray) -> np.ndarray:
+    """Per row (host): the median of its ranks' values; NaN where it has none."""
+    if block.shape[1] == 1:
+        return block[:, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a host without any of the ranks: NaN
+        return np.nanmedian(block, axis=1)
 
 
 def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> None:
@@ -211,24 +220,22 @@ def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> 
         extra = {} if unit is None else {"unit": unit}
         plan.append((name, scale, {"benchmark": bench, "metric": metric, **extra}, cols, ranks))
     values = np.asarray(f.values, dtype=float)
+    worst = {bench: _worst_codes(values[:, cols]) for bench, cols in codes.items()}
+    pooled = [None if per_rank else _pooled(values[:, cols]) for *_, cols, _ in plan]
     for r, host in enumerate(f.hosts):
-        row = values[r]
-        for bench, cols in codes.items():
+        for bench, codes_of in worst.items():
             s.add(
                 "sb_fleet_benchmark_return_code",
                 {"fleet": fleet, "host": host, "benchmark": bench},
-                _worst_code(row[cols]),
+                codes_of[r],
             )
-        for name, scale, labels_of, cols, ranks in plan:
+        for (name, scale, labels_of, cols, ranks), by_host in zip(plan, pooled, strict=True):
             base = {"fleet": fleet, "host": host, **labels_of}
-            if per_rank:
-                for c, rank in zip(cols, ranks, strict=True):
-                    s.add(name, {**base, "rank": "" if rank is None else str(rank)}, row[c] * scale)
+            if by_host is not None:
+                s.add(name, base, by_host[r] * scale)
                 continue
-            vals = row[cols]
-            vals = vals[np.isfinite(vals)]
-            if vals.size:
-                s.add(name, base, float(np.median(vals)) * scale)
+            for c, rank in zip(cols, ranks, strict=True):
+                s.add(name, {**base, "rank": "" if rank is None else str(rank)}, values[r, c] * scale)
 
 
 def series(
