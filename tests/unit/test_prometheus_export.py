@@ -459,3 +459,29 @@ def test_report_exit_code_stands_when_the_gateway_is_down(tmp_path: Path) -> Non
     assert bad.exit_code == 2 and "--textfile-dir" in bad.stderr and "Traceback" not in bad.output
     om = CliRunner().invoke(report_cmd, [str(f), "--out", str(tmp_path / "o4"), "-q", "--openmetrics"])
     assert om.exit_code == 1 and (tmp_path / "o4" / "metrics.prom").read_text().endswith("# EOF\n")
+
+
+def test_bounded_cardinality(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names beyond the bounds are left out, and counted; the worst health checks are kept."""
+    from sb_fleet.report.writers import report_prometheus as rp
+
+    monkeypatch.setattr(rp, "MAX_METRICS", 2)
+    monkeypatch.setattr(rp, "MAX_BENCHMARKS", 1)
+    monkeypatch.setattr(rp, "MAX_CHECKS", 1)
+    row: dict[str, object] = {f"b{j}/m{k}": 1.0 for j in range(3) for k in range(2)}
+    row.update({f"b{j}/return_code": 0 for j in range(3)})
+    f = write_results(tmp_path / "r", {"a": row, "b": row})
+    result = report(f)
+    result.health = {
+        "hosts": {
+            "a": {
+                "verdict": "fail",
+                "checks": [{"check": "x", "verdict": "pass"}, {"check": "y", "verdict": "fail"}],
+            }
+        }
+    }
+    got = samples(series(result, PromSettings(), RunIdentity("r", None, None, 0.0)).render())
+    left = {x.labels["kind"]: x.value for x in got["sb_fleet_exposition_left_out"]}
+    assert left == {"metrics": 4, "benchmarks": 2, "health_checks": 1}
+    assert len({x.labels["metric"] for x in got["sb_fleet_benchmark_value"]}) == 2
+    assert [x.labels["check"] for x in got["sb_fleet_health_check_status"]] == ["y"]  # the failing one

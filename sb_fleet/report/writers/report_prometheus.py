@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 FILE = "metrics.prom"
 HOST_VERDICTS = (*VERDICTS, FLAKY)
 HEALTH_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
+# Bounds on what hosts and configs can add (their names are untrusted): beyond them, names are left out
+# and counted in sb_fleet_exposition_left_out.
+MAX_METRICS = 4096  # benchmark metrics of a run (ranks pooled)
+MAX_BENCHMARKS = 512  # benchmarks of a run (return codes)
+MAX_CHECKS = 256  # health checks of a host
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,12 @@ def _declare_run(s: Series) -> None:
     s.declare("sb_fleet_gate_passed", "1 when the run's gate passed, 0 when it failed.", ("fleet",))
     s.declare("sb_fleet_gate_failing_hosts", "Hosts the gate's policy counts as failing.", ("fleet",))
     s.declare("sb_fleet_gate_allowed_failing_hosts", "Failing hosts the gate's policy allows.", ("fleet",))
+    s.declare(
+        "sb_fleet_exposition_left_out",
+        "Names left out of this exposition beyond its bounds: benchmark metrics (4096 a run), benchmarks "
+        "(512), health checks (256 a host).",
+        ("fleet", "kind"),
+    )
 
 
 def _declare_hosts(s: Series) -> None:
@@ -139,7 +150,9 @@ def streak(verdicts: Sequence[str], counted: Sequence[str]) -> int:
     return n
 
 
-def _health(s: Series, fleet: str, health: Mapping[str, Any]) -> None:
+def _health(s: Series, fleet: str, health: Mapping[str, Any]) -> int:
+    """The health series; how many check names were left out (beyond :data:`MAX_CHECKS` a host)."""
+    left = 0
     hosts = health.get("hosts")
     for host, doc in hosts.items() if isinstance(hosts, dict) else ():
         if not isinstance(doc, dict):
@@ -153,8 +166,11 @@ def _health(s: Series, fleet: str, health: Mapping[str, Any]) -> None:
                 continue
             check = str(r.get("check"))
             worst[check] = max(worst.get(check, 0), HEALTH_CODES[r["verdict"]])
-        for check, c in sorted(worst.items()):
+        kept = sorted(worst.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CHECKS]  # the worst first
+        left += len(worst) - len(kept)
+        for check, c in sorted(kept):
             s.add("sb_fleet_health_check_status", {"fleet": fleet, "host": host, "check": check}, c)
+    return left
 
 
 def _worst_codes(block: np.ndarray) -> np.ndarray:
@@ -174,7 +190,8 @@ def _pooled(block: np.ndarray) -> np.ndarray:
         return np.nanmedian(block, axis=1)
 
 
-def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> None:
+def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> dict[str, int]:
+    """The benchmark series; how many metric and benchmark names were left out (beyond the bounds)."""
     f = result.fleet
     labels = ("fleet", "host", "benchmark", "metric", *(("rank",) if per_rank else ()))
     declared: set[str] = set()
@@ -213,8 +230,13 @@ def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> 
             codes.setdefault(mn.group, []).append(c)
         else:
             groups.setdefault((mn.group, mn.base), []).append(c)
+    left = {
+        "metrics": max(0, len(groups) - MAX_METRICS),
+        "benchmarks": max(0, len(codes) - MAX_BENCHMARKS),
+    }
+    codes = dict(list(codes.items())[:MAX_BENCHMARKS])
     plan = []  # per (benchmark, metric): its family, scale, unit label, columns and their ranks
-    for (bench, metric), cols in groups.items():
+    for (bench, metric), cols in list(groups.items())[:MAX_METRICS]:
         name, scale, unit = family(f.directions.unit(f.columns[cols[0]]))
         ranks = [parse_metric(f.columns[c]).rank for c in cols]
         extra = {} if unit is None else {"unit": unit}
@@ -236,6 +258,7 @@ def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> 
                 continue
             for c, rank in zip(cols, ranks, strict=True):
                 s.add(name, {**base, "rank": "" if rank is None else str(rank)}, values[r, c] * scale)
+    return left
 
 
 def series(
@@ -294,9 +317,10 @@ def series(
         s.add("sb_fleet_host_gate_failed", who, 1 if h.verdict in counted else 0)
         if streaks is not None:
             s.add("sb_fleet_host_gate_failed_runs_in_a_row", who, streaks.get(h.name, 0))
-    if result.health is not None:
-        _health(s, fleet, result.health)
-    _benchmarks(s, fleet, result, settings.per_rank)
+    left = _benchmarks(s, fleet, result, settings.per_rank)
+    left["health_checks"] = _health(s, fleet, result.health) if result.health is not None else 0
+    for kind, n in left.items():
+        s.add("sb_fleet_exposition_left_out", {"fleet": fleet, "kind": kind}, n)
     return s
 
 
