@@ -63,7 +63,10 @@ def test_all_six_files_agree(tmp_path: Path) -> None:
 
     prom = text_string_to_metric_families((tmp_path / "out" / "metrics.prom").read_text())
     failing = {
-        s.labels["host"] for f in prom for s in f.samples if s.name == "sb_fleet_host_gate_failed" and s.value == 1
+        s.labels["host"]
+        for f in prom
+        for s in f.samples
+        if s.name == "sb_fleet_host_gate_failed" and s.value == 1
     }
     assert failing == bad
 
