@@ -114,6 +114,7 @@ def base_unit(unit: str | None) -> tuple[str, float] | None:
     per_watt = u.endswith("/w")
     if per_watt:  # a rate per watt is work per joule
         u = u[:-2]
+    u = u.replace("flop/s", "flops").replace("op/s", "ops")  # TFLOP/s, GOP/s
     for kind in ("flops", "iops", "ops"):
         if u.endswith(kind) and u[: -len(kind)] in _SI:
             what = "flop" if kind == "flops" else "operations"

@@ -106,6 +106,7 @@ def run_series(f: Path, **kw: object) -> tuple[Series, object]:
     [
         ("GFLOPS", ("flop_per_second", 1e9)),
         ("TFLOPS", ("flop_per_second", 1e12)),
+        ("TFLOP/s", ("flop_per_second", 1e12)),
         ("GIOPS", ("operations_per_second", 1e9)),
         ("GB/s", ("bytes_per_second", 1e9)),
         ("MB/s", ("bytes_per_second", 1e6)),
