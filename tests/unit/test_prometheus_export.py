@@ -486,3 +486,17 @@ def test_bounded_cardinality(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert left == {"metrics": 4, "benchmarks": 2, "health_checks": 1}
     assert len({x.labels["metric"] for x in got["sb_fleet_benchmark_value"]}) == 2
     assert [x.labels["check"] for x in got["sb_fleet_health_check_status"]] == ["y"]  # the failing one
+
+
+def test_validate_refuses_bad_prometheus_options_before_any_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sb_fleet.cli.main import main
+
+    monkeypatch.chdir(tmp_path)  # a run directory would appear here: none must
+    bad_fleet = CliRunner().invoke(main, ["validate", "--fleet", "a b", "--quiet"])
+    assert bad_fleet.exit_code == 2 and "fleet name" in bad_fleet.stderr, bad_fleet.output
+    no_dir = CliRunner().invoke(main, ["validate", "--textfile-dir", str(tmp_path / "nope"), "--quiet"])
+    assert no_dir.exit_code == 2 and "--textfile-dir" in no_dir.stderr, no_dir.output
+    assert "Traceback" not in bad_fleet.output + no_dir.output
+    assert not (tmp_path / "runs").exists()
