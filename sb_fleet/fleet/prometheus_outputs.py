@@ -17,14 +17,18 @@ textfile directory that does not exist is a usage error before anything runs (:f
 
 from __future__ import annotations
 
+import functools
 import http.client
 import os
-from collections.abc import Sequence
+import re
+import urllib.error
+import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client.exposition import push_to_gateway
+from prometheus_client.exposition import basic_auth_handler, default_handler, push_to_gateway
 
 from sb_fleet.errors import InfraError, UsageError
 from sb_fleet.exposition import Series, label_value
@@ -102,15 +106,46 @@ def write_textfiles(series: Series, template: str, fleet: str, hosts: Sequence[s
     return warnings
 
 
+def _credentials(url: str) -> tuple[str, str, str] | None:
+    """``http://user:pw@host:9091`` -> (``http://host:9091``, user, pw); None without a user."""
+    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    if not parts.username:
+        return None
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return bare, urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+
+
+def _reason(exc: Exception) -> str:
+    """Why a push failed, in a few words: the HTTP status and the gateway's own message, or the socket's."""
+    if isinstance(exc, urllib.error.HTTPError):
+        try:
+            body = exc.read(300).decode("utf-8", "replace").strip()
+        except (OSError, http.client.HTTPException):
+            body = ""
+        return f"HTTP {exc.code} {exc.reason}" + (f": {body}" if body else "")
+    return str(getattr(exc, "reason", None) or exc)
+
+
 def push(series: Series, url: str, fleet: str, timeout: float = PUSH_TIMEOUT_S) -> str | None:
     """PUT the series to the Pushgateway group job="sb-fleet", fleet=<fleet> (replacing it); a warning
-    with the reason when that fails, else None."""
+    with the reason when that fails, else None. A user and password in the URL are sent as HTTP basic
+    authentication, and never shown."""
+    shown = re.sub(r"//[^/]*@", "//", url)
     try:
-        push_to_gateway(url, job=JOB, registry=series, grouping_key={"fleet": fleet}, timeout=timeout)
+        handler: Callable[..., Callable[[], None]] = default_handler
+        creds = _credentials(url)
+        if creds is not None:
+            url, user, password = creds
+            handler = functools.partial(basic_auth_handler, username=user, password=password)
+        push_to_gateway(
+            url, job=JOB, registry=series, grouping_key={"fleet": fleet}, timeout=timeout, handler=handler
+        )
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        reason = getattr(exc, "reason", None) or exc
+        reason = _reason(exc)
         return (
-            f"pushgateway {label_value(url)}: not pushed ({label_value(reason)}); the verdict and exit "
+            f"pushgateway {label_value(shown)}: not pushed ({label_value(reason)}); the verdict and exit "
             f"code stand"
         )
     return None

@@ -500,3 +500,38 @@ def test_validate_refuses_bad_prometheus_options_before_any_host(
     assert no_dir.exit_code == 2 and "--textfile-dir" in no_dir.stderr, no_dir.output
     assert "Traceback" not in bad_fleet.output + no_dir.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_push_credentials_are_basic_auth_and_never_shown(tmp_path: Path) -> None:
+    """A real HTTP server on loopback that wants basic authentication, as a Pushgateway behind a proxy."""
+    import base64
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[tuple[str, str, str | None]] = []
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            auth = self.headers.get("Authorization")
+            seen.append(("PUT", self.path, auth))
+            ok = auth == "Basic " + base64.b64encode(b"ops:s3cr@t").decode()
+            self.send_response(200 if ok else 401)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        s = _small_series(tmp_path)
+        port = srv.server_address[1]
+        assert push(s, f"http://ops:s3cr%40t@127.0.0.1:{port}", "prod", timeout=5) is None
+        assert seen[-1][1] == "/metrics/job/sb-fleet/fleet/prod"  # the group: job and fleet
+        w = push(s, f"http://ops:wrong@127.0.0.1:{port}", "prod", timeout=5)
+        assert w is not None and "401" in w and "wrong" not in w and "ops" not in w, w
+    finally:
+        srv.shutdown()
+        srv.server_close()
