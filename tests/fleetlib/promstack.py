@@ -49,6 +49,61 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60.0
     raise TimeoutError(f"{url} not ready after {timeout}s ({last}): {log.read_text()[-2000:]}")
 
 
+class BackfilledPrometheus:
+    """A Prometheus on a loopback port that scrapes nothing, serving the TSDB blocks in ``tsdb`` (made by
+    ``promtool tsdb create-blocks-from``)."""
+
+    def __init__(self, root: Path, tsdb: Path):
+        self.root, self.tsdb = Path(root), Path(tsdb)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> BackfilledPrometheus:
+        cfg = self.root / "backfill.yml"
+        cfg.write_text("global: {scrape_interval: 1m}\n")
+        log = self.root / "backfill-prometheus.log"
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    BINARIES["prometheus"],
+                    f"--config.file={cfg}",
+                    f"--storage.tsdb.path={self.tsdb}",
+                    "--storage.tsdb.retention.time=3650d",  # the backfilled past stays
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+            )
+        try:
+            wait_http(f"{self.url}/-/ready", self.proc, log)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        p = self.proc
+        if p is not None and p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+        self.proc = None
+
+    def query_at(self, promql: str, t: float) -> list[dict[str, Any]]:
+        q = urllib.parse.urlencode({"query": promql, "time": f"{t:.3f}"})
+        doc = json.loads(http_get(f"{self.url}/api/v1/query?{q}"))
+        assert doc.get("status") == "success", doc
+        return doc["data"]["result"]
+
+
 class PromStack:
     """A Pushgateway, a node_exporter reading ``textfile_dir``, and a Prometheus scraping both every
     second and evaluating ``rule_files`` every second."""

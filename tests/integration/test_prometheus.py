@@ -10,6 +10,7 @@ saying which is missing."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from .conftest import ROOT, sb_fleet, started_fleet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fleetlib import free_port  # noqa: E402
-from fleetlib.promstack import PromStack, http_get, missing  # noqa: E402
+from fleetlib.promstack import BackfilledPrometheus, PromStack, http_get, missing  # noqa: E402
 from healthfake import make_machine  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -219,3 +220,50 @@ def test_push_replaces_the_group_and_a_dead_gateway_is_a_warning(run, stack, tmp
     )  # fmt: skip
     assert r1.returncode == r2.returncode == 1, r1.stderr + r2.stderr
     assert "WARNING: pushgateway" in r2.stderr and "refused" in r2.stderr.lower(), r2.stderr
+
+
+def test_history_backfills_prometheus(tmp_path):
+    """Three nights recorded in a history store (n5 passes, then fails twice), exported with
+    ``history --prometheus``, turned into TSDB blocks by promtool, served by a real Prometheus: the
+    verdicts are there at each night's time."""
+    if missing():
+        pytest.skip(f"not installed: {', '.join(missing())} (Debian packages; CI installs them)")
+    promtool = shutil.which("promtool")
+    assert promtool, "the prometheus package ships promtool"
+    now = time.time()
+    nights = [now - (3 - d) * 86400 for d in range(3)]
+    store = tmp_path / "history.duckdb"
+    for d, t in enumerate(nights):
+        f = tmp_path / f"night{d}" / "results-summary.jsonl"
+        f.parent.mkdir()
+        rows = [
+            {"node": f"n{i}", "gemm-flops/fp32_flops": (40.0 if i == 5 and d else 100.0) + d * 0.01}
+            for i in range(6)
+        ]
+        f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        os.utime(f, (t, t))
+        r = sb_fleet("report", str(f), "--history", str(store), "--out", str(tmp_path / f"o{d}"), "-q")
+        assert r.returncode in (0, 1), r.stderr
+    r = sb_fleet("history", str(store), "--prometheus", "--host", "n5", "--fleet", "bf")
+    assert r.returncode == 0 and r.stdout.endswith("# EOF\n"), r.stderr
+    om = tmp_path / "n5.om"
+    om.write_text(r.stdout)
+    tsdb = tmp_path / "tsdb"
+    c = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(tsdb)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert c.returncode == 0, c.stdout + c.stderr
+    prom = BackfilledPrometheus(tmp_path, tsdb).start()
+    try:
+        got = []
+        for t in nights:
+            res = prom.query_at('sb_fleet_host_verdict{fleet="bf", host="n5", verdict="fail"}', t + 60)
+            got.append([float(x["value"][1]) for x in res])
+        assert got == [[0.0], [1.0], [1.0]], got
+        ratio = prom.query_at('sb_fleet_run_pass_ratio{fleet="bf"}', nights[-1] + 60)
+        assert float(ratio[0]["value"][1]) == pytest.approx(5 / 6), ratio
+    finally:
+        prom.stop()
