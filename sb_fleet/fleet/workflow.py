@@ -23,6 +23,7 @@ from sb_fleet.exits import exit_for
 from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.pattern_followup import follow_up
 from sb_fleet.fleet.progress import Progress
+from sb_fleet.fleet.prometheus_outputs import PromOutputs, check_textfile_dir, write_and_expose
 from sb_fleet.fleet.slurm_launch import Allocation, SrunReach, allocation
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.fleet.stages.check_stage import check as check_stage
@@ -64,6 +65,8 @@ class Options:
     progress: bool = True
     run_unhealthy: bool = False  # validate: benchmark the hosts that failed the health checks too
     skip_health: bool = False  # validate: no health checks (as health.enabled: false)
+    # metrics.prom's settings, and the textfile directory and Pushgateway the run's series also go to
+    prometheus: PromOutputs = field(default_factory=PromOutputs)
     argv: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -233,11 +236,11 @@ def report(
 ) -> int:
     """The fleet analysis (:func:`analyse_run`, or ``result`` when already made) written into the run
     directory; the gate's exit code."""
-    from sb_fleet.report.analyse import write_reports
-
     if result is None:
         result = analyse_run(run, opts, confirmations)
-    write_reports(result, run.rd.path)
+    _, warnings = write_and_expose(result, run.rd.path, opts.prometheus)
+    for w in warnings:  # never the verdict's business: said, and the exit code stands
+        print(f"WARNING: {w}", file=sys.stderr)
     for rule, patterns in result.rules_unmatched.items():
         # loud whatever --quiet says: a rule that matches nothing passes every host silently
         print(f"WARNING: rule {rule!r}: patterns match no metric in the results: {patterns}", file=sys.stderr)
@@ -245,7 +248,10 @@ def report(
 
 
 def check_judges(opts: Options) -> None:
-    """Read the rules, baseline and history store given to validate now: a bad file fails before the run."""
+    """Read the rules, baseline and history store given to validate now: a bad file fails before the run;
+    so does a textfile directory that is not there."""
+    if opts.prometheus.textfile_dir:
+        check_textfile_dir(opts.prometheus.textfile_dir)
     if opts.rules is not None:
         from sb_fleet.analysis.superbench.rules import load_rules
 
