@@ -762,37 +762,56 @@ def stop_runners(
     """Stop this run's runner on every target host, in parallel; host -> stopped|killed|finished|absent|error,
     after "container stopped and removed" (or "container not removed") where ``containers`` names the
     host's container: host -> (the runtime command before its subcommand, the container's name)."""
-    import subprocess
+    dirs = {t.host.name: t.remote_dir for t in targets}
 
-    def one(t: CollectTarget) -> tuple[str, str]:
-        cmd = STOP_RUNNER.format(d=sh_path(t.remote_dir))
-        ctr = (containers or {}).get(t.host.name)
+    def script(host: Host) -> str:
+        cmd = STOP_RUNNER.format(d=sh_path(dirs[host.name]))
+        ctr = (containers or {}).get(host.name)
         if ctr is not None:  # every value quoted: host and config data stay data in the shell
             argv, name = ctr
             cmd = (
                 STOP_CONTAINER.format(cmd=" ".join(shlex.quote(a) for a in argv), name=shlex.quote(name))
                 + cmd
             )
+        return cmd
+
+    return on_hosts([t.host for t in targets], script, ssh, parallel, timeout, srun)
+
+
+def on_hosts(
+    hosts: list[Host],
+    script: Callable[[Host], str],
+    ssh: SshSettings,
+    parallel: int,
+    timeout: float = 30,
+    srun: SrunReach | None = None,
+) -> dict[str, str]:
+    """A short shell script on every host, in parallel, each through its own new connection (an srun
+    step, SSH, or a local shell): host -> what it printed on one line, or ``error: ...``."""
+    import subprocess
+
+    def one(host: Host) -> tuple[str, str]:
+        cmd = script(host)
         try:
             if srun is not None:
-                rc, out_s, err_s = srun_command(srun.srun, srun.job_id, t.host.name, cmd, timeout)
-                return t.host.name, (_said(out_s) or f"error: {err_s.strip()[:200]}")
-            if t.host.is_local:
+                rc, out_s, err_s = srun_command(srun.srun, srun.job_id, host.name, cmd, timeout)
+                return host.name, (_said(out_s) or f"error: {err_s.strip()[:200]}")
+            if host.is_local:
                 r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout)
-                return t.host.name, (_said(r.stdout) or f"error: {r.stderr.strip()[:200]}")
-            client = connect(t.host, ssh)
+                return host.name, (_said(r.stdout) or f"error: {r.stderr.strip()[:200]}")
+            client = connect(host, ssh)
             try:
                 rc, out, err = _exec(client, cmd, timeout)
-                return t.host.name, (
+                return host.name, (
                     _said(out.decode(errors="replace")) or f"error: {err.decode(errors='replace')[:200]}"
                 )
             finally:
                 client.close()
         except Exception as exc:  # noqa: BLE001 - one host's trouble is its own line
-            return t.host.name, f"error: {type(exc).__name__}: {str(exc)[:200]}"
+            return host.name, f"error: {type(exc).__name__}: {str(exc)[:200]}"
 
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1))) as pool:
-        return dict(pool.map(one, targets))
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts) or 1))) as pool:
+        return dict(pool.map(one, hosts))
 
 
 def _said(stdout: str) -> str:

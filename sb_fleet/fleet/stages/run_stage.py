@@ -16,6 +16,7 @@ from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.fleet.stages.stage_common import container_vars, eligible
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.container_commands import interrupt_argv, record_digests, step_container_name
+from sb_fleet.plan.deadlines import step_deadline
 from sb_fleet.plan.render_container import settings
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import CONTAINER_REMOVE, run_task
@@ -117,6 +118,7 @@ def run(
                 [] if intr.fired() else [h for h in targets if h not in pre],
                 cancel=intr.fired,
                 extravars=extra,
+                deadline=step_deadline(step.id, step.timeout),
             )
             if pre:
                 res = with_started(ex, step, res, {h: pre[h] for h in targets if h in pre})
@@ -140,7 +142,8 @@ def run(
                 if o.outcome == Outcome.OK:
                     done[h].add(step.id)
                 elif o.outcome != Outcome.PENDING:
-                    outcomes[h] = HostOutcome(h, "run", o.outcome, f"{step.id}: {o.reason}")
+                    why = o.reason if o.reason.startswith(f"{step.id}: ") else f"{step.id}: {o.reason}"
+                    outcomes[h] = HostOutcome(h, "run", o.outcome, why)
                     if h in live:
                         live.remove(h)
             if intr.fired() and not (started is not None and started.interrupted):
@@ -277,4 +280,6 @@ def stop_remote(run: RunInputs, ex: Executor, hosts: list[str], step_id: str | N
             argv = interrupt_argv(runtime, c, t.host.vars.get("sb_container_host_args"))
             if argv is not None:
                 containers[t.host.name] = (argv, step_container_name(run.run_id, step_id, t.host.name))
-    return stop_runners(targets, ex.ssh, ex.forks, timeout=45, srun=ex.srun, containers=containers)
+    said = stop_runners(targets, ex.ssh, ex.forks, timeout=45, srun=ex.srun, containers=containers)
+    ex.stop_hosts(hosts)  # and what else the run started there (the runner's, hostprep's leftovers)
+    return said
