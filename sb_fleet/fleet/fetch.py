@@ -395,9 +395,28 @@ def _tar_limit(sizes: Iterable[int]) -> int:
 Opener = Callable[[str, float, int, str], Channel]
 
 
+# The close() of every host being collected now: an interrupt (Ctrl-C, SIGTERM) ends their reads at once.
+_OPEN: set[Callable[[], None]] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+def close_all() -> None:
+    """End every read of every host being collected (an interrupted collect stops now, not at the end of
+    each host's transfer)."""
+    with _OPEN_LOCK:
+        closers = list(_OPEN)
+    for close in closers:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - closing what is already broken
+            pass
+
+
 def _watched(close: Callable[[], None], host_timeout: float, work: Callable[[], Fetched]) -> Fetched:
     """``work()`` within the host's wall time: past it, ``close()`` ends every read of the host."""
     expired = threading.Event()
+    with _OPEN_LOCK:
+        _OPEN.add(close)
 
     def watchdog() -> None:
         expired.set()
@@ -415,6 +434,8 @@ def _watched(close: Callable[[], None], host_timeout: float, work: Callable[[], 
         raise
     finally:
         timer.cancel()
+        with _OPEN_LOCK:
+            _OPEN.discard(close)
         close()
     if expired.is_set():
         raise HostRefused(too_long)
@@ -685,9 +706,12 @@ def collect_all(
     """
     out: dict[str, HostOutcome] = {}
     abort: list[InfraError] = []
+    stopped: list[bool] = []
 
     def one(t: CollectTarget) -> HostOutcome:
         name = t.host.name
+        if stopped:
+            return HostOutcome(name, "collect", Outcome.PENDING, "not collected: interrupted")
         if abort:
             return HostOutcome(name, "collect", Outcome.PENDING, f"not collected: {abort[0]}")
         if progress:
@@ -703,9 +727,16 @@ def collect_all(
             progress(name, o.outcome, o.reason)
         return o
 
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1)))
+    try:
         for o in pool.map(one, targets):
             out[o.host] = o
+    except BaseException:  # Ctrl-C, SIGTERM: every host's reads end now, and no host starts
+        stopped.append(True)
+        close_all()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     if abort:
         raise CollectAborted(str(abort[0]), out)
     return out

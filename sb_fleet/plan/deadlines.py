@@ -8,7 +8,8 @@ health checks   ``health.exec_timeout`` (default 120 s)
 deploy          ``fleet.deploy_timeout`` (default 3600 s), plus the first step's deadline when validate
                 starts that step in deploy's own exec
 image           ``fleet.deploy_timeout`` (container runtimes: the image onto each host)
-each run step   its benchmarks' timeouts (``timeout``, else ``fleet.default_timeout``) + 60 s
+each run step   its benchmarks' timeouts (``timeout``, else ``fleet.default_timeout``) +
+                ``fleet.step_margin`` (default 60 s)
 collect         ``collect.host_timeout`` (default 900 s)
 ==============  =================================================================================
 
@@ -23,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from sb_fleet.config.fleet_config import Config
-from sb_fleet.plan.run_plan import STEP_MARGIN_S, Plan
+from sb_fleet.plan.run_plan import Plan
 
 STAGE_MARGIN_S = 30  # per stage: Ansible's start and end, and the stop of a host past its deadline
 
@@ -62,7 +63,8 @@ def image_deadline(config: Config) -> Deadline:
 
 
 def step_deadline(step_id: str, timeout: int) -> Deadline:
-    return Deadline(timeout, step_id, f"its benchmarks' timeouts + {STEP_MARGIN_S} s")
+    """``timeout``: the plan's, its benchmarks' timeouts + fleet.step_margin."""
+    return Deadline(timeout, step_id, "its benchmarks' timeouts + fleet.step_margin")
 
 
 def collect_deadline(config: Config) -> Deadline:

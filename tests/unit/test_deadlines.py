@@ -10,7 +10,6 @@ from click.testing import CliRunner
 from sb_fleet.cli.main import main
 from sb_fleet.config.fleet_config import load_config
 from sb_fleet.plan.deadlines import STAGE_MARGIN_S, describe_bound, validate_deadlines, wall_bound
-from sb_fleet.plan.run_plan import STEP_MARGIN_S
 from sb_fleet.rundir.runinputs import create_run
 
 CONFIG = """\
@@ -21,6 +20,7 @@ fleet:
   install_requirements: never
   deploy_timeout: 200
   default_timeout: 60
+  step_margin: 7
   forks: 2
 health:
   exec_timeout: 30
@@ -52,7 +52,7 @@ def test_each_stage_has_its_deadline_from_the_config_and_validate_their_bound(tm
     run = create_run(tmp_path / "run", cfg, inv)
     d = validate_deadlines(load_config(cfg), run.plan)
     steps = sum(s.timeout for s in run.plan.steps)
-    assert steps == 40 + 60 + STEP_MARGIN_S * len(run.plan.steps)  # noop:b: fleet.default_timeout
+    assert steps == 40 + 60 + 7 * len(run.plan.steps)  # noop:b: fleet.default_timeout; fleet.step_margin
     assert [(x.label, x.seconds) for x in d][:2] == [("health checks", 30), ("deploy", 200)]
     assert d[-1].label == "collect" and d[-1].seconds == 100
     assert [x.source for x in d][:2] == ["health.exec_timeout", "fleet.deploy_timeout"]
