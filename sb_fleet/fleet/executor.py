@@ -149,10 +149,12 @@ class Executor:
         cancel: Callable[[], bool] | None = None,
         extravars: dict[str, Any] | None = None,
         deadline: Deadline | None = None,
+        stop: Callable[[str], str] | None = None,
     ) -> StageResult:
         """Run ``playbook`` on ``hosts``; an outcome for every one of them, whatever happens. With a
-        ``deadline``, a host past it is stopped and ends ``timeout`` while the others go on."""
-        return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline)
+        ``deadline``, a host past it is stopped (``stop(host)``, else :meth:`stop_host`) and ends
+        ``timeout`` while the others go on."""
+        return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop)
 
     def stop_host(self, host: str) -> str:
         """End what this run started for ``host``: its processes on the host (a new connection), and
@@ -179,6 +181,7 @@ def run_playbook(
     cancel: Callable[[], bool] | None,
     extravars: dict[str, Any] | None,
     deadline: Deadline | None = None,
+    stop: Callable[[str], str] | None = None,
 ) -> StageResult:
     import ansible_runner
 
@@ -220,7 +223,7 @@ def run_playbook(
     reached: set[str] = set()
     running: dict[str, str] = {}  # host -> the task it started and has not ended
     watch = (
-        DeadlineWatch(deadline, len(hosts), min(forks, max(len(hosts), 1)), ex.stop_host)
+        DeadlineWatch(deadline, len(hosts), min(forks, max(len(hosts), 1)), stop or ex.stop_host)
         if deadline is not None and ex.run_id
         else None
     )

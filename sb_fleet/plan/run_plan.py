@@ -322,7 +322,11 @@ def build_plan(
     def flush() -> None:
         if batch:
             steps.append(
-                Step(f"step{len(steps) + 1:02d}", tuple(batch), sum(e.timeout for e in batch) + config.fleet.step_margin)
+                Step(
+                    f"step{len(steps) + 1:02d}",
+                    tuple(batch),
+                    sum(e.timeout for e in batch) + config.fleet.step_margin,
+                )
             )
             batch.clear()
 
@@ -346,7 +350,13 @@ def build_plan(
         e = RunEntry(**{**asdict(e), "port_offset": port_offset})
         port_offset += 1
         steps.append(
-            Step(f"step{len(steps) + 1:02d}", (e,), e.timeout + config.fleet.step_margin, tuple(groups), tuple(left))
+            Step(
+                f"step{len(steps) + 1:02d}",
+                (e,),
+                e.timeout + config.fleet.step_margin,
+                tuple(groups),
+                tuple(left),
+            )
         )
     flush()
     return Plan(hosts, setups, tuple(steps), tuple(enabled), unsupported, patterns)
@@ -421,7 +431,9 @@ def pattern_steps(
                 label,
             )
         )
-    cost = estimate_cost(sched, e.timeout + config.fleet.step_margin, "at most the benchmark's timeout per round")
+    cost = estimate_cost(
+        sched, e.timeout + config.fleet.step_margin, "at most the benchmark's timeout per round"
+    )
     info = {
         "type": sched.pattern,
         "pattern": e.pattern,
