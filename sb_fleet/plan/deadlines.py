@@ -4,6 +4,7 @@ A host past its stage's deadline ends that stage ``timeout`` (its processes stop
 on; :mod:`sb_fleet.fleet.reaper`). The deadlines come from the config:
 
 ==============  =================================================================================
+(allocation)    ``slurm.grant_timeout`` once, under ``launcher: slurm`` when sb-fleet allocates
 health checks   ``health.exec_timeout`` (default 120 s)
 deploy          ``fleet.deploy_timeout`` (default 3600 s), plus the first step's deadline when validate
                 starts that step in deploy's own exec
@@ -37,10 +38,11 @@ class Deadline:
     seconds: int
     label: str
     source: str
+    per_host: bool = True  # False: one wait for the whole fleet (the Slurm allocation)
 
     def stage_bound(self, hosts: int, forks: int) -> int:
         """The most a stage of ``hosts`` hosts, ``forks`` at a time, may last."""
-        waves = max(1, math.ceil(hosts / max(1, forks)))
+        waves = max(1, math.ceil(hosts / max(1, forks))) if self.per_host else 1
         return waves * self.seconds + STAGE_MARGIN_S
 
 
@@ -73,7 +75,11 @@ def collect_deadline(config: Config) -> Deadline:
 
 def validate_deadlines(config: Config, plan: Plan, health: bool = True) -> list[Deadline]:
     """validate's stages in order, each with its deadline per host."""
-    out = [check_deadline(config)] if health and config.health.enabled else []
+    out = []
+    if config.fleet.launcher == "slurm" and not config.slurm.job_id:  # salloc waits for the nodes first
+        out.append(Deadline(config.slurm.grant_timeout, "slurm allocation", "slurm.grant_timeout", False))
+    if health and config.health.enabled:
+        out.append(check_deadline(config))
     out.append(deploy_deadline(config))
     if config.fleet.runtime != "none":
         out.append(image_deadline(config))
@@ -92,7 +98,10 @@ def describe_bound(deadlines: list[Deadline], hosts: int, forks: int) -> str:
     waves = max(1, math.ceil(hosts / max(1, forks)))
     width = max(len(d.label) for d in deadlines)
     lines = ["deadlines per host (a host past one ends that stage 'timeout'; the others go on):"]
-    lines += [f"  {d.label:<{width}}  {d.seconds:>6} s  ({d.source})" for d in deadlines]
+    lines += [
+        f"  {d.label:<{width}}  {d.seconds:>6} s  ({d.source}{'' if d.per_host else ', once for the fleet'})"
+        for d in deadlines
+    ]
     total = wall_bound(deadlines, hosts, forks)
     lines.append(
         f"validate's wall time: at most {total} s ({total / 60:.1f} min): {hosts} host(s), {forks} at once "

@@ -79,3 +79,16 @@ def test_dry_run_prints_every_deadline_and_the_bound(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, [*args, "--forks", "3"])
     total = wall_bound(validate_deadlines(load_config(cfg), run.plan), 3, 3)
     assert f"at most {total} s" in r.output, r.output
+
+
+def test_under_launcher_slurm_the_allocation_wait_counts_once(tmp_path: Path) -> None:
+    cfg, inv = _inputs(tmp_path)
+    cfg.write_text(
+        CONFIG.replace("  forks: 2\n", "  forks: 2\n  launcher: slurm\n") + "slurm: {grant_timeout: 45}\n"
+    )
+    run = create_run(tmp_path / "run", cfg, inv)
+    d = validate_deadlines(load_config(cfg), run.plan)
+    assert (d[0].label, d[0].seconds, d[0].per_host) == ("slurm allocation", 45, False)
+    plain = [x for x in d if x.per_host]
+    assert wall_bound(d, 3, 2) == 45 + STAGE_MARGIN_S + wall_bound(plain, 3, 2)  # not once per wave
+    assert "slurm.grant_timeout, once for the fleet" in describe_bound(d, 3, 2)
