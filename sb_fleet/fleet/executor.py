@@ -234,11 +234,11 @@ def run_playbook(
         processes of the play (srun first, which ends its step): ansible-runner's kill of its process
         group leaves those in their own session and the ssh masters. The hosts' own processes are the
         stage's to stop (the run stage stops its runners gracefully)."""
-        stop = bool(cancel is not None and cancel()) or (watch is not None and watch.over())
-        if stop and not stopping and ex.run_id:
+        now = bool(cancel is not None and cancel()) or (watch is not None and watch.over())
+        if now and not stopping and ex.run_id:
             stopping.append(True)
             reaper.stop_control_node(ex.run_id, hosts_too=False)
-        return stop
+        return now
 
     def handler(ev: dict) -> bool:
         name = ev.get("event", "")
@@ -306,8 +306,10 @@ def run_playbook(
     status, rc = r.status, r.rc
     stopped = watch.close() if watch is not None else {}
     if watch is not None and watch.over() and status == "canceled":  # over the stage's bound
-        left = [h for h in hosts if PLAY_DONE not in results[h] and h not in stopped]
-        stopped.update({h: f"stage over its bound; {s}" for h, s in ex.stop_hosts(left).items()})
+        left = [h for h in hosts if PLAY_DONE not in results[h]]  # a stopped host still there: again
+        for h, said in ex.stop_hosts(left).items():
+            now = f"when the stage ran past its bound ({watch.bound} s): {said}"
+            stopped[h] = f"{stopped[h]}; again {now}" if h in stopped else now
     if status in ("failed", "error") and not seen and not reached:
         tail = ""
         try:

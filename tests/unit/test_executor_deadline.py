@@ -7,6 +7,7 @@ processes are listed by that tag, and by the control node's tag, before and afte
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -138,3 +139,32 @@ def test_a_cancelled_stage_leaves_no_process_on_the_control_node(tmp_path: Path)
     assert res.outcomes["a"].outcome == Outcome.PENDING
     _wait(lambda: not _control_procs(run_id), 5, "every process of the play to be gone")
     assert not any(reaper.alive(p) for p in found)
+
+
+def test_a_stage_past_its_bound_is_cancelled_and_its_hosts_end_timeout(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The backstop: a host whose stop does not end it (here: a stop that does nothing) holds the stage
+    only until the stage's bound (its waves of deadlines + the margin); then the play is cancelled, and
+    every host not done ends ``timeout``, its processes swept."""
+    import sb_fleet.plan.deadlines as deadlines
+
+    monkeypatch.setattr(deadlines, "STAGE_MARGIN_S", 1)
+    run_id = f"bd-{os.getpid()}-{time.monotonic_ns()}"
+    ex, watch, pb = _executor(tmp_path, {"a": "sleep 300", "b": "sleep 300"}, run_id)
+    ex = dataclasses.replace(ex, forks=1)  # two waves: b never starts before the bound
+    t0 = time.monotonic()
+    with watch.stage("probe", ["a", "b"]):
+        res = ex.run(
+            "probe", pb, ["a", "b"], deadline=Deadline(2, "run", "2 s"), stop=lambda h: "nothing done"
+        )
+    took = time.monotonic() - t0
+    assert res.status == "canceled", res.status
+    assert took < 2 * 2 + 1 + 15, took  # pexpect's poll of the cancel callback is every 5 s
+    a, b = res.outcomes["a"], res.outcomes["b"]
+    assert (
+        a.outcome == Outcome.TIMEOUT
+        and "stopped nothing done; again when the stage ran past its bound" in a.reason
+    ), a
+    assert b.outcome == Outcome.TIMEOUT and b.reason.endswith(
+        "when the stage ran past its bound (5 s): none"
+    ), b
+    _wait(lambda: not _host_procs(run_id, "a") and not _control_procs(run_id), 5, "nothing of the play left")
