@@ -11,6 +11,7 @@ outcomes and exceptions; nothing above this module sees an ansible-runner type.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -116,6 +117,9 @@ def classify(event: str, res: dict[str, Any]) -> tuple[Outcome, str]:
     if stderr and reason in ("non-zero return code", ""):
         reason = f"{reason}: {stderr.strip().splitlines()[-1]}"
     return Outcome.FAILED, _one_line(reason or "failed")
+
+
+_TASK_TIMEOUT = re.compile(r"[Tt]imed out after (\d+) second")
 
 
 def _one_line(s: str, n: int = 400) -> str:
@@ -228,6 +232,7 @@ def run_playbook(
         else None
     )
     stopping: list[bool] = []
+    task_timeouts: dict[str, int | None] = {}  # host -> the task timeout Ansible ended it at, when it did
 
     def cancelled() -> bool:
         """Cancel on an interrupt (``cancel``) or a stage over its bound; first, end the control node's
@@ -268,6 +273,8 @@ def run_playbook(
             results[host][task] = _slim(res)
             if watch is not None:
                 if outcome == Outcome.TIMEOUT:  # Ansible's own task timeout: its processes run on
+                    m = _TASK_TIMEOUT.search(reason)
+                    task_timeouts[host] = int(m.group(1)) if m else None
                     watch.expire(host)
                 watch.finished(host)
             if host not in seen or seen[host].outcome == Outcome.OK:
@@ -324,8 +331,10 @@ def run_playbook(
     outcomes: dict[str, HostOutcome] = dict(left_out)
     for h in hosts:
         if h in stopped and deadline is not None:
-            # (Ansible's own task timeout may have come first: the same deadline, or a task's part of it)
             why = f"no end within its deadline of {deadline.seconds} s ({deadline.source})"
+            if h in task_timeouts and task_timeouts[h] != deadline.seconds:  # a task's part of it
+                n = task_timeouts[h]
+                why = f"no end within its task's timeout{f' of {n} s' if n else ''} ({why})"
             outcomes[h] = HostOutcome(
                 h, stage, Outcome.TIMEOUT, _one_line(f"{deadline.label}: {why}; stopped {stopped[h]}", 600)
             )
