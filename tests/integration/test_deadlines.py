@@ -87,7 +87,7 @@ def _outcomes(run_dir: Path) -> dict[str, dict]:
 def test_each_stage_ends_its_hung_host_on_time_and_the_healthy_host_is_judged(dfleet, tmp_path):
     fleet = dfleet[0]
     good, at_check, at_deploy, at_run = (h.name for h in fleet.hosts)
-    check_s, deploy_s, step_s = 10, 15, 5 + 5  # the step: noop's timeout + fleet.step_margin
+    check_s, deploy_s, step_s = 15, 15, 5 + 5  # the step: noop's timeout + fleet.step_margin
     inv, cfg = _setup(
         dfleet, "dl", check_s, deploy_s, 5, [f"{at_check} check", f"{at_deploy} deploy", f"{at_run} run"]
     )
@@ -112,7 +112,7 @@ def test_each_stage_ends_its_hung_host_on_time_and_the_healthy_host_is_judged(df
     assert oc[good]["outcome"] == "ok", oc[good]
     c = oc[at_check]
     assert c["outcome"] == "unhealthy", c
-    assert "health checks: no end within its deadline of 10 s (health.exec_timeout)" in c["reason"], c
+    assert "health checks: no end within its deadline of 15 s (health.exec_timeout)" in c["reason"], c
     assert c["stages"]["deploy"]["outcome"] == "skipped"  # not benchmarked
     d = oc[at_deploy]["stages"]["deploy"]
     # deploy's own task timeout (fleet.deploy_timeout) within the deploy's deadline, which the first step

@@ -471,7 +471,7 @@ def test_launcher_slurm_each_stage_ends_its_hung_node_on_time(cluster, tmp_path)
     _idle(c)
     wrapper, ctl = hang_python(tmp_path)
     ctl.write_text("slnode2 check\nslnode3 deploy\nslnode4 run\n")
-    lcfg = _hang_config(cfg, tmp_path / "hang.yaml", wrapper, 10, 15, 5)
+    lcfg = _hang_config(cfg, tmp_path / "hang.yaml", wrapper, 15, 15, 5)
     run_dir = tmp_path / "hang"
     t0 = time.monotonic()
     p = subprocess.Popen(
@@ -490,12 +490,12 @@ def test_launcher_slurm_each_stage_ends_its_hung_node_on_time(cluster, tmp_path)
     out, err = p.communicate()
     assert p.returncode == 1, out[-2000:] + err[-3000:]
     assert set(life) == {"slnode2", "slnode3", "slnode4"}, life
-    for n, limit in (("slnode2", 10), ("slnode3", 15), ("slnode4", 10)):
+    for n, limit in (("slnode2", 15), ("slnode3", 15), ("slnode4", 10)):
         assert life[n][1] - life[n][0] <= limit + 30, (n, life[n])
     oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     assert oc["slnode1"]["outcome"] == "ok", oc["slnode1"]
     assert oc["slnode2"]["outcome"] == "unhealthy", oc["slnode2"]
-    assert "health checks: no end within its deadline of 10 s" in oc["slnode2"]["reason"]
+    assert "health checks: no end within its deadline of 15 s" in oc["slnode2"]["reason"]
     assert oc["slnode2"]["stages"]["deploy"]["outcome"] == "skipped"
     d = oc["slnode3"]["stages"]["deploy"]
     assert d["outcome"] == "timeout", d  # deploy's task timeout, within the deadline with the first step
@@ -508,7 +508,7 @@ def test_launcher_slurm_each_stage_ends_its_hung_node_on_time(cluster, tmp_path)
     ), r
     verdicts = {h["name"]: h["verdict"] for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
     assert verdicts["slnode1"] == "pass", verdicts
-    assert took < 10 + 15 + 10 + 4 * 30 + 60, took
+    assert took < 15 + 15 + 10 + 4 * 30 + 60, took
     assert c.sh("squeue", "-h").stdout.strip() == ""  # the allocation is gone
     wait_for(lambda: not run_processes(run_id, run_dir), 20, "every process of the run to be gone")
     print(f"launcher slurm: hung nodes at check, deploy and run: validate {took:.1f} s")
