@@ -225,7 +225,7 @@ def validate(**kw: Any) -> int:
     opts = _options(kw)
     if opts.dry_run:
         run = wf.inputs_for(opts)
-        click.echo(wf.dry_run(run, run.select(opts.limit)))
+        click.echo(wf.dry_run(run, run.select(opts.limit), validate=True, opts=opts))
         return 0
     code, run = wf.validate(opts)
     report = run.rd.path / "report.md"

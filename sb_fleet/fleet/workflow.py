@@ -35,6 +35,7 @@ from sb_fleet.fleet.stages.deploy_stage import deploy as deploy_stage
 from sb_fleet.fleet.stages.image_stage import deploy_image
 from sb_fleet.fleet.stages.run_stage import run as run_stage
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.deadlines import describe_bound, validate_deadlines
 from sb_fleet.rundir.outcome_table import merge, outcomes_of, save_stage
 from sb_fleet.rundir.rundir import MANIFEST, utcnow
 from sb_fleet.rundir.runinputs import RunInputs, create_run, default_inputs, open_run
@@ -101,6 +102,7 @@ def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Execut
         forks=opts.forks or run.config.fleet.forks,
         ansible_root=run.rd.sub("ansible"),
         progress=Progress(enabled=opts.progress),
+        run_id=run.run_id,
     )
     if run.config.fleet.launcher != "slurm":
         yield ex
@@ -134,12 +136,20 @@ def record_allocation(run: RunInputs, alloc: Allocation) -> None:
     run.rd.write_json(path, doc)
 
 
-def dry_run(run: RunInputs, hosts: list[str]) -> str:
+def dry_run(run: RunInputs, hosts: list[str], validate: bool = False, opts: Options | None = None) -> str:
+    """The plan, the rendered playbooks, and for validate each stage's deadline per host and the bound
+    they put on its wall time."""
     pb = run.rd.path / "playbooks"
     narrowed = "" if len(hosts) == len(run.plan.hosts) else f"\nthis command would act on: {', '.join(hosts)}"
-    return f"{run.plan.describe()}{narrowed}\n\nrendered into {pb}:\n" + "\n".join(
+    text = f"{run.plan.describe()}{narrowed}\n\nrendered into {pb}:\n" + "\n".join(
         f"  {p.name}" for p in sorted(pb.iterdir()) if p.suffix in (".yml", ".json")
     )
+    if not validate:
+        return text
+    opts = opts or Options()
+    health = not opts.skip_health and run.rendered.check is not None
+    deadlines = validate_deadlines(run.config, run.plan, health)
+    return f"{text}\n\n{describe_bound(deadlines, len(hosts), opts.forks or run.config.fleet.forks)}"
 
 
 def finish(
