@@ -137,7 +137,11 @@ class PromStack:
         try:
             self._start(
                 "pushgateway",
-                [f"--web.listen-address=127.0.0.1:{self.pushgateway_port}"],
+                [
+                    f"--web.listen-address=127.0.0.1:{self.pushgateway_port}",
+                    # its own state: Debian's default persists every group in /var/lib/prometheus
+                    f"--persistence.file={self.root / 'pushgateway.data'}",
+                ],
                 f"{self.pushgateway_url}/-/ready",
             )
             self._start(

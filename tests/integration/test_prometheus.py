@@ -210,7 +210,7 @@ def test_push_replaces_the_group_and_a_dead_gateway_is_a_warning(run, stack, tmp
     )  # fmt: skip
     assert r.returncode in (0, 1) and "WARNING" not in r.stderr, r.stdout + r.stderr
     pushed = http_get(f"{stack.pushgateway_url}/metrics").decode()
-    hosts = set(re.findall(r'sb_fleet_host_verdict\{[^}]*host="([^"]*)"', pushed))
+    hosts = set(re.findall(r'sb_fleet_host_verdict\{fleet="itest",host="([^"]*)"', pushed))
     assert hosts == {"other"}, hosts
     # a gateway nobody listens on: a warning with the reason, the same exit code as without it
     r1 = sb_fleet("report", str(run["rd"]), "--out", str(tmp_path / "a"), "-q")
