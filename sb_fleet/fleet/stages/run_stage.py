@@ -78,6 +78,9 @@ def run(
                     "cleanup": stop_remote(run, ex, list(started.unfinished), started.step),
                 },
             )
+            # and every other host of the deploy: one the stop cut off may have ended failed or
+            # unreachable, its processes still running there
+            ex.stop_hosts([h for h in hosts if h not in started.unfinished])
         for step in run.plan.steps:
             pre = started.results if started is not None and started.step == step.id else {}
             if intr.fired() and not pre:  # what deploy finished of the first step still counts
@@ -159,6 +162,7 @@ def run(
                         "cleanup": stop_remote(run, ex, unfinished, step.id),
                     },
                 )
+                ex.stop_hosts([h for h in targets if h not in unfinished])  # (as above, at deploy)
     steps = [st.id for st in run.plan.steps]
     for h in ready:
         missing = [st for st in steps if st not in done[h]]
