@@ -2,8 +2,8 @@
 fail the gate only if validate's re-run shows the same groups again.
 
 Four hosts run a CPU GEMM, each host's sshd (and so every process it starts) in a cgroup of its own
-with a CPU quota: two hosts get a fifth of a core, two half a core. Each host measures steadily (the
-quota's period is 5 ms, far below a timed sample), the two pairs lie ~2.5x apart, and with 2 against 2
+with a CPU quota: two hosts get a tenth of a core, two 0.6 of one. Each host measures steadily (the
+quota's period is 5 ms, far below a timed sample), the two pairs lie several times apart, and with 2 against 2
 no majority agrees: the first pass finds the metric inconsistent. validate then re-runs the GEMM on the
 four hosts (``confirm-splits/``):
 
@@ -30,7 +30,7 @@ from tests.integration.conftest import sb_fleet, started_fleet
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CGROUP = Path("/sys/fs/cgroup/cpu")
-SLOW, FAST = 0.2, 0.5  # CPUs per host: the slow pair, the others
+SLOW, FAST = 0.1, 0.6  # CPUs per host: the slow pair, the others
 
 CONFIG = """\
 version: v0.4
