@@ -3,7 +3,7 @@ fail the gate only if validate's re-run shows the same groups again.
 
 Four hosts run a CPU GEMM, each host's sshd (and so every process it starts) in a cgroup of its own
 with a CPU quota: two hosts get a tenth of a core, two 0.6 of one. Each host measures steadily (the
-quota's period is 5 ms, far below a timed sample), the two pairs lie several times apart, and with 2 against 2
+quota's period is 10 ms, below a timed sample), the two pairs lie several times apart, and with 2 against 2
 no majority agrees: the first pass finds the metric inconsistent. validate then re-runs the GEMM on the
 four hosts (``confirm-splits/``):
 
@@ -63,7 +63,10 @@ def quotas(fleet, slow: set[str]) -> Iterator[dict[str, CpuGroup]]:  # noqa: ANN
     groups: dict[str, CpuGroup] = {}
     try:
         for h in fleet.hosts:
-            g = CpuGroup(f"sb-test-noise-{h.name}", cpus=SLOW if h.name in slow else FAST).__enter__()
+            # a 10 ms period: the kernel's smallest quota is 1 ms (a tenth of a core needs 10 ms)
+            g = CpuGroup(
+                f"sb-test-noise-{h.name}", cpus=SLOW if h.name in slow else FAST, period_us=10_000
+            ).__enter__()
             groups[h.name] = g
             g.add_tree(h.proc.pid)
         yield groups
