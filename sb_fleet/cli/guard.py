@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,7 @@ def guarded(f: Callable[..., int | None]) -> Callable[..., None]:
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        sigterm_interrupts()
         try:
             try:
                 code = f(*args, **kwargs)
@@ -46,3 +49,11 @@ def guarded(f: Callable[..., int | None]) -> Callable[..., None]:
         sys.exit(code or 0)
 
     return wrapper
+
+
+def sigterm_interrupts() -> None:
+    """SIGTERM stops a command as Ctrl-C does (a stage's own handling, else what it started is stopped
+    and the command exits 130): by default it would end sb-fleet at once, and what it started (Ansible,
+    srun steps, the processes on the hosts) would run on."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -17,6 +17,7 @@ import click
 
 from sb_fleet import __version__
 from sb_fleet.cli.guard import guarded
+from sb_fleet.cli.prometheus_options import prom_outputs, prometheus_options
 from sb_fleet.errors import UsageError
 from sb_fleet.rundir import runlog
 
@@ -82,6 +83,7 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.fleet.workflow.Opti
         progress=not kw.get("quiet"),
         run_unhealthy=bool(kw.get("run_unhealthy")),
         skip_health=bool(kw.get("no_health")),
+        prometheus=prom_outputs(kw),
         argv=("sb-fleet", *sys.argv[1:]),
     )
 
@@ -212,6 +214,7 @@ def check(**kw: Any) -> int:
     help="benchmark the hosts that failed the health checks too (they still end 'unhealthy').",
 )
 @click.option("--no-health", is_flag=True, help="skip the health checks (as health.enabled: false).")
+@prometheus_options
 @guarded
 def validate(**kw: Any) -> int:
     """health checks, deploy, run, collect and report in one command."""
@@ -222,7 +225,7 @@ def validate(**kw: Any) -> int:
     opts = _options(kw)
     if opts.dry_run:
         run = wf.inputs_for(opts)
-        click.echo(wf.dry_run(run, run.select(opts.limit)))
+        click.echo(wf.dry_run(run, run.select(opts.limit), validate=True, opts=opts))
         return 0
     code, run = wf.validate(opts)
     report = run.rd.path / "report.md"

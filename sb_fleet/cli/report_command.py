@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sb_fleet.cli.guard import guarded
+from sb_fleet.cli.prometheus_options import prom_outputs, prometheus_options
 from sb_fleet.errors import UsageError
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ def _default_out(source: Path) -> Path:
     "host against its own past too (default: fleet.history of -c CONFIG).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@prometheus_options
 @click.argument("source", type=click.Path(path_type=Path))
 def _report(
     source: Path,
@@ -93,19 +95,24 @@ def _report(
     output_all: bool,
     history: Path | None,
     quiet: bool,
+    **prom: Any,
 ) -> None:
     """Judge every host of a run directory or a SuperBench results-summary.jsonl.
 
-    Writes report.json, report.md, report.html, junit.xml and quarantine.txt.
-    Exit code 0: the gate passed; 1: it failed; 2: bad input.
+    Writes report.json, report.md, report.html, junit.xml, quarantine.txt and metrics.prom (Prometheus;
+    --textfile-dir, --pushgateway: also there). Exit code 0: the gate passed; 1: it failed; 2: bad input.
     """
-    from sb_fleet.report.analyse import report, write_reports
+    from sb_fleet.fleet.prometheus_outputs import check_textfile_dir, write_and_expose
+    from sb_fleet.report.analyse import report
     from sb_fleet.report.writers import plot_worker
 
     if (superbench_output or output_all) and rules is None:
         raise UsageError(
             "--superbench-output needs --rules (SuperBench's diagnosis files are the rules' verdicts)"
         )
+    outputs = prom_outputs(prom)
+    if outputs.textfile_dir:
+        check_textfile_dir(outputs.textfile_dir)
     gates = _gates_from_config(config)
     if history is None and config is not None:
         from sb_fleet.config.fleet_config import load_config
@@ -117,7 +124,9 @@ def _report(
         result = report(
             source, inventory=inventory, rules=rules, baseline=baseline, gates=gates, history=history
         )
-        paths = write_reports(result, out_dir)
+        paths, prom_warnings = write_and_expose(result, out_dir, outputs)
+    for w in prom_warnings:  # never the verdict's business: said, whatever --quiet says, and the exit stands
+        click.secho(f"WARNING: {w}", fg="yellow", err=True)
     for rule, patterns in result.rules_unmatched.items():
         # Loud, whatever --quiet says: a rule that matches nothing passes every host silently.
         click.secho(

@@ -165,7 +165,9 @@ class FleetSettings(_Strict):
     install_requirements: Literal["auto", "always", "never"] = "auto"
     forks: int = Field(64, ge=1, le=5000)
     default_timeout: int = Field(1800, ge=1)
-    deploy_timeout: int = Field(3600, ge=1)
+    deploy_timeout: int = Field(3600, ge=1)  # s per host for the whole deploy stage
+    # s on top of a step's benchmark timeouts (process start, result writing): the step's deadline per host
+    step_margin: int = Field(60, ge=1)
     min_free_disk_gb: float = Field(1.0, ge=0)
     require_gpu: bool = False
     master_port: int = Field(29500, ge=1024, le=65000)

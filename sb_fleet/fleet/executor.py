@@ -11,6 +11,7 @@ outcomes and exceptions; nothing above this module sees an ansible-runner type.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -21,11 +22,14 @@ from typing import Any
 
 from sb_fleet.config.inventory import Inventory
 from sb_fleet.errors import InfraError
+from sb_fleet.fleet import reaper
+from sb_fleet.fleet.deadline_watch import DeadlineWatch
 from sb_fleet.fleet.progress import RUNNING, Progress
 from sb_fleet.fleet.slurm_launch import CONNECTION, PLUGIN_DIR, SrunReach
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan import ansible_data
+from sb_fleet.plan.deadlines import Deadline
 from sb_fleet.plan.tasks import PLAY_DONE
 from sb_fleet.safe_files import atomic_write_text
 
@@ -115,6 +119,9 @@ def classify(event: str, res: dict[str, Any]) -> tuple[Outcome, str]:
     return Outcome.FAILED, _one_line(reason or "failed")
 
 
+_TASK_TIMEOUT = re.compile(r"[Tt]imed out after (\d+) second")
+
+
 def _one_line(s: str, n: int = 400) -> str:
     return " ".join(str(s).split())[:n]
 
@@ -135,6 +142,7 @@ class Executor:
     python: str = field(default_factory=python_for_ansible)
     progress: Progress = field(default_factory=lambda: Progress(enabled=False))
     srun: SrunReach | None = None  # launcher: slurm: every task an srun step in this job
+    run_id: str = ""  # the run whose processes are tagged with it (sb_fleet.fleet.reaper); "": untagged
 
     def run(
         self,
@@ -144,9 +152,29 @@ class Executor:
         *,
         cancel: Callable[[], bool] | None = None,
         extravars: dict[str, Any] | None = None,
+        deadline: Deadline | None = None,
+        stop: Callable[[str], str] | None = None,
     ) -> StageResult:
-        """Run ``playbook`` on ``hosts``; an outcome for every one of them, whatever happens."""
-        return run_playbook(self, stage, playbook, hosts, cancel, extravars)
+        """Run ``playbook`` on ``hosts``; an outcome for every one of them, whatever happens. With a
+        ``deadline``, a host past it is stopped (``stop(host)``, else :meth:`stop_host`) and ends
+        ``timeout`` while the others go on."""
+        return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop)
+
+    def stop_host(self, host: str) -> str:
+        """End what this run started for ``host``: its processes on the host (a new connection), and
+        the control node's srun steps or ssh clients for it; what happened, in words."""
+        h = self.inventory.get(host)
+        clients = reaper.stop_host_clients(self.run_id, h, self.srun is not None)
+        said = reaper.sweep_hosts(self.run_id, [h], self.ssh, 1, self.srun)[host]
+        return f"on the host: {said}" + (f"; {clients} local client process(es) ended" if clients else "")
+
+    def stop_hosts(self, hosts: list[str]) -> dict[str, str]:
+        """:data:`sb_fleet.fleet.reaper.SWEEP` on every host of ``hosts``, in parallel."""
+        if not self.run_id or not hosts:
+            return {}
+        return reaper.sweep_hosts(
+            self.run_id, [self.inventory.get(h) for h in hosts], self.ssh, self.forks, self.srun
+        )
 
 
 def run_playbook(
@@ -156,6 +184,8 @@ def run_playbook(
     hosts: list[str],
     cancel: Callable[[], bool] | None,
     extravars: dict[str, Any] | None,
+    deadline: Deadline | None = None,
+    stop: Callable[[str], str] | None = None,
 ) -> StageResult:
     import ansible_runner
 
@@ -166,6 +196,10 @@ def run_playbook(
     t0 = time.monotonic()
     left_out: dict[str, HostOutcome] = {}
     envvars = ansible_env(ssh, python)
+    if ex.run_id:  # every process of the play tagged (sb_fleet.fleet.reaper): a stop finds them all
+        envvars[reaper.CONTROL_TAG] = reaper.control_tag(ex.run_id)
+        envvars[reaper.RUN_VAR] = ex.run_id
+        extravars = {**(extravars or {}), reaper.ANSIBLE_VAR: ex.run_id}
     if ex.srun is not None:  # the nodes Slurm did not allocate are skipped, with Slurm's reason
         left_out = {
             h: HostOutcome(h, stage, Outcome.SKIPPED, ex.srun.left_out[h])
@@ -192,6 +226,24 @@ def run_playbook(
     results: dict[str, dict[str, Any]] = {h: {} for h in hosts}
     reached: set[str] = set()
     running: dict[str, str] = {}  # host -> the task it started and has not ended
+    watch = (
+        DeadlineWatch(deadline, len(hosts), min(forks, max(len(hosts), 1)), stop or ex.stop_host)
+        if deadline is not None and ex.run_id
+        else None
+    )
+    stopping: list[bool] = []
+    task_timeouts: dict[str, int | None] = {}  # host -> the task timeout Ansible ended it at, when it did
+
+    def cancelled() -> bool:
+        """Cancel on an interrupt (``cancel``) or a stage over its bound; first, end the control node's
+        processes of the play (srun first, which ends its step): ansible-runner's kill of its process
+        group leaves those in their own session and the ssh masters. The hosts' own processes are the
+        stage's to stop (the run stage stops its runners gracefully)."""
+        now = bool(cancel is not None and cancel()) or (watch is not None and watch.over())
+        if now and not stopping and ex.run_id:
+            stopping.append(True)
+            reaper.stop_control_node(ex.run_id, hosts_too=False)
+        return now
 
     def handler(ev: dict) -> bool:
         name = ev.get("event", "")
@@ -203,11 +255,15 @@ def run_playbook(
         res = data.get("res") or {}
         if name == "runner_on_start":
             running[host] = task
+            if watch is not None:
+                watch.started(host)
             progress(host, RUNNING, task)
         elif name in ("runner_on_ok", "runner_on_skipped"):
             reached.add(host)
             running.pop(host, None)
             results[host][task] = _slim(res)
+            if watch is not None and task == PLAY_DONE:
+                watch.finished(host)
         elif name in ("runner_on_failed", "runner_on_unreachable", "runner_on_async_failed"):
             reached.add(host)
             running.pop(host, None)
@@ -215,6 +271,12 @@ def run_playbook(
                 return True
             outcome, reason = classify(name, res)
             results[host][task] = _slim(res)
+            if watch is not None:
+                if outcome == Outcome.TIMEOUT:  # Ansible's own task timeout: its processes run on
+                    m = _TASK_TIMEOUT.search(reason)
+                    task_timeouts[host] = int(m.group(1)) if m else None
+                    watch.expire(host)
+                watch.finished(host)
             if host not in seen or seen[host].outcome == Outcome.OK:
                 seen[host] = HostOutcome(host, stage, outcome, f"{task}: {reason}" if task else reason)
             progress(host, outcome, reason)
@@ -230,7 +292,7 @@ def run_playbook(
             envvars=envvars,
             quiet=True,
             event_handler=handler,
-            cancel_callback=cancel,
+            cancel_callback=cancelled if (cancel is not None or watch is not None) else None,
             extravars=str(vars_file) if vars_file else None,
             # ansible-runner would otherwise write envvars/extravars into env/ once and read them back
             # on every later run of the stage: validate's first step came back in a plain deploy.
@@ -239,9 +301,22 @@ def run_playbook(
             rotate_artifacts=0,
             settings={"suppress_ansible_output": True, "suppress_output_file": False},
         )
-    except Exception as exc:  # ansible-runner's own failures (cannot start ansible-playbook, …)
+    except BaseException as exc:  # Ctrl-C, SIGTERM (a KeyboardInterrupt), or ansible-runner's own failure
+        if ex.run_id:  # nothing of the play may outlive it: the control node's processes, then the hosts'
+            reaper.stop_control_node(ex.run_id, hosts_too=True)
+            ex.stop_hosts(hosts)
+        if watch is not None:
+            watch.close()
+        if not isinstance(exc, Exception):
+            raise
         raise InfraError(f"ansible-runner could not run {playbook.name}: {exc}") from exc
     status, rc = r.status, r.rc
+    stopped = watch.close() if watch is not None else {}
+    if watch is not None and watch.over() and status == "canceled":  # over the stage's bound
+        left = [h for h in hosts if PLAY_DONE not in results[h]]  # a stopped host still there: again
+        for h, said in ex.stop_hosts(left).items():
+            now = f"when the stage ran past its bound ({watch.bound} s): {said}"
+            stopped[h] = f"{stopped[h]}; again {now}" if h in stopped else now
     if status in ("failed", "error") and not seen and not reached:
         tail = ""
         try:
@@ -255,7 +330,16 @@ def run_playbook(
             )
     outcomes: dict[str, HostOutcome] = dict(left_out)
     for h in hosts:
-        if h in seen:
+        if h in stopped and deadline is not None:
+            why = f"no end within its deadline of {deadline.seconds} s ({deadline.source})"
+            if h in task_timeouts and task_timeouts[h] != deadline.seconds:  # a task's part of it
+                n = task_timeouts[h]
+                why = f"no end within its task's timeout{f' of {n} s' if n else ''} ({why})"
+            outcomes[h] = HostOutcome(
+                h, stage, Outcome.TIMEOUT, _one_line(f"{deadline.label}: {why}; stopped {stopped[h]}", 600)
+            )
+            progress(h, Outcome.TIMEOUT, outcomes[h].reason)
+        elif h in seen:
             outcomes[h] = seen[h]
         elif status == "canceled" and PLAY_DONE not in results[h]:
             # cut off inside a task, or between two: the tasks it did are not the play

@@ -395,9 +395,28 @@ def _tar_limit(sizes: Iterable[int]) -> int:
 Opener = Callable[[str, float, int, str], Channel]
 
 
+# The close() of every host being collected now: an interrupt (Ctrl-C, SIGTERM) ends their reads at once.
+_OPEN: set[Callable[[], None]] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+def close_all() -> None:
+    """End every read of every host being collected (an interrupted collect stops now, not at the end of
+    each host's transfer)."""
+    with _OPEN_LOCK:
+        closers = list(_OPEN)
+    for close in closers:
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - closing what is already broken
+            pass
+
+
 def _watched(close: Callable[[], None], host_timeout: float, work: Callable[[], Fetched]) -> Fetched:
     """``work()`` within the host's wall time: past it, ``close()`` ends every read of the host."""
     expired = threading.Event()
+    with _OPEN_LOCK:
+        _OPEN.add(close)
 
     def watchdog() -> None:
         expired.set()
@@ -415,6 +434,8 @@ def _watched(close: Callable[[], None], host_timeout: float, work: Callable[[], 
         raise
     finally:
         timer.cancel()
+        with _OPEN_LOCK:
+            _OPEN.discard(close)
         close()
     if expired.is_set():
         raise HostRefused(too_long)
@@ -685,9 +706,12 @@ def collect_all(
     """
     out: dict[str, HostOutcome] = {}
     abort: list[InfraError] = []
+    stopped: list[bool] = []
 
     def one(t: CollectTarget) -> HostOutcome:
         name = t.host.name
+        if stopped:
+            return HostOutcome(name, "collect", Outcome.PENDING, "not collected: interrupted")
         if abort:
             return HostOutcome(name, "collect", Outcome.PENDING, f"not collected: {abort[0]}")
         if progress:
@@ -703,9 +727,16 @@ def collect_all(
             progress(name, o.outcome, o.reason)
         return o
 
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1)))
+    try:
         for o in pool.map(one, targets):
             out[o.host] = o
+    except BaseException:  # Ctrl-C, SIGTERM: every host's reads end now, and no host starts
+        stopped.append(True)
+        close_all()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     if abort:
         raise CollectAborted(str(abort[0]), out)
     return out
@@ -762,37 +793,56 @@ def stop_runners(
     """Stop this run's runner on every target host, in parallel; host -> stopped|killed|finished|absent|error,
     after "container stopped and removed" (or "container not removed") where ``containers`` names the
     host's container: host -> (the runtime command before its subcommand, the container's name)."""
-    import subprocess
+    dirs = {t.host.name: t.remote_dir for t in targets}
 
-    def one(t: CollectTarget) -> tuple[str, str]:
-        cmd = STOP_RUNNER.format(d=sh_path(t.remote_dir))
-        ctr = (containers or {}).get(t.host.name)
+    def script(host: Host) -> str:
+        cmd = STOP_RUNNER.format(d=sh_path(dirs[host.name]))
+        ctr = (containers or {}).get(host.name)
         if ctr is not None:  # every value quoted: host and config data stay data in the shell
             argv, name = ctr
             cmd = (
                 STOP_CONTAINER.format(cmd=" ".join(shlex.quote(a) for a in argv), name=shlex.quote(name))
                 + cmd
             )
+        return cmd
+
+    return on_hosts([t.host for t in targets], script, ssh, parallel, timeout, srun)
+
+
+def on_hosts(
+    hosts: list[Host],
+    script: Callable[[Host], str],
+    ssh: SshSettings,
+    parallel: int,
+    timeout: float = 30,
+    srun: SrunReach | None = None,
+) -> dict[str, str]:
+    """A short shell script on every host, in parallel, each through its own new connection (an srun
+    step, SSH, or a local shell): host -> what it printed on one line, or ``error: ...``."""
+    import subprocess
+
+    def one(host: Host) -> tuple[str, str]:
+        cmd = script(host)
         try:
             if srun is not None:
-                rc, out_s, err_s = srun_command(srun.srun, srun.job_id, t.host.name, cmd, timeout)
-                return t.host.name, (_said(out_s) or f"error: {err_s.strip()[:200]}")
-            if t.host.is_local:
+                rc, out_s, err_s = srun_command(srun.srun, srun.job_id, host.name, cmd, timeout)
+                return host.name, (_said(out_s) or f"error: {err_s.strip()[:200]}")
+            if host.is_local:
                 r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout)
-                return t.host.name, (_said(r.stdout) or f"error: {r.stderr.strip()[:200]}")
-            client = connect(t.host, ssh)
+                return host.name, (_said(r.stdout) or f"error: {r.stderr.strip()[:200]}")
+            client = connect(host, ssh)
             try:
                 rc, out, err = _exec(client, cmd, timeout)
-                return t.host.name, (
+                return host.name, (
                     _said(out.decode(errors="replace")) or f"error: {err.decode(errors='replace')[:200]}"
                 )
             finally:
                 client.close()
         except Exception as exc:  # noqa: BLE001 - one host's trouble is its own line
-            return t.host.name, f"error: {type(exc).__name__}: {str(exc)[:200]}"
+            return host.name, f"error: {type(exc).__name__}: {str(exc)[:200]}"
 
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1))) as pool:
-        return dict(pool.map(one, targets))
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(hosts) or 1))) as pool:
+        return dict(pool.map(one, hosts))
 
 
 def _said(stdout: str) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sb_fleet.errors import InfraError, RunDirError
+from sb_fleet.report.writers.report_json import top_finding
 from sb_fleet.rundir.rundir import RunDir
 
 OWNER = "sb-fleet"
@@ -59,22 +60,6 @@ def drain_reason(run_id: str, finding: str) -> str:
     """``sb-fleet <run-id>: <finding>`` on one line, under 256 characters."""
     text = " ".join(f"{OWNER} {run_id}: {finding}".split())
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
-
-
-def top_finding(host: dict[str, Any]) -> str:
-    """The first failing issue of a report.json host, as a short sentence (and how many more)."""
-    issues = host.get("issues") or []
-    fails = [i for i in issues if i.get("severity") == "fail"] or issues
-    if not fails:
-        return f"verdict {host.get('verdict', '?')}" + (f" ({host['reason']})" if host.get("reason") else "")
-    i = fails[0]
-    parts = [str(i.get("category") or i.get("check") or ""), str(i.get("metric") or "")]
-    if i.get("value") is not None and i.get("reference") is not None:
-        parts.append(f"{i['value']:.4g} vs {i['reference']:.4g}")
-    if i.get("detail"):
-        parts.append(str(i["detail"]))
-    more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
-    return " ".join(p for p in parts if p) + more
 
 
 def plan_actions(

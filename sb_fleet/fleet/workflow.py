@@ -23,6 +23,7 @@ from sb_fleet.exits import exit_for
 from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.pattern_followup import follow_up
 from sb_fleet.fleet.progress import Progress
+from sb_fleet.fleet.prometheus_outputs import PromOutputs, check_textfile_dir, write_and_expose
 from sb_fleet.fleet.slurm_launch import Allocation, SrunReach, allocation
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.fleet.stages.check_stage import check as check_stage
@@ -34,6 +35,7 @@ from sb_fleet.fleet.stages.deploy_stage import deploy as deploy_stage
 from sb_fleet.fleet.stages.image_stage import deploy_image
 from sb_fleet.fleet.stages.run_stage import run as run_stage
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.deadlines import describe_bound, validate_deadlines
 from sb_fleet.rundir.outcome_table import merge, outcomes_of, save_stage
 from sb_fleet.rundir.rundir import MANIFEST, utcnow
 from sb_fleet.rundir.runinputs import RunInputs, create_run, default_inputs, open_run
@@ -64,6 +66,8 @@ class Options:
     progress: bool = True
     run_unhealthy: bool = False  # validate: benchmark the hosts that failed the health checks too
     skip_health: bool = False  # validate: no health checks (as health.enabled: false)
+    # metrics.prom's settings, and the textfile directory and Pushgateway the run's series also go to
+    prometheus: PromOutputs = field(default_factory=PromOutputs)
     argv: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -98,6 +102,7 @@ def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Execut
         forks=opts.forks or run.config.fleet.forks,
         ansible_root=run.rd.sub("ansible"),
         progress=Progress(enabled=opts.progress),
+        run_id=run.run_id,
     )
     if run.config.fleet.launcher != "slurm":
         yield ex
@@ -131,12 +136,20 @@ def record_allocation(run: RunInputs, alloc: Allocation) -> None:
     run.rd.write_json(path, doc)
 
 
-def dry_run(run: RunInputs, hosts: list[str]) -> str:
+def dry_run(run: RunInputs, hosts: list[str], validate: bool = False, opts: Options | None = None) -> str:
+    """The plan, the rendered playbooks, and for validate each stage's deadline per host and the bound
+    they put on its wall time."""
     pb = run.rd.path / "playbooks"
     narrowed = "" if len(hosts) == len(run.plan.hosts) else f"\nthis command would act on: {', '.join(hosts)}"
-    return f"{run.plan.describe()}{narrowed}\n\nrendered into {pb}:\n" + "\n".join(
+    text = f"{run.plan.describe()}{narrowed}\n\nrendered into {pb}:\n" + "\n".join(
         f"  {p.name}" for p in sorted(pb.iterdir()) if p.suffix in (".yml", ".json")
     )
+    if not validate:
+        return text
+    opts = opts or Options()
+    health = not opts.skip_health and run.rendered.check is not None
+    deadlines = validate_deadlines(run.config, run.plan, health)
+    return f"{text}\n\n{describe_bound(deadlines, len(hosts), opts.forks or run.config.fleet.forks)}"
 
 
 def finish(
@@ -233,11 +246,11 @@ def report(
 ) -> int:
     """The fleet analysis (:func:`analyse_run`, or ``result`` when already made) written into the run
     directory; the gate's exit code."""
-    from sb_fleet.report.analyse import write_reports
-
     if result is None:
         result = analyse_run(run, opts, confirmations)
-    write_reports(result, run.rd.path)
+    _, warnings = write_and_expose(result, run.rd.path, opts.prometheus)
+    for w in warnings:  # never the verdict's business: said, and the exit code stands
+        print(f"WARNING: {w}", file=sys.stderr)
     for rule, patterns in result.rules_unmatched.items():
         # loud whatever --quiet says: a rule that matches nothing passes every host silently
         print(f"WARNING: rule {rule!r}: patterns match no metric in the results: {patterns}", file=sys.stderr)
@@ -245,7 +258,10 @@ def report(
 
 
 def check_judges(opts: Options) -> None:
-    """Read the rules, baseline and history store given to validate now: a bad file fails before the run."""
+    """Read the rules, baseline and history store given to validate now: a bad file fails before the run;
+    so does a textfile directory that is not there."""
+    if opts.prometheus.textfile_dir:
+        check_textfile_dir(opts.prometheus.textfile_dir)
     if opts.rules is not None:
         from sb_fleet.analysis.superbench.rules import load_rules
 

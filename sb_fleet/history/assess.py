@@ -238,6 +238,7 @@ def conclude(
         flapping=flaps,
         back_to_healthy=healed,
         quarantine=sorted(offenders) if s.offenders == "quarantine" else [],
+        verdicts=seqs,
         gate_failure=(
             f"fleet-median drift in {len(a.drifts)} metric famil{'y' if len(a.drifts) == 1 else 'ies'}"
             if drift_fails

@@ -56,6 +56,9 @@ class HistoryView:
     flapping: dict[str, int] = field(default_factory=dict)  # host -> pass/fail switches
     back_to_healthy: dict[str, int] = field(default_factory=dict)  # host -> failed runs before tonight
     quarantine: list[str] = field(default_factory=list)  # added to quarantine.txt by policy
+    # host -> its verdicts over the offenders window, oldest first, tonight last (the Prometheus export
+    # counts the runs in a row a host failed from them)
+    verdicts: dict[str, list[str]] = field(default_factory=dict)
     gate_failure: str | None = None  # why the history fails the gate, by policy
     warnings: list[str] = field(default_factory=list)
     host_trends: dict[str, dict[str, list[tuple[str, float]]]] = field(default_factory=dict)

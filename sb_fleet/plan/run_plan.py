@@ -22,7 +22,6 @@ from sb_fleet.plan.pattern_plan import group_port, head_args, load_topology, mpi
 from sb_fleet.plan.workspace import HOST_PLACEHOLDER, workspace_template
 
 PLAN_SCHEMA = 2
-STEP_MARGIN_S = 60  # on top of the entries' timeouts, for process start and result writing
 
 
 @dataclass(frozen=True)
@@ -323,7 +322,11 @@ def build_plan(
     def flush() -> None:
         if batch:
             steps.append(
-                Step(f"step{len(steps) + 1:02d}", tuple(batch), sum(e.timeout for e in batch) + STEP_MARGIN_S)
+                Step(
+                    f"step{len(steps) + 1:02d}",
+                    tuple(batch),
+                    sum(e.timeout for e in batch) + config.fleet.step_margin,
+                )
             )
             batch.clear()
 
@@ -347,7 +350,13 @@ def build_plan(
         e = RunEntry(**{**asdict(e), "port_offset": port_offset})
         port_offset += 1
         steps.append(
-            Step(f"step{len(steps) + 1:02d}", (e,), e.timeout + STEP_MARGIN_S, tuple(groups), tuple(left))
+            Step(
+                f"step{len(steps) + 1:02d}",
+                (e,),
+                e.timeout + config.fleet.step_margin,
+                tuple(groups),
+                tuple(left),
+            )
         )
     flush()
     return Plan(hosts, setups, tuple(steps), tuple(enabled), unsupported, patterns)
@@ -416,13 +425,15 @@ def pattern_steps(
             Step(
                 f"step{before + len(steps) + 1:02d}",
                 (entry,),
-                e.timeout + STEP_MARGIN_S,
+                e.timeout + config.fleet.step_margin,
                 tuple(groups),
                 tuple(h for h in names if h not in busy),
                 label,
             )
         )
-    cost = estimate_cost(sched, e.timeout + STEP_MARGIN_S, "at most the benchmark's timeout per round")
+    cost = estimate_cost(
+        sched, e.timeout + config.fleet.step_margin, "at most the benchmark's timeout per round"
+    )
     info = {
         "type": sched.pattern,
         "pattern": e.pattern,

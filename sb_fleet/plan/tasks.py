@@ -29,6 +29,14 @@ CONTAINER_REMOVE = "remove the container that outlived its step"
 PLAY_DONE = "this host is done with the play"
 
 
+# Every command a playbook runs on a host exports HOST_TAG=<run id>/<host> (the run id comes in as the
+# extra variable RUN_EXTRAVAR): everything the command starts inherits it, and a stop ends the processes
+# that carry it (sb_fleet/fleet/reaper.py).
+HOST_TAG = "SB_FLEET_TAG"
+RUN_EXTRAVAR = "sb_fleet_run"
+TAG = MappingProxyType({"var": HOST_TAG, "run": RUN_EXTRAVAR})
+
+
 def run_task(step_id: str) -> str:
     """The name of the task that runs step ``step_id`` (templates: ``tasks.run_step.format(step=...)``)."""
     return RUN_STEP.format(step=step_id)

@@ -19,7 +19,7 @@ from sb_fleet.config.fleet_config import Config
 from sb_fleet.plan import ansible_data
 from sb_fleet.plan.resources import playbooks_dir
 from sb_fleet.plan.run_plan import Step
-from sb_fleet.plan.tasks import TASKS
+from sb_fleet.plan.tasks import TAG, TASKS
 
 SPEC_VERSION = 1
 
@@ -40,6 +40,7 @@ def template_env() -> jinja2.Environment:
     env.filters["yjson"] = lambda v: json.dumps(v)
     env.filters["data"] = ansible_data.literal
     env.globals["tasks"] = dict(TASKS)
+    env.globals["tag"] = dict(TAG)
     return env
 
 

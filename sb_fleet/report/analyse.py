@@ -34,7 +34,9 @@ from sb_fleet.report.report_result import ReportResult
 if TYPE_CHECKING:
     from sb_fleet.analysis.crossnode.fabric import FabricView
     from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary
+    from sb_fleet.exposition import Series
     from sb_fleet.history.confirm import Confirmation
+    from sb_fleet.report.writers.report_prometheus import PromSettings
 
 REPORT_SCHEMA_VERSION = 1
 MAX_NOISE_WARNINGS = 10  # too-noisy and inconsistent metrics named one by one in the warnings
@@ -502,8 +504,14 @@ def _dedupe(lst: list[Issue]) -> list[Issue]:
     return out
 
 
-def write_reports(result: ReportResult, out_dir: Path | str) -> list[Path]:
-    """Write report.json, report.md, report.html, junit.xml and quarantine.txt into ``out_dir``."""
+def write_reports(
+    result: ReportResult,
+    out_dir: Path | str,
+    prometheus: PromSettings | None = None,
+    metrics: Series | None = None,
+) -> list[Path]:
+    """Write report.json, report.md, report.html, junit.xml, quarantine.txt and metrics.prom into
+    ``out_dir`` (``prometheus``, ``metrics``: as :func:`sb_fleet.report.writers.write_all`)."""
     from sb_fleet.report.writers import write_all
 
-    return write_all(result, Path(out_dir))
+    return write_all(result, Path(out_dir), prometheus, metrics)

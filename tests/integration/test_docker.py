@@ -83,7 +83,7 @@ VALIDATE = """\
       parameters: {operation: [allreduce], minbytes: 64K, maxbytes: 64K, num_warmup: 1, num_steps: 4}
 """
 # A benchmark that hangs: the runner in each container kills it at its 5 s timeout. The step's own
-# timeout is 5 + 60 s (run_plan.STEP_MARGIN_S): where the runner itself hangs, sb-fleet removes the
+# timeout is 5 + 60 s (fleet.step_margin): where the runner itself hangs, sb-fleet removes the
 # container then.
 HANG = """\
     noop:hang:

@@ -46,7 +46,7 @@ gates:
 """
 
 # The report files are written 0644 by the analysis writers (meant to be shared); the run dir itself is 0700.
-REPORTS = {"report.json", "report.md", "report.html", "junit.xml", "quarantine.txt"}
+REPORTS = {"report.json", "report.md", "report.html", "junit.xml", "quarantine.txt", "metrics.prom"}
 SECRET_PW = "PLANTED-pw-5b1e9d0c"
 SECRET_TOKEN = "PLANTED-token-a7c4f2e8"
 

@@ -7,7 +7,9 @@ and makes srun's failures and hangs that node's outcome."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ import yaml
 from sb_fleet.config.hostlist import expand
 from sb_fleet.errors import UsageError
 
-from .conftest import sb_fleet, started_fleet
+from .conftest import SB_FLEET, sb_fleet, started_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -432,3 +434,116 @@ def test_launcher_slurm_runs_a_collective_across_two_nodes(cluster, tmp_path):
         doc = json.loads((run_dir / "raw" / node / "results" / "nccl-bw" / f"rank{rank}.json").read_text())
         assert doc["world_size"] == 2 and doc["return_code"] == 0, doc
     assert c.sh("squeue", "-h").stdout.strip() == ""
+
+
+def _hang_config(cfg: Path, out: Path, wrapper: Path, check: int, deploy: int, bench: int) -> Path:
+    """launcher: slurm, the hosts' Python the planted-hang wrapper, small deadlines, fresh workspaces."""
+    doc = yaml.safe_load(cfg.read_text())
+    doc["fleet"].update(
+        {
+            "launcher": "slurm",
+            "deploy_timeout": deploy,
+            "step_margin": 5,
+            "venv": False,
+            "min_free_disk_gb": 0,
+        }
+    )
+    doc["slurm"]["host_vars"]["sb_python"] = str(wrapper)
+    doc["slurm"]["grant_timeout"] = 60
+    doc["health"] = {"exec_timeout": check}
+    doc["superbench"]["benchmarks"] = {
+        "noop": {"timeout": bench, "modes": [{"name": "local", "proc_num": 1}], "parameters": {"sleep": 0}}
+    }
+    out.write_text(yaml.safe_dump(doc))
+    for n in ("slnode1", "slnode2", "slnode3", "slnode4"):  # deploy pushes the suite in its own task
+        shutil.rmtree(f"/root/.sb-fleet/hosts/{n}", ignore_errors=True)
+    return out
+
+
+def test_launcher_slurm_each_stage_ends_its_hung_node_on_time(cluster, tmp_path):
+    """Issue 36's reproduction, planted: a node whose interpreter hangs at its health checks ends
+    unhealthy and is not deployed; one hung at deploy and one hung in a run step end timeout naming the
+    stage, each within its deadline + 30 s; the healthy node is judged, validate returns, and neither an
+    srun step nor any process of the run is left."""
+    from tests.fleetlib.hangs import hang_python, hung, run_id_of, run_processes, wait_for
+
+    c, _, cfg = cluster
+    _idle(c)
+    wrapper, ctl = hang_python(tmp_path)
+    ctl.write_text("slnode2 check\nslnode3 deploy\nslnode4 run\n")
+    lcfg = _hang_config(cfg, tmp_path / "hang.yaml", wrapper, 15, 15, 5)
+    run_dir = tmp_path / "hang"
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        [SB_FLEET, "validate", "-i", "slurm:partition=gpu", "-c", str(lcfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **c.env},
+    )  # fmt: skip
+    run_id = run_id_of(run_dir)
+    life: dict[str, list[float]] = {}
+    while p.poll() is None:
+        now = time.monotonic()
+        for n in ("slnode2", "slnode3", "slnode4"):
+            if hung(run_id, n):
+                life.setdefault(n, [now, now])[1] = now
+        time.sleep(0.2)
+    took = time.monotonic() - t0
+    out, err = p.communicate()
+    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert set(life) == {"slnode2", "slnode3", "slnode4"}, life
+    for n, limit in (("slnode2", 15), ("slnode3", 15), ("slnode4", 10)):
+        assert life[n][1] - life[n][0] <= limit + 30, (n, life[n])
+    oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
+    assert oc["slnode1"]["outcome"] == "ok", oc["slnode1"]
+    assert oc["slnode2"]["outcome"] == "unhealthy", oc["slnode2"]
+    assert "health checks: no end within its deadline of 15 s" in oc["slnode2"]["reason"]
+    assert oc["slnode2"]["stages"]["deploy"]["outcome"] == "skipped"
+    d = oc["slnode3"]["stages"]["deploy"]
+    assert d["outcome"] == "timeout", d  # deploy's task timeout, within the deadline with the first step
+    assert (
+        "deploy: no end within its task's timeout of 15 s (no end within its deadline of 25 s" in d["reason"]
+    ), d
+    r = oc["slnode4"]["stages"]["run"]
+    assert r["outcome"] == "timeout" and r["reason"].startswith(
+        "step01: no end within its deadline of 10 s"
+    ), r
+    verdicts = {h["name"]: h["verdict"] for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
+    assert verdicts["slnode1"] == "pass", verdicts
+    assert took < 15 + 15 + 10 + 4 * 30 + 60, took
+    assert c.sh("squeue", "-h").stdout.strip() == ""  # the allocation is gone
+    wait_for(lambda: not run_processes(run_id, run_dir), 20, "every process of the run to be gone")
+    print(f"launcher slurm: hung nodes at check, deploy and run: validate {took:.1f} s")
+
+
+@pytest.mark.parametrize("stage", ["check", "deploy", "run"])
+def test_launcher_slurm_sigterm_in_each_stage_leaves_nothing(cluster, tmp_path, stage):
+    """SIGTERM while a node hangs in a stage: sb-fleet stops, and neither ansible-playbook, srun, an srun
+    step nor the hung process is left (the issue: all of them lived on); the allocation is released."""
+    from tests.fleetlib.hangs import hang_python, hung, run_id_of, run_processes, wait_for
+
+    c, _, cfg = cluster
+    _idle(c)
+    wrapper, ctl = hang_python(tmp_path)
+    ctl.write_text(f"slnode2 {stage}\n")
+    lcfg = _hang_config(cfg, tmp_path / "term.yaml", wrapper, 300, 300, 300)
+    run_dir = tmp_path / "term"
+    p = subprocess.Popen(
+        [SB_FLEET, "validate", "-i", "slurm:partition=gpu", "-c", str(lcfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **c.env},
+    )  # fmt: skip
+    run_id = run_id_of(run_dir)
+    wait_for(lambda: hung(run_id, "slnode2") or p.poll() is not None, 120, f"slnode2 to hang at {stage}")
+    assert p.poll() is None, p.communicate()
+    before = run_processes(run_id, run_dir)
+    comms = {x.comm for x in before}
+    assert {"sleep", "srun"} <= comms and any("ansible" in x for x in comms), "\n".join(map(str, before))
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=90)
+    assert p.returncode in (1, 3, 130), out[-2000:] + err[-3000:]
+    try:
+        wait_for(lambda: not run_processes(run_id, run_dir), 20, "every process of the run to be gone")
+    except AssertionError:
+        left = run_processes(run_id, run_dir)
+        raise AssertionError(
+            "left after SIGTERM:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
+        ) from None
+    wait_for(lambda: c.sh("squeue", "-h").stdout.strip() == "", 30, "the allocation to be released")

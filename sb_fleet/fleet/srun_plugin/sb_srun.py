@@ -11,7 +11,8 @@ from typing import Any
 from ansible.errors import AnsibleConnectionFailure, AnsibleFileNotFound
 from ansible.plugins.connection import ConnectionBase
 
-from sb_fleet.fleet.slurm_launch import end_step, launch_failure, split_stderr, srun_argv, task_env, timed_out
+from sb_fleet.fleet.reaper import step_env
+from sb_fleet.fleet.slurm_launch import end_step, launch_failure, split_stderr, srun_argv, timed_out
 
 DOCUMENTATION = """
     name: sb_srun
@@ -61,7 +62,7 @@ class Connection(ConnectionBase):
             stdin=subprocess.PIPE if in_data is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=task_env(),
+            env=step_env(node),  # tagged with the run and the node: a stop finds the step and its task
             start_new_session=True,
         )
         try:

@@ -2,7 +2,10 @@
 
 Writes ``health/<host>.json`` (the host's document as it printed it, parsed), ``health.json`` (every
 host's verdict and findings, the drift tables) and ``outcomes/check.json``: ``ok``, ``unhealthy`` with
-the failing checks as the reason, or what the executor found (unreachable, refused key, failed exec).
+the failing checks as the reason, or what the executor found (unreachable, refused key). A host whose
+checks ran past their deadline (``health.exec_timeout``: its processes stopped), ended without a
+verdict, or printed nothing to judge is ``unhealthy`` too, with that as the reason: validate does not
+benchmark it (unless --run-unhealthy).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from sb_fleet.analysis.health_verdict import HealthResult, judge, parse_health
 from sb_fleet.errors import RunDirError, UsageError
 from sb_fleet.fleet.executor import Executor
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.deadlines import check_deadline
 from sb_fleet.plan.render_health import PROFILES_FILE
 from sb_fleet.plan.tasks import HEALTH
 from sb_fleet.rundir.outcome_table import save_stage
@@ -38,7 +42,7 @@ def check(run: RunInputs, ex: Executor, hosts: list[str]) -> tuple[dict[str, Hos
         raise RunDirError(f"{run.rd.path}: made before health checks existed (no check.yml); start a new run")
     check_profiles(run, hosts)
     with ex.progress.stage("check", hosts):
-        res = ex.run("check", pb, hosts)
+        res = ex.run("check", pb, hosts, deadline=check_deadline(run.config))
     docs: dict[str, dict | str] = {}
     for h in hosts:
         o = res.outcomes[h]
@@ -60,11 +64,19 @@ def check(run: RunInputs, ex: Executor, hosts: list[str]) -> tuple[dict[str, Hos
     for h in hosts:
         o = res.outcomes[h]
         hh = result.hosts.get(h)
-        if hh is None:  # unreachable, refused key, interrupted: the executor's word
+        if hh is None and o.outcome == Outcome.TIMEOUT:  # hung: stopped at its deadline
+            outcomes[h] = HostOutcome(
+                h, "check", Outcome.UNHEALTHY, o.reason, details={"failed_checks": ["health.deadline"]}
+            )
+        elif hh is None:  # unreachable, refused key, interrupted: the executor's word
             outcomes[h] = o
         elif hh.verdict == "unknown":
             outcomes[h] = HostOutcome(
-                h, "check", Outcome.FAILED, f"health checks gave no result: {hh.problem}"
+                h,
+                "check",
+                Outcome.UNHEALTHY,
+                f"health checks gave no result: {hh.problem}",
+                details={"failed_checks": ["health.no_result"]},
             )
         elif hh.verdict == "fail" or (hh.verdict == "warn" and h_cfg.warn_is_unhealthy):
             reasons = hh.reasons(worst_only=not h_cfg.warn_is_unhealthy)

@@ -15,6 +15,7 @@ from typing import Any
 from sb_fleet.fleet.executor import Executor, Started
 from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.deadlines import deploy_deadline
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import HOSTPREP, HOSTPREP_FAST, RUN_FOLLOWS
 from sb_fleet.plan.templates import run_env, runner_args
@@ -62,7 +63,12 @@ def _deploy(
     intr = Interrupts()
     with ex.progress.stage("deploy", hosts), intr if step else contextlib.nullcontext():
         res = ex.run(
-            "deploy", run.rendered.deploy, hosts, cancel=intr.fired if step else None, extravars=extravars
+            "deploy",
+            run.rendered.deploy,
+            hosts,
+            cancel=intr.fired if step else None,
+            extravars=extravars,
+            deadline=deploy_deadline(run.config, step.timeout if step else 0),
         )
     started: dict[str, dict[str, Any]] = {}
     for h, out in res.results.items():

@@ -11,6 +11,7 @@ from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.stages.stage_common import container_vars
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.container_commands import record_digests, registry_secret
+from sb_fleet.plan.deadlines import image_deadline
 from sb_fleet.plan.render_container import settings
 from sb_fleet.plan.tasks import IMAGE_CHECK
 from sb_fleet.rundir.outcome_table import save_stage
@@ -27,7 +28,13 @@ def deploy_image(run: RunInputs, ex: Executor, deployed: dict[str, HostOutcome])
     hosts = [h for h, o in deployed.items() if o.outcome == Outcome.OK]
     t0 = time.monotonic()
     with ex.progress.stage("deploy image", hosts), registry_secret(c):
-        res = ex.run("deploy-image", playbook, hosts, extravars=container_vars(run, hosts))
+        res = ex.run(
+            "deploy-image",
+            playbook,
+            hosts,
+            extravars=container_vars(run, hosts),
+            deadline=image_deadline(run.config),
+        )
     for h, o in res.outcomes.items():
         if o.outcome != Outcome.OK:
             outcomes[h] = HostOutcome(h, "deploy", o.outcome, f"image: {o.reason}")

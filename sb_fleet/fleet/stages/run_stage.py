@@ -7,6 +7,7 @@ every host, each host's outcome says whether it finished, and ``run --resume`` d
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, replace
 
@@ -16,6 +17,7 @@ from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.fleet.stages.stage_common import container_vars, eligible
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.container_commands import interrupt_argv, record_digests, step_container_name
+from sb_fleet.plan.deadlines import step_deadline
 from sb_fleet.plan.render_container import settings
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import CONTAINER_REMOVE, run_task
@@ -76,6 +78,9 @@ def run(
                     "cleanup": stop_remote(run, ex, list(started.unfinished), started.step),
                 },
             )
+            # and every other host of the deploy: one the stop cut off may have ended failed or
+            # unreachable, its processes still running there
+            ex.stop_hosts([h for h in hosts if h not in started.unfinished])
         for step in run.plan.steps:
             pre = started.results if started is not None and started.step == step.id else {}
             if intr.fired() and not pre:  # what deploy finished of the first step still counts
@@ -117,6 +122,8 @@ def run(
                 [] if intr.fired() else [h for h in targets if h not in pre],
                 cancel=intr.fired,
                 extravars=extra,
+                deadline=step_deadline(step.id, step.timeout),
+                stop=functools.partial(stop_late, run, ex, step_id=step.id),
             )
             if pre:
                 res = with_started(ex, step, res, {h: pre[h] for h in targets if h in pre})
@@ -140,7 +147,8 @@ def run(
                 if o.outcome == Outcome.OK:
                     done[h].add(step.id)
                 elif o.outcome != Outcome.PENDING:
-                    outcomes[h] = HostOutcome(h, "run", o.outcome, f"{step.id}: {o.reason}")
+                    why = o.reason if o.reason.startswith(f"{step.id}: ") else f"{step.id}: {o.reason}"
+                    outcomes[h] = HostOutcome(h, "run", o.outcome, why)
                     if h in live:
                         live.remove(h)
             if intr.fired() and not (started is not None and started.interrupted):
@@ -154,6 +162,7 @@ def run(
                         "cleanup": stop_remote(run, ex, unfinished, step.id),
                     },
                 )
+                ex.stop_hosts([h for h in targets if h not in unfinished])  # (as above, at deploy)
     steps = [st.id for st in run.plan.steps]
     for h in ready:
         missing = [st for st in steps if st not in done[h]]
@@ -260,9 +269,20 @@ def removed(o: HostOutcome, results: dict) -> HostOutcome:
     return replace(o, reason=f"{o.reason}; removing its container failed ({why[-1] if why else 'no output'})")
 
 
-def stop_remote(run: RunInputs, ex: Executor, hosts: list[str], step_id: str | None) -> dict[str, str]:
+def stop_late(run: RunInputs, ex: Executor, host: str, *, step_id: str) -> str:
+    """A host past its step's deadline: its runner stopped as on an interrupt (it records which
+    benchmarks finished), its container first, then every other process of the run there and the
+    control node's clients for it (:meth:`Executor.stop_host`); what happened."""
+    said = stop_remote(run, ex, [host], step_id, sweep=False).get(host, "")
+    return f"runner: {said}; {ex.stop_host(host)}"
+
+
+def stop_remote(
+    run: RunInputs, ex: Executor, hosts: list[str], step_id: str | None, sweep: bool = True
+) -> dict[str, str]:
     """Stop the runner (and with it every benchmark it started) on each host, and with a container
-    runtime the container of step ``step_id`` first; host -> what happened."""
+    runtime the container of step ``step_id`` first, then (``sweep``) what else of the run runs there;
+    host -> what happened to the runner."""
     if not hosts:
         return {}
     targets = [
@@ -277,4 +297,7 @@ def stop_remote(run: RunInputs, ex: Executor, hosts: list[str], step_id: str | N
             argv = interrupt_argv(runtime, c, t.host.vars.get("sb_container_host_args"))
             if argv is not None:
                 containers[t.host.name] = (argv, step_container_name(run.run_id, step_id, t.host.name))
-    return stop_runners(targets, ex.ssh, ex.forks, timeout=45, srun=ex.srun, containers=containers)
+    said = stop_runners(targets, ex.ssh, ex.forks, timeout=45, srun=ex.srun, containers=containers)
+    if sweep:
+        ex.stop_hosts(hosts)  # and what else the run started there (the runner's, hostprep's leftovers)
+    return said

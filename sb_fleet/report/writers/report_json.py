@@ -97,5 +97,21 @@ def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any
     }
 
 
+def top_finding(host: dict[str, Any]) -> str:
+    """The first failing issue of a report.json host, as a short sentence (and how many more)."""
+    issues = host.get("issues") or []
+    fails = [i for i in issues if i.get("severity") == "fail"] or issues
+    if not fails:
+        return f"verdict {host.get('verdict', '?')}" + (f" ({host['reason']})" if host.get("reason") else "")
+    i = fails[0]
+    parts = [str(i.get("category") or i.get("check") or ""), str(i.get("metric") or "")]
+    if i.get("value") is not None and i.get("reference") is not None:
+        parts.append(f"{i['value']:.4g} vs {i['reference']:.4g}")
+    if i.get("detail"):
+        parts.append(str(i["detail"]))
+    more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
+    return " ".join(p for p in parts if p) + more
+
+
 def dumps(doc: dict[str, Any]) -> bytes:
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"

@@ -1,4 +1,4 @@
-"""The five report files and the two commands."""
+"""The six report files and the two commands."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
 
 from sb_fleet.cli.report_command import baseline_cmd, report_cmd
 from sb_fleet.report.analyse import report, write_reports
@@ -27,7 +28,7 @@ def fleet_run(tmp: Path, n: int = 300, seed: int = 5) -> tuple[Path, object]:
     return run, fleet
 
 
-def test_all_five_files_agree(tmp_path: Path) -> None:
+def test_all_six_files_agree(tmp_path: Path) -> None:
     run, fleet = fleet_run(tmp_path)
     r = report(run)
     paths = write_reports(r, tmp_path / "out")
@@ -37,6 +38,7 @@ def test_all_five_files_agree(tmp_path: Path) -> None:
         "report.html",
         "junit.xml",
         "quarantine.txt",
+        "metrics.prom",
     ]
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
     assert doc["schema_version"] == 1
@@ -58,6 +60,15 @@ def test_all_five_files_agree(tmp_path: Path) -> None:
 
     quarantine = (tmp_path / "out" / "quarantine.txt").read_text().split()
     assert set(quarantine) == bad
+
+    prom = text_string_to_metric_families((tmp_path / "out" / "metrics.prom").read_text())
+    failing = {
+        s.labels["host"]
+        for f in prom
+        for s in f.samples
+        if s.name == "sb_fleet_host_gate_failed" and s.value == 1
+    }
+    assert failing == bad
 
     tree = ET.parse(tmp_path / "out" / "junit.xml")
     cases = tree.getroot().findall(".//testcase")

@@ -149,7 +149,11 @@ def test_check_playbook_renders_and_its_payload_runs(tmp_path):
     )
     pb = render_check(cfg, tmp_path, tmp_path)
     play = ansible_data.load(pb.read_text())[0]
-    assert play["tasks"][0]["ansible.builtin.raw"].startswith("{{ sb_health_argv")
+    # the checks' own argv, run with the run's host tag (a stop finds them: sb_fleet/fleet/reaper.py)
+    assert play["tasks"][0]["ansible.builtin.raw"] == (
+        "exec env SB_FLEET_TAG={{ sb_tag | quote }} {{ sb_health_argv | map('quote') | join(' ') }}"
+    )
+    assert play["vars"]["sb_tag"] == "{{ sb_fleet_run | default('') }}/{{ inventory_hostname }}"
     # every value is data, the host's workspace and Python from the plan's hosts file (never a template)
     assert play["vars_files"] == [ansible_data.HOSTS_FILE]
     assert play["vars"]["sb_ws"] == "{{ sb_hosts[inventory_hostname].workspace }}"

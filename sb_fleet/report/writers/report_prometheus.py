@@ -1,0 +1,340 @@
+"""metrics.prom: the judged run as Prometheus series (text format 0.0.4, or OpenMetrics 1.0 on request).
+
+Pure: the report's value in, bytes out. What the series are, their labels and how many there are is
+documented in docs/prometheus.md; in short, every series has the ``fleet`` label and
+
+- per run: ``sb_fleet_run_info`` (run id, config hash, source, version), the run's start and end time,
+  its hosts per verdict and pass ratio, the gate (passed, failing hosts, allowed);
+- per host: ``sb_fleet_host_verdict`` (one 0/1 series per verdict), ``sb_fleet_host_info`` (verdict,
+  outcome, GPU model, top finding), ``sb_fleet_host_gate_failed`` (the gate's policy counts it), and with a
+  history store ``sb_fleet_host_gate_failed_runs_in_a_row``;
+- per host and health check: ``sb_fleet_health_check_status`` (0 pass, 1 warn, 2 fail), per host
+  ``sb_fleet_health_host_status`` (3: no result);
+- per host and benchmark metric: its value in base units, ``sb_fleet_benchmark_<unit>`` (seconds, bytes,
+  bytes_per_second, flop_per_second ...; :func:`sb_fleet.exposition.base_unit`), the host's ranks pooled
+  by their median (``per_rank``: one series per rank, with a ``rank`` label), and each benchmark's worst
+  return code.
+
+Cardinality: hosts x (about 10 + health checks + metrics + benchmarks); x ranks only with ``per_rank``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sb_fleet import __version__
+from sb_fleet.analysis.superbench.metric_names import parse_metric
+from sb_fleet.analysis.verdict import FLAKY, VERDICTS
+from sb_fleet.exposition import DEFAULT_FLEET, Series, base_unit
+from sb_fleet.history.record import run_meta
+from sb_fleet.report.writers.report_json import top_finding
+
+if TYPE_CHECKING:
+    from sb_fleet.report.report_result import ReportResult
+
+FILE = "metrics.prom"
+HOST_VERDICTS = (*VERDICTS, FLAKY)
+HEALTH_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
+# Bounds on what hosts and configs can add (their names are untrusted): beyond them, names are left out
+# and counted in sb_fleet_exposition_left_out.
+MAX_METRICS = 4096  # benchmark metrics of a run (ranks pooled)
+MAX_BENCHMARKS = 512  # benchmarks of a run (return codes)
+MAX_CHECKS = 256  # health checks of a host
+
+
+@dataclass(frozen=True)
+class PromSettings:
+    """How a run is exposed: its ``fleet`` label (and Pushgateway group), per-rank series, the format."""
+
+    fleet: str = DEFAULT_FLEET
+    per_rank: bool = False
+    openmetrics: bool = False
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    run_id: str
+    config_hash: str | None
+    start: float | None  # Unix seconds
+    end: float  # Unix seconds: when the report was made
+
+
+def identity(result: ReportResult, generated: _dt.datetime) -> RunIdentity:
+    """The run's id, config hash and start time (history's :func:`run_meta`: the run directory's manifest,
+    or a results file's digest), and ``generated`` as its end."""
+    meta = run_meta(result.source, result.fleet.run_dir, [])
+    start = meta.time.replace(tzinfo=_dt.timezone.utc).timestamp() if meta.time else None
+    return RunIdentity(meta.run_key, meta.config_digest, start, generated.timestamp())
+
+
+def _declare_run(s: Series) -> None:
+    s.declare(
+        "sb_fleet_run_info",
+        "The run sb-fleet last judged: its id, config hash (sha256 of config.json), source, version (always 1).",
+        ("fleet", "run_id", "config_hash", "source", "version"),
+    )
+    s.declare("sb_fleet_run_start_timestamp_seconds", "When the run was created (Unix time).", ("fleet",))
+    s.declare("sb_fleet_run_end_timestamp_seconds", "When the run's report was made (Unix time).", ("fleet",))
+    s.declare("sb_fleet_run_hosts", "Hosts judged in the run (every inventory host).", ("fleet",))
+    s.declare("sb_fleet_run_verdict_hosts", "Hosts of the run per verdict.", ("fleet", "verdict"))
+    s.declare(
+        "sb_fleet_run_pass_ratio", "Share of the run's hosts whose verdict is pass (0 to 1).", ("fleet",)
+    )
+    s.declare("sb_fleet_gate_passed", "1 when the run's gate passed, 0 when it failed.", ("fleet",))
+    s.declare("sb_fleet_gate_failing_hosts", "Hosts the gate's policy counts as failing.", ("fleet",))
+    s.declare("sb_fleet_gate_allowed_failing_hosts", "Failing hosts the gate's policy allows.", ("fleet",))
+    s.declare(
+        "sb_fleet_exposition_left_out",
+        "Names left out of this exposition beyond its bounds: benchmark metrics (4096 a run), benchmarks "
+        "(512), health checks (256 a host).",
+        ("fleet", "kind"),
+    )
+
+
+def _declare_hosts(s: Series) -> None:
+    s.declare(
+        "sb_fleet_host_verdict",
+        "1 for the host's verdict in the run, 0 for the other verdicts (pass, fail, incomplete, missing, flaky).",
+        ("fleet", "host", "verdict"),
+    )
+    s.declare(
+        "sb_fleet_host_info",
+        "The host's verdict, outcome, GPU model and top finding in the run (always 1).",
+        ("fleet", "host", "verdict", "outcome", "gpu_model", "finding"),
+    )
+    s.declare(
+        "sb_fleet_host_gate_failed",
+        "1 when the gate's policy counts the host as failing in the run (gates.policy.count), else 0.",
+        ("fleet", "host"),
+    )
+    s.declare(
+        "sb_fleet_host_gate_failed_runs_in_a_row",
+        "Runs in a row, up to this one, in which the gate counted the host as failing (from the history "
+        "store; only with --history).",
+        ("fleet", "host"),
+    )
+    s.declare(
+        "sb_fleet_health_host_status",
+        "The host's health verdict before the benchmarks: 0 pass, 1 warn, 2 fail, 3 no result.",
+        ("fleet", "host"),
+    )
+    s.declare(
+        "sb_fleet_health_check_status",
+        "A health check's verdict on the host: 0 pass, 1 warn, 2 fail (the worst of its records).",
+        ("fleet", "host", "check"),
+    )
+
+
+def vocabulary() -> list[str]:
+    """The names of the run and host series a run's exposition can hold (the benchmark families aside:
+    ``sb_fleet_benchmark_<unit>``); the alert rules and the dashboard use only these."""
+    s = Series()
+    _declare_run(s)
+    _declare_hosts(s)
+    return [*s.names(), "sb_fleet_benchmark_return_code"]
+
+
+def streak(verdicts: Sequence[str], counted: Sequence[str]) -> int:
+    """How many runs in a row, up to the last, have a verdict the gate counts."""
+    n = 0
+    for v in reversed(verdicts):
+        if v not in counted:
+            break
+        n += 1
+    return n
+
+
+def _health(s: Series, fleet: str, health: Mapping[str, Any]) -> int:
+    """The health series; how many check names were left out (beyond :data:`MAX_CHECKS` a host)."""
+    left = 0
+    hosts = health.get("hosts")
+    for host, doc in hosts.items() if isinstance(hosts, dict) else ():
+        if not isinstance(doc, dict):
+            continue
+        code = HEALTH_CODES.get(str(doc.get("verdict")), HEALTH_CODES["unknown"])
+        s.add("sb_fleet_health_host_status", {"fleet": fleet, "host": host}, code)
+        worst: dict[str, int] = {}
+        records = [*(doc.get("checks") or []), *(doc.get("findings") or [])]
+        for r in records:
+            if not isinstance(r, dict) or r.get("verdict") not in ("pass", "warn", "fail"):
+                continue
+            check = str(r.get("check"))
+            worst[check] = max(worst.get(check, 0), HEALTH_CODES[r["verdict"]])
+        kept = sorted(worst.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CHECKS]  # the worst first
+        left += len(worst) - len(kept)
+        for check, c in sorted(kept):
+            s.add("sb_fleet_health_check_status", {"fleet": fleet, "host": host, "check": check}, c)
+    return left
+
+
+def _worst_codes(block: np.ndarray) -> np.ndarray:
+    """Per row (host) of a benchmark's return-code columns: its worst code (a failing one before 0);
+    NaN where none is known."""
+    known = np.isfinite(block)
+    bad = np.where(known & (block != 0), block, -np.inf).max(axis=1, initial=-np.inf)
+    return np.where(np.isfinite(bad), bad, np.where(known.any(axis=1), 0.0, np.nan))
+
+
+def _pooled(block: np.ndarray) -> np.ndarray:
+    """Per row (host): the median of its ranks' values; NaN where it has none."""
+    if block.shape[1] == 1:
+        return block[:, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a host without any of the ranks: NaN
+        return np.nanmedian(block, axis=1)
+
+
+def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> dict[str, int]:
+    """The benchmark series; how many metric and benchmark names were left out (beyond the bounds)."""
+    f = result.fleet
+    labels = ("fleet", "host", "benchmark", "metric", *(("rank",) if per_rank else ()))
+    declared: set[str] = set()
+
+    def family(unit: str | None) -> tuple[str, float, str | None]:
+        base = base_unit(unit)
+        name, scale, shown = (
+            (f"sb_fleet_benchmark_{base[0]}", base[1], None)
+            if base
+            else ("sb_fleet_benchmark_value", 1.0, unit or "")
+        )
+        if name not in declared:
+            declared.add(name)
+            if base:
+                s.declare(
+                    name, f"A benchmark metric's value on the host, in {base[0].replace('_', ' ')}.", labels
+                )
+            else:
+                s.declare(
+                    name,
+                    "A benchmark metric's value on the host as measured, in the unit its label names (no base unit).",
+                    (*labels, "unit"),
+                )
+        return name, scale, shown
+
+    s.declare(
+        "sb_fleet_benchmark_return_code",
+        "A benchmark's return code on the host (the worst of its ranks; 0: it ran).",
+        ("fleet", "host", "benchmark"),
+    )
+    groups: dict[tuple[str, str], list[int]] = {}  # (benchmark, metric) -> columns (ranks)
+    codes: dict[str, list[int]] = {}  # benchmark -> its return-code columns
+    for c, col in enumerate(f.columns):
+        mn = parse_metric(col)
+        if mn.is_return_code:
+            codes.setdefault(mn.group, []).append(c)
+        else:
+            groups.setdefault((mn.group, mn.base), []).append(c)
+    left = {
+        "metrics": max(0, len(groups) - MAX_METRICS),
+        "benchmarks": max(0, len(codes) - MAX_BENCHMARKS),
+    }
+    codes = dict(list(codes.items())[:MAX_BENCHMARKS])
+    plan = []  # per (benchmark, metric): its family, scale, unit label, columns and their ranks
+    for (bench, metric), cols in list(groups.items())[:MAX_METRICS]:
+        name, scale, unit = family(f.directions.unit(f.columns[cols[0]]))
+        ranks = [parse_metric(f.columns[c]).rank for c in cols]
+        extra = {} if unit is None else {"unit": unit}
+        plan.append((name, scale, {"benchmark": bench, "metric": metric, **extra}, cols, ranks))
+    values = np.asarray(f.values, dtype=float)
+    worst = {bench: _worst_codes(values[:, cols]) for bench, cols in codes.items()}
+    pooled = [None if per_rank else _pooled(values[:, cols]) for *_, cols, _ in plan]
+    for r, host in enumerate(f.hosts):
+        for bench, codes_of in worst.items():
+            s.add(
+                "sb_fleet_benchmark_return_code",
+                {"fleet": fleet, "host": host, "benchmark": bench},
+                codes_of[r],
+            )
+        for (name, scale, labels_of, cols, ranks), by_host in zip(plan, pooled, strict=True):
+            base = {"fleet": fleet, "host": host, **labels_of}
+            if by_host is not None:
+                s.add(name, base, by_host[r] * scale)
+                continue
+            for c, rank in zip(cols, ranks, strict=True):
+                s.add(name, {**base, "rank": "" if rank is None else str(rank)}, values[r, c] * scale)
+    return left
+
+
+def series(
+    result: ReportResult, settings: PromSettings, run: RunIdentity, streaks: Mapping[str, int] | None = None
+) -> Series:
+    """Every series of the run. ``streaks`` (host -> runs in a row the gate counted it failing) defaults to
+    what the run's history view says, when it has one."""
+    fleet = settings.fleet
+    s = Series()
+    _declare_run(s)
+    _declare_hosts(s)
+    s.add(
+        "sb_fleet_run_info",
+        {
+            "fleet": fleet,
+            "run_id": run.run_id,
+            "config_hash": run.config_hash or "",
+            "source": result.source,
+            "version": __version__,
+        },
+        1,
+    )
+    if run.start is not None:
+        s.add("sb_fleet_run_start_timestamp_seconds", {"fleet": fleet}, run.start)
+    s.add("sb_fleet_run_end_timestamp_seconds", {"fleet": fleet}, run.end)
+    counts = result.counts()
+    total = len(result.hosts)
+    s.add("sb_fleet_run_hosts", {"fleet": fleet}, total)
+    for verdict in HOST_VERDICTS:
+        s.add("sb_fleet_run_verdict_hosts", {"fleet": fleet, "verdict": verdict}, counts.get(verdict, 0))
+    if total:
+        s.add("sb_fleet_run_pass_ratio", {"fleet": fleet}, counts.get("pass", 0) / total)
+    gate = result.gate
+    s.add("sb_fleet_gate_passed", {"fleet": fleet}, 1 if gate.passed else 0)
+    s.add("sb_fleet_gate_failing_hosts", {"fleet": fleet}, gate.counted)
+    s.add("sb_fleet_gate_allowed_failing_hosts", {"fleet": fleet}, gate.allowed_hosts)
+    counted = tuple(result.gates.policy.count)
+    if streaks is None and result.history is not None:
+        streaks = {h: streak(v, counted) for h, v in result.history.verdicts.items()}
+    for h in result.hosts:
+        who = {"fleet": fleet, "host": h.name}
+        for verdict in HOST_VERDICTS:
+            s.add("sb_fleet_host_verdict", {**who, "verdict": verdict}, 1 if h.verdict == verdict else 0)
+        doc = h.to_json()
+        s.add(
+            "sb_fleet_host_info",
+            {
+                **who,
+                "verdict": h.verdict,
+                "outcome": h.outcome,
+                "gpu_model": h.gpu_model or "",
+                "finding": top_finding(doc) if h.issues else "",
+            },
+            1,
+        )
+        s.add("sb_fleet_host_gate_failed", who, 1 if h.verdict in counted else 0)
+        if streaks is not None:
+            s.add("sb_fleet_host_gate_failed_runs_in_a_row", who, streaks.get(h.name, 0))
+    left = _benchmarks(s, fleet, result, settings.per_rank)
+    left["health_checks"] = _health(s, fleet, result.health) if result.health is not None else 0
+    for kind, n in left.items():
+        s.add("sb_fleet_exposition_left_out", {"fleet": fleet, "kind": kind}, n)
+    return s
+
+
+HOST_FILE_FAMILIES = ("sb_fleet_run_info", "sb_fleet_run_end_timestamp_seconds")
+
+
+def host_series(all_series: Series, host: str) -> Series:
+    """One host's series (for a textfile directory of its own), with the run's id and end time."""
+    return all_series.select({"host": host}, always=HOST_FILE_FAMILIES)
+
+
+def render(
+    result: ReportResult, settings: PromSettings, generated: _dt.datetime, made: Series | None = None
+) -> bytes:
+    """metrics.prom's content (``made``: the run's series, when the caller made them already)."""
+    s = made if made is not None else series(result, settings, identity(result, generated))
+    return s.render(settings.openmetrics)

@@ -1,0 +1,119 @@
+"""Planted hangs for the stage deadline and stop tests, and the processes of a run, listed.
+
+:func:`hang_python` writes the hosts' Python (``sb_python``): a wrapper that hangs (``exec sleep``) on a
+host at a stage named in its control file (lines ``<host> <stage>``, stage: check, deploy or run), and
+runs the real interpreter everywhere else. It knows its host from the run's tag, which sb-fleet exports
+into every command it runs on a host (``SB_FLEET_TAG=<run id>/<host>``), over SSH and srun alike.
+
+:func:`run_processes` lists, on this machine (control node and loopback hosts alike), every process of
+a run: those carrying the run's host or control-node tag, and those whose command line names the run's
+id or directory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HANG_PYTHON = """#!/bin/sh
+# sb-fleet test: hang at the stages that {ctl} names for this host ("<host> <stage>" lines)
+host=${{SB_FLEET_TAG##*/}}
+case "$*" in
+  *sb_bench.health*) stage=check ;;
+  *hostprep*) stage=deploy ;;
+  *sb_bench.host.runner*) stage=run ;;
+  *) stage=other ;;
+esac
+if [ -n "$host" ] && grep -qxF "$host $stage" {ctl} 2>/dev/null; then exec sleep 900; fi
+exec {python} "$@"
+"""
+
+
+def hang_python(directory: Path, python: str = "/usr/bin/python3") -> tuple[Path, Path]:
+    """(the wrapper, its control file), both readable by every user (the test fleet's login user)."""
+    ctl = directory / "hang-at"
+    ctl.write_text("")
+    ctl.chmod(0o644)
+    wrapper = directory / "hang-python"
+    wrapper.write_text(HANG_PYTHON.format(ctl=ctl, python=python))
+    wrapper.chmod(0o755)
+    return wrapper, ctl
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    comm: str
+    cmdline: str
+    why: str  # the tag or the name that makes it the run's
+
+    def __str__(self) -> str:
+        return f"{self.pid} {self.comm} ({self.why}): {self.cmdline[:160]}"
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def run_processes(run_id: str, run_dir: Path | None = None) -> list[Proc]:
+    """Every live process of the run ``run_id`` (see the module's docstring); this process excepted."""
+    host_tag = f"SB_FLEET_TAG={run_id}/".encode()
+    ctl_tag = f"SB_FLEET_CTL={run_id}:".encode()
+    names = [run_id.encode()] + ([str(run_dir).encode()] if run_dir is not None else [])
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        stat = _read(f"/proc/{d}/stat")
+        if not stat or stat.rsplit(b")", 1)[-1].split()[:1] in ([b"Z"], [b"X"]):
+            continue
+        env = _read(f"/proc/{d}/environ").split(b"\0")
+        cmd = _read(f"/proc/{d}/cmdline").replace(b"\0", b" ")
+        why = ""
+        if any(v.startswith(host_tag) for v in env):
+            why = "host tag"
+        elif any(v.startswith(ctl_tag) for v in env):
+            why = "control-node tag"
+        elif any(n in cmd for n in names):
+            why = "named in its command line"
+        if why:
+            comm = _read(f"/proc/{d}/comm").decode(errors="replace").strip()
+            out.append(Proc(int(d), comm, cmd.decode(errors="replace"), why))
+    return out
+
+
+def hung(run_id: str, host: str) -> list[Proc]:
+    """The planted hang of ``host`` (its ``sleep``, tagged with the run and the host), while it lives."""
+    tag = f"SB_FLEET_TAG={run_id}/{host}".encode()
+    return [
+        p
+        for p in run_processes(run_id)
+        if p.comm == "sleep" and tag in _read(f"/proc/{p.pid}/environ").split(b"\0")
+    ]
+
+
+def wait_for(pred, timeout: float, what: str, step: float = 0.1):  # noqa: ANN001, ANN201
+    """``pred()``'s first true value, polled; AssertionError naming ``what`` after ``timeout`` s."""
+    t_end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > t_end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(step)
+
+
+def run_id_of(run_dir: Path, timeout: float = 60) -> str:
+    """The run id of a run being created (its manifest appears when its inputs are written)."""
+    import json
+
+    manifest = run_dir / "manifest.json"
+    wait_for(manifest.exists, timeout, f"{manifest}")
+    return str(json.loads(manifest.read_text())["run_id"])

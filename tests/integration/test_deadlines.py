@@ -1,0 +1,165 @@
+"""Every stage ends on time, and a stop leaves nothing running: a real loopback SSH fleet (127.0.15.x).
+
+A host hung at its health checks ends ``unhealthy``, one hung at deploy and one hung in a run step end
+``timeout`` naming the stage, each within its stage's deadline plus 30 s; the healthy host is judged and
+validate returns. After SIGTERM in the middle of each stage, no process of the run is left, on the
+control node or on any host (listed by the run's tags and names before and after; hosts and control node
+share this machine). The hangs are planted in the hosts' Python (tests/fleetlib/hangs.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fleetlib.hangs import hang_python, hung, run_id_of, run_processes, wait_for
+
+from .conftest import ROOT, SB_FLEET, started_fleet
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  python: /usr/bin/python3
+  venv: false
+  install_requirements: never
+  min_free_disk_gb: 0
+  forks: 8
+  ssh_connect_timeout: 5
+  deploy_timeout: @DEPLOY@
+  step_margin: 5
+health:
+  exec_timeout: @CHECK@
+superbench:
+  benchmarks:
+    noop:
+      timeout: @BENCH@
+      modes: [{name: local, proc_num: 1}]
+      parameters: {sleep: 0}
+gates:
+  fleet: {enabled: false}
+"""
+
+
+@pytest.fixture(scope="module")
+def dfleet():
+    with started_fleet(4, "127.0.15", check_torch=False) as f:
+        wrapper, ctl = hang_python(f.dir)
+        yield f, wrapper, ctl
+
+
+def _setup(dfleet, name: str, check: int, deploy: int, bench: int, hangs: list[str]) -> tuple[Path, Path]:  # noqa: ANN001
+    fleet, wrapper, ctl = dfleet
+    ctl.write_text("".join(f"{h}\n" for h in hangs))
+    for h in fleet.hosts:  # a fresh workspace: deploy pushes the suite (its own task, not the first step's)
+        shutil.rmtree(h.workspace, ignore_errors=True)
+    inv = fleet.inventory(
+        name=f"{name}.ini", host_vars={h.name: {"sb_python": str(wrapper)} for h in fleet.hosts}
+    )
+    body = (
+        CONFIG.replace("@CHECK@", str(check)).replace("@DEPLOY@", str(deploy)).replace("@BENCH@", str(bench))
+    )
+    return inv, fleet.config(body, f"{name}.yaml")
+
+
+def _validate(inv: Path, cfg: Path, run_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
+
+
+def _outcomes(run_dir: Path) -> dict[str, dict]:
+    return json.loads((run_dir / "outcomes.json").read_text())["hosts"]
+
+
+def test_each_stage_ends_its_hung_host_on_time_and_the_healthy_host_is_judged(dfleet, tmp_path):
+    fleet = dfleet[0]
+    good, at_check, at_deploy, at_run = (h.name for h in fleet.hosts)
+    check_s, deploy_s, step_s = 15, 15, 5 + 5  # the step: noop's timeout + fleet.step_margin
+    inv, cfg = _setup(
+        dfleet, "dl", check_s, deploy_s, 5, [f"{at_check} check", f"{at_deploy} deploy", f"{at_run} run"]
+    )
+    run_dir = tmp_path / "dl"
+    t0 = time.monotonic()
+    p = _validate(inv, cfg, run_dir)
+    run_id = run_id_of(run_dir)
+    life: dict[str, list[float]] = {}  # host -> [first seen hung, last seen hung]
+    while p.poll() is None:
+        now = time.monotonic()
+        for h in (at_check, at_deploy, at_run):
+            if hung(run_id, h):
+                life.setdefault(h, [now, now])[1] = now
+        time.sleep(0.2)
+    took = time.monotonic() - t0
+    out, err = p.communicate()
+    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert set(life) == {at_check, at_deploy, at_run}, life  # each hang happened, at its stage
+    for h, limit in ((at_check, check_s), (at_deploy, deploy_s), (at_run, step_s)):
+        assert life[h][1] - life[h][0] <= limit + 30, (h, life[h])
+    oc = _outcomes(run_dir)
+    assert oc[good]["outcome"] == "ok", oc[good]
+    c = oc[at_check]
+    assert c["outcome"] == "unhealthy", c
+    assert "health checks: no end within its deadline of 15 s (health.exec_timeout)" in c["reason"], c
+    assert c["stages"]["deploy"]["outcome"] == "skipped"  # not benchmarked
+    d = oc[at_deploy]["stages"]["deploy"]
+    # deploy's own task timeout (fleet.deploy_timeout) within the deploy's deadline, which the first step
+    # rides with (validate: 15 + 10 s)
+    assert d["outcome"] == "timeout", d
+    assert (
+        "deploy: no end within its task's timeout of 15 s (no end within its deadline of 25 s" in d["reason"]
+    ), d
+    r = oc[at_run]["stages"]["run"]
+    assert r["outcome"] == "timeout" and r["reason"].startswith(
+        "step01: no end within its deadline of 10 s"
+    ), r
+    verdicts = {h["name"]: h["verdict"] for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
+    assert verdicts[good] == "pass", verdicts
+    # validate's wall time within the bound that --dry-run states (3 stages' deadlines + collect, + margins)
+    assert took < check_s + deploy_s + step_s + 4 * 30 + 60, took
+    # What is left after a run that ended by itself: at most OpenSSH's ControlPersist masters, idle, which
+    # end by themselves (ControlPersist=120s; a stop ends them at once: the test below)
+    wait_for(
+        lambda: all(
+            x.cmdline.startswith("ssh: ") and "[mux]" in x.cmdline for x in run_processes(run_id, run_dir)
+        ),
+        15,
+        "every process of the run but the idle ssh masters to be gone",
+    )
+
+
+@pytest.mark.parametrize("stage", ["check", "deploy", "run"])
+def test_sigterm_in_each_stage_leaves_no_process_of_the_run(dfleet, tmp_path, stage):
+    fleet = dfleet[0]
+    victim = fleet.hosts[1].name
+    inv, cfg = _setup(dfleet, f"term-{stage}", 300, 300, 300, [f"{victim} {stage}"])
+    run_dir = tmp_path / f"term-{stage}"
+    p = _validate(inv, cfg, run_dir)
+    run_id = run_id_of(run_dir)
+    wait_for(lambda: hung(run_id, victim) or p.poll() is not None, 120, f"{victim} to hang at {stage}")
+    assert p.poll() is None, p.communicate()
+    before = run_processes(run_id, run_dir)
+    comms = {x.comm for x in before}
+    assert "sleep" in comms and any("ansible" in c for c in comms), "\n".join(map(str, before))
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=90)
+    assert p.returncode in (1, 3, 130), out[-2000:] + err[-3000:]
+    try:
+        wait_for(lambda: not run_processes(run_id, run_dir), 20, "every process of the run to be gone")
+    except AssertionError:
+        left = run_processes(run_id, run_dir)
+        raise AssertionError(
+            "left after SIGTERM:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
+        ) from None
