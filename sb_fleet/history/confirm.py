@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sb_fleet.analysis.stats import MAD_TO_SIGMA
 from sb_fleet.analysis.superbench.metric_names import parse_metric
 
 CONFIRMED, FLAKY = "confirmed", "flaky"
@@ -239,7 +240,7 @@ def _robust_scale(xs: Sequence[float]) -> float | None:
     if len(ok) in _D2:
         return (ok[-1] - ok[0]) / _D2[len(ok)]
     med = statistics.median(ok)
-    return 1.4826 * statistics.median(abs(x - med) for x in ok)
+    return MAD_TO_SIGMA * statistics.median(abs(x - med) for x in ok)
 
 
 def _log_moves(
@@ -350,14 +351,15 @@ def _replay(
     if noise is None:  # the metric itself on too few controls: its family's
         fam = name.family
         noise = rerun_noise(lambda m: parse_metric(m).family == fam, controls_first, controls_rerun)
-    beyond = again > -1 and abs(math.log1p(again)) >= _rerun_need(noise)
-    reproduced = same_side and abs(again) >= need and beyond
-    if reproduced or not (same_side and abs(again) >= need):
-        why = f"{i.deviation:+.1%} then {again:+.1%}" + (
-            "" if reproduced else f" (needed {math.copysign(need, i.deviation):+.1%})"
-        )
-    else:
-        why = f"{i.deviation:+.1%} then {again:+.1%}, {_within(noise)}"
+    enough = same_side and abs(again) >= need
+    reproduced = enough and again > -1 and abs(math.log1p(again)) >= _rerun_need(noise)
+    why = f"{i.deviation:+.1%} then {again:+.1%}" + (
+        ""
+        if reproduced
+        else f" (needed {math.copysign(need, i.deviation):+.1%})"
+        if not enough
+        else f", {_within(noise)}"
+    )
     return Replay(i.metric, i.check, i.deviation, again, reproduced, why, i.value, v, ref)
 
 
@@ -424,8 +426,8 @@ def _combined_replay(
         return pm.group == group and pm.unit == unit and direction(m) != 0 and not pm.is_return_code
 
     noise = None if sibling else rerun_noise(in_group, controls_first, controls_rerun)
-    beyond = math.log1p(abs(b2)) >= _rerun_need(noise)  # mean badness as a ratio: the smaller reading
-    reproduced = b2 >= need and beyond
+    # the mean badness as a ratio, its smaller reading
+    reproduced = b2 >= need and math.log1p(abs(b2)) >= _rerun_need(noise)
     why = f"{-b1:+.1%} then {-b2:+.1%} on average over {len(again_bad)} metric(s)" + (
         "" if reproduced else f" (needed {-need:+.1%})" if b2 < need else f", {_within(noise)}"
     )
