@@ -370,14 +370,9 @@ def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[s
     cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), benchmarks)
     if cfg is None or len(run.inventory.sources) != 1:
         return None
-    what = " and ".join(
-        x
-        for x in (
-            f"{len(splits)} population split(s)" if splits else "",
-            f"{len(incs)} inconsistent metric(s)" if incs else "",
-        )
-        if x
-    )
+    parts = [f"{len(splits)} population split(s)"] if splits else []
+    parts += [f"{len(incs)} inconsistent metric(s)"] if incs else []
+    what = " and ".join(parts)
     say(opts, f"confirmation: re-running {', '.join(benchmarks)} on the {len(hosts)} hosts of {what}")
     cfg_path = run.rd.path / "confirm-splits-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
