@@ -49,7 +49,7 @@ superbench:
   benchmarks:
     gemm-flops:
       modes: [{name: local, proc_num: 1, env: {OMP_NUM_THREADS: 1}}]
-      parameters: {m: 64, n: 64, k: 64, num_warmup: 1, num_steps: 2, precision: [fp32]}
+      parameters: {m: 64, n: 64, k: 64, num_warmup: 1, num_steps: 2, min_time: 0.1, precision: [fp32]}
 gates:
   fleet: {enabled: false}
 """

@@ -40,7 +40,7 @@ superbench:
     gemm-flops:
       <<: *cpu_local
       timeout: 120
-      parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, precision: [fp64, fp32]}
+      parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, min_time: 0.2, precision: [fp64, fp32]}
 # Four CPU GEMMs on two shared cores land up to ~30% apart from scheduling alone (CI once failed a good
 # host of this fleet). These tests judge the flow (every host ends with its outcome and its figures);
 # the verdict's statistics are tested on planted faults elsewhere (tests/unit, bench/verdict_quality.py).

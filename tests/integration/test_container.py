@@ -64,7 +64,7 @@ superbench:
       enable: true
       timeout: 120
       modes: [{name: local, proc_num: 1, parallel: no, env: {OMP_NUM_THREADS: 1}}]
-      parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, precision: [fp64, fp32]}
+      parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, min_time: 0.2, precision: [fp64, fp32]}
 # Three CPU GEMMs on two shared cores land far apart from scheduling alone: the drift this test plants
 # is the image's digest, judged by the software check; no throughput verdict here.
 gates:

@@ -71,7 +71,7 @@ VALIDATE = """\
     gemm-flops:
       timeout: 120
       modes: [{name: local, proc_num: 1, parallel: no, env: {OMP_NUM_THREADS: 1}}]
-      parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, precision: [fp64, fp32]}
+      parameters: {m: 128, n: 128, k: 128, num_warmup: 1, num_steps: 4, min_time: 0.2, precision: [fp64, fp32]}
     noop:mpi:
       timeout: 60
       modes: [{name: mpi, proc_num: 1, node_num: 1}]

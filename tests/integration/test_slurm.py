@@ -35,7 +35,7 @@ superbench:
   benchmarks:
     gemm-flops:
       modes: [{name: local, proc_num: 1, parallel: no, env: {OMP_NUM_THREADS: 1}}]
-      parameters: {m: 64, n: 64, k: 64, num_warmup: 1, num_steps: 2, precision: [fp32]}
+      parameters: {m: 64, n: 64, k: 64, num_warmup: 1, num_steps: 2, min_time: 0.1, precision: [fp32]}
 # The planted faults are a failed deploy and a failed health check: a tiny GEMM on a shared 2-core
 # machine is too noisy to judge against the fleet's median (it drained a good node in CI).
 gates:

@@ -49,13 +49,10 @@ def test_validate_collects_every_host_and_reports_the_unreachable_one(fleet, fle
             "result",
             "reduce_op",
         } <= set(raw)
-        # issue 35: the timed samples (SuperBench's shape: one list per run) and the figure's noise. Four
-        # timed steps make at most four samples of >= 20 ms; on a loaded machine one preempted step can
-        # take the others into a single sample.
-        assert (
-            len(raw["raw_data"]["fp32_flops"]) == raw["run_count"]
-            and 1 <= len(raw["raw_data"]["fp32_flops"][0]) <= 4
-        )
+        # issue 35: the timed samples (SuperBench's shape: one list per run) and the figure's noise: 0.2 s
+        # (min_time) of GEMMs make several samples of >= 20 ms, at most 32.
+        taken = raw["raw_data"]["fp32_flops"]
+        assert len(taken) == raw["run_count"] and 2 <= len(taken[0]) <= 32
         assert raw["noise"]["fp32_flops"] >= 0 and raw["spread"]["fp32_flops"] >= 0
     noise = {
         d["node"]: d for d in map(json.loads, (run_dir / "noise-summary.jsonl").read_text().splitlines())
@@ -72,7 +69,13 @@ def test_validate_collects_every_host_and_reports_the_unreachable_one(fleet, fle
     assert set(hosts) == {*summary, "host005"}
     assert hosts["host005"]["verdict"] == "missing"
     assert hosts["host005"]["outcome"] == "unreachable"
-    assert all(hosts[h.name]["verdict"] == "pass" for h in fleet.hosts)
+    # A healthy host never fails. A step preempted on the shared cores can make its first figure an outlier
+    # (CI once saw 3.8 of 78 GFLOPS): validate's confirmation re-runs it, and it ends flaky, not failed.
+    verdicts = {h.name: hosts[h.name]["verdict"] for h in fleet.hosts}
+    assert set(verdicts.values()) <= {"pass", "flaky"}, (run_dir / "report.md").read_text()
+    confirmed = (doc.get("confirmation") or {}).get("hosts", {})
+    for h in (h for h, v in verdicts.items() if v == "flaky"):
+        assert confirmed[h]["result"] == "flaky" and not any(r["reproduced"] for r in confirmed[h]["replays"])
     # the run directory is the contract
     for f in (
         "manifest.json",

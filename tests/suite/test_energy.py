@@ -272,7 +272,7 @@ def test_gemm_flops_without_counter_reports_the_figure_and_the_reason(tmp_path, 
     from suite_helpers import run_bench
 
     monkeypatch.setenv("SB_PATH_SYSFS", str(tmp_path / "none"))
-    env = run_bench("gemm-flops", m=32, n=32, k=32, num_warmup=1, num_steps=2, precision=["fp32"])
+    env = run_bench("gemm-flops", m=32, n=32, k=32, num_warmup=1, num_steps=2, min_time=0, precision=["fp32"])
     assert env["status"] == "ok" and env["result"]["fp32_flops"][0] > 0
     assert "fp32_power" not in env["result"] and "fp32_flops_per_watt" not in env["result"]
     assert "skipped fp32_flops_per_watt, fp32_power: no energy counter on this host" in env["reason"]
@@ -317,6 +317,6 @@ def test_a_sysfs_that_cannot_be_listed_costs_only_the_efficiency(tmp_path, monke
     (tmp_path / "class").mkdir()
     (tmp_path / "class" / "powercap").write_text("not a directory\n")
     monkeypatch.setenv("SB_PATH_SYSFS", str(tmp_path))
-    env = run_bench("gemm-flops", m=32, n=32, k=32, num_warmup=1, num_steps=2, precision=["fp32"])
+    env = run_bench("gemm-flops", m=32, n=32, k=32, num_warmup=1, num_steps=2, min_time=0, precision=["fp32"])
     assert env["status"] == "ok" and env["result"]["fp32_flops"][0] > 0
     assert "fp32_power" not in env["result"] and "no energy counter on this host" in env["reason"]

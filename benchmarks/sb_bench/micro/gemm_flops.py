@@ -7,9 +7,12 @@ Metrics (SuperBench's names, GFLOPS; int8 in GIOPS), one per GPU (``:<rank>``):
 
 Work counted (GPU and CPU alike): one GEMM ``C[m,n] = A[m,k] @ B[k,n]`` is 2·m·n·k
 operations (a multiply and an add per inner-product term); rate = 2·m·n·k / seconds per GEMM.
-Timing: CUDA events around back-to-back GEMMs after warm-up; on GPUs the window lasts at least
-``min_time`` (2 s) — more steps than ``num_steps`` where a GEMM is fast — so the clocks have ramped
-up (SuperBench's cutlass profiler also times for seconds). ``duration > 0`` times for that long instead.
+Timing: CUDA events around back-to-back GEMMs after warm-up (a clock on CPUs); the window lasts at
+least ``min_time`` (2 s) — more steps than ``num_steps`` where a GEMM is fast — so the clocks have
+ramped up (SuperBench's cutlass profiler also times for seconds) and, on a CPU, one scheduler slice
+lost to another process (a few ms) cannot make the figure: a window of ``num_steps`` small GEMMs can
+be shorter than one slice, and then a healthy host reads 7x slow with no samples to say how noisy it
+was. ``duration > 0`` times for that long instead.
 An efficiency above 105% of the device's peak fails that precision as a measurement error.
 
 How each precision is produced through torch (cuBLAS / hipBLAS(Lt) on GPUs):
@@ -368,8 +371,9 @@ class GemmFlops(Benchmark):
         "min_time": Param(
             "float",
             2.0,
-            "GPUs, when duration is 0: time each precision for at least this many seconds (clocks "
-            "ramp up over the first ~100 ms; num_steps of a fast GEMM is far shorter)",
+            "when duration is 0: time each precision for at least this many seconds (GPU clocks "
+            "ramp up over the first ~100 ms, a CPU's scheduler slice is a few ms; num_steps of a "
+            "fast GEMM is far shorter); 0: exactly num_steps",
         ),
     }
 
@@ -427,7 +431,7 @@ class GemmFlops(Benchmark):
         values: dict[str, float] = {}
         for case in self.cases(ctx):
             h = harness
-            if ctx.is_cuda and harness.duration == 0 and self.args["min_time"] > 0:
+            if harness.duration == 0 and self.args["min_time"] > 0:
                 # Warm up, estimate the step time, then time a window of at least min_time seconds.
                 for _ in range(max(harness.num_warmup, 1)):
                     case.step()

@@ -11,12 +11,13 @@ from sb_bench.micro.gemm_flops import PRECISIONS, DeviceInfo, check_product, mak
 from suite_helpers import assert_metrics, run_bench
 
 SMALL = {"num_warmup": 1, "num_steps": 3}
+GEMM_SMALL = {**SMALL, "min_time": 0}  # exactly num_steps: these tests check logic, not timing
 
 
 # -- gemm-flops --------------------------------------------------------------------------------------
 def test_gemm_flops_cpu_precisions_and_skip_reasons():
     env = run_bench(
-        "gemm-flops", m=128, n=96, k=64, precision=["fp64", "fp32", "fp16", "tf32_tc", "int8_tc"], **SMALL
+        "gemm-flops", m=128, n=96, k=64, precision=["fp64", "fp32", "fp16", "tf32_tc", "int8_tc"], **GEMM_SMALL
     )
     assert_metrics(env, {"fp64_flops": "GFLOPS", "fp32_flops": "GFLOPS", "fp16_flops": "GFLOPS"})
     # Tensor-core variants are not invented on a CPU; each skipped metric is named with its reason.
@@ -26,8 +27,23 @@ def test_gemm_flops_cpu_precisions_and_skip_reasons():
     assert env["reduce_op"]["fp32_flops"] is None  # per GPU: the summary keeps :<rank>
 
 
+def test_gemm_flops_on_cpu_times_for_min_time_so_one_lost_slice_cannot_make_the_figure():
+    # 3 steps of a 64^3 GEMM take well under a millisecond: shorter than one scheduler slice, so one
+    # preemption would be the figure and no samples would say so (CI saw a healthy host read 7x slow
+    # twice in a row). With min_time the window is long enough to hold samples of >= 20 ms each.
+    env = run_bench("gemm-flops", m=64, precision=["fp32"], min_time=0.2, **SMALL)
+    assert env["status"] == "ok", env["reason"]
+    taken = env["raw_data"]["fp32_flops"][0]
+    # 0.2 s of laps merge into about 8-10 samples of >= 20 ms (sb_bench.core.samples); 3 steps alone
+    # give at most 3, of a fraction of a millisecond each.
+    assert len(taken) >= 6, taken
+    assert env["spread"]["fp32_flops"] >= 0 and env["noise"]["fp32_flops"] >= 0
+    exact = run_bench("gemm-flops", m=64, precision=["fp32"], **GEMM_SMALL)
+    assert len(exact["raw_data"]["fp32_flops"][0]) <= 3  # min_time 0: exactly num_steps
+
+
 def test_gemm_flops_all_tensor_core_precisions_on_cpu_is_skipped_not_failed():
-    env = run_bench("gemm-flops", m=64, precision=["tf32_tc", "bf16_tc"], **SMALL)
+    env = run_bench("gemm-flops", m=64, precision=["tf32_tc", "bf16_tc"], **GEMM_SMALL)
     assert env["status"] == "skipped" and env["return_code"] == 0
     assert "a CPU has no tensor cores" in env["reason"]
 
@@ -52,7 +68,7 @@ def test_gemm_flops_planted_wrong_product_fails_with_reason(monkeypatch, corrupt
         return bad_step, product
 
     monkeypatch.setattr(gf, "make_step", faulty)
-    env = run_bench("gemm-flops", m=128, precision=["fp32"], check_samples=8, **SMALL)
+    env = run_bench("gemm-flops", m=128, precision=["fp32"], check_samples=8, **GEMM_SMALL)
     assert env["status"] == "failed" and env["return_code"] == 3, env
     assert env["reason"].startswith("result check failed: fp32:")
     assert env["result"] == {"return_code": [3]}  # no throughput for a wrong GPU
@@ -281,7 +297,7 @@ def test_unavailable_tensor_core_gemm_is_skipped_but_device_faults_fail(monkeypa
         return broken, lambda: None
 
     monkeypatch.setattr(gf, "make_step", make)
-    env = run_bench("gemm-flops", m=64, precision=["fp32", "int8_tc"], **SMALL)
+    env = run_bench("gemm-flops", m=64, precision=["fp32", "int8_tc"], **GEMM_SMALL)
     assert env["status"] == status, env["reason"]
     if status == "ok":
         assert "fp32_flops" in env["result"] and "int8_tc GEMM not available here" in env["reason"]
