@@ -17,7 +17,12 @@ GEMM_SMALL = {**SMALL, "min_time": 0}  # exactly num_steps: these tests check lo
 # -- gemm-flops --------------------------------------------------------------------------------------
 def test_gemm_flops_cpu_precisions_and_skip_reasons():
     env = run_bench(
-        "gemm-flops", m=128, n=96, k=64, precision=["fp64", "fp32", "fp16", "tf32_tc", "int8_tc"], **GEMM_SMALL
+        "gemm-flops",
+        m=128,
+        n=96,
+        k=64,
+        precision=["fp64", "fp32", "fp16", "tf32_tc", "int8_tc"],
+        **GEMM_SMALL,
     )
     assert_metrics(env, {"fp64_flops": "GFLOPS", "fp32_flops": "GFLOPS", "fp16_flops": "GFLOPS"})
     # Tensor-core variants are not invented on a CPU; each skipped metric is named with its reason.
