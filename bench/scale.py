@@ -106,7 +106,9 @@ def ssh_round(fleet: SshFleet) -> float:
     return el
 
 
-STAGE_RE = re.compile(r"^(deploy|run|collect)\s+done\s+(\d+)\s+failed\s+(\d+)\s+pending\s+(\d+)\s+([\d.]+)s")
+STAGE_RE = re.compile(
+    r"^(check|check\+deploy|deploy|run|collect)\s+done\s+(\d+)\s+failed\s+(\d+)\s+pending\s+(\d+)\s+([\d.]+)s"
+)
 
 
 def task_times(run_dir: Path) -> dict[str, dict[str, float]]:

@@ -154,11 +154,14 @@ class Executor:
         extravars: dict[str, Any] | None = None,
         deadline: Deadline | None = None,
         stop: Callable[[str], str] | None = None,
+        done: Callable[[str, dict[str, Any]], bool] | None = None,
     ) -> StageResult:
         """Run ``playbook`` on ``hosts``; an outcome for every one of them, whatever happens. With a
         ``deadline``, a host past it is stopped (``stop(host)``, else :meth:`stop_host`) and ends
-        ``timeout`` while the others go on."""
-        return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop)
+        ``timeout`` while the others go on. A host is done with the play when it reports
+        :data:`~sb_fleet.plan.tasks.PLAY_DONE`, or a task result for which ``done(task, result)`` is
+        true (the play's last task for that host: a play that ends so costs no task of its own)."""
+        return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop, done)
 
     def stop_host(self, host: str) -> str:
         """End what this run started for ``host``: its processes on the host (a new connection), and
@@ -186,6 +189,7 @@ def run_playbook(
     extravars: dict[str, Any] | None,
     deadline: Deadline | None = None,
     stop: Callable[[str], str] | None = None,
+    done: Callable[[str, dict[str, Any]], bool] | None = None,
 ) -> StageResult:
     import ansible_runner
 
@@ -226,6 +230,7 @@ def run_playbook(
     results: dict[str, dict[str, Any]] = {h: {} for h in hosts}
     reached: set[str] = set()
     running: dict[str, str] = {}  # host -> the task it started and has not ended
+    finished: set[str] = set()  # hosts whose play ended (its last task reported, or a failure)
     watch = (
         DeadlineWatch(deadline, len(hosts), min(forks, max(len(hosts), 1)), stop or ex.stop_host)
         if deadline is not None and ex.run_id
@@ -262,8 +267,10 @@ def run_playbook(
             reached.add(host)
             running.pop(host, None)
             results[host][task] = _slim(res)
-            if watch is not None and task == PLAY_DONE:
-                watch.finished(host)
+            if task == PLAY_DONE or (done is not None and done(task, res)):
+                finished.add(host)
+                if watch is not None:
+                    watch.finished(host)
         elif name in ("runner_on_failed", "runner_on_unreachable", "runner_on_async_failed"):
             reached.add(host)
             running.pop(host, None)
@@ -271,6 +278,7 @@ def run_playbook(
                 return True
             outcome, reason = classify(name, res)
             results[host][task] = _slim(res)
+            finished.add(host)
             if watch is not None:
                 if outcome == Outcome.TIMEOUT:  # Ansible's own task timeout: its processes run on
                     m = _TASK_TIMEOUT.search(reason)
@@ -313,7 +321,7 @@ def run_playbook(
     status, rc = r.status, r.rc
     stopped = watch.close() if watch is not None else {}
     if watch is not None and watch.over() and status == "canceled":  # over the stage's bound
-        left = [h for h in hosts if PLAY_DONE not in results[h]]  # a stopped host still there: again
+        left = [h for h in hosts if h not in finished]  # a stopped host still there: again
         for h, said in ex.stop_hosts(left).items():
             now = f"when the stage ran past its bound ({watch.bound} s): {said}"
             stopped[h] = f"{stopped[h]}; again {now}" if h in stopped else now
@@ -341,7 +349,7 @@ def run_playbook(
             progress(h, Outcome.TIMEOUT, outcomes[h].reason)
         elif h in seen:
             outcomes[h] = seen[h]
-        elif status == "canceled" and PLAY_DONE not in results[h]:
+        elif status == "canceled" and h not in finished:
             # cut off inside a task, or between two: the tasks it did are not the play
             where = f"in {running[h]}" if h in running else "before the host finished"
             outcomes[h] = HostOutcome(h, stage, Outcome.PENDING, f"interrupted {where}")

@@ -20,22 +20,24 @@ from typing import TYPE_CHECKING
 
 from sb_fleet.errors import RunDirError
 from sb_fleet.exits import exit_for
-from sb_fleet.fleet.executor import Executor
+from sb_fleet.fleet.executor import Executor, Started
 from sb_fleet.fleet.pattern_followup import follow_up
 from sb_fleet.fleet.progress import Progress
 from sb_fleet.fleet.prometheus_outputs import PromOutputs, check_textfile_dir, write_and_expose
 from sb_fleet.fleet.slurm_launch import Allocation, SrunReach, allocation
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.fleet.stages.check_stage import check as check_stage
+from sb_fleet.fleet.stages.check_stage import check_profiles, judge_checks
 from sb_fleet.fleet.stages.cleanup_stage import cleanup as cleanup_stage
 from sb_fleet.fleet.stages.cleanup_stage import cleanup_playbook
 from sb_fleet.fleet.stages.collect_stage import collect as collect_stage
-from sb_fleet.fleet.stages.deploy_stage import can_start, deploy_then_start
+from sb_fleet.fleet.stages.deploy_stage import can_start, check_deploy_then_start, deploy_then_start
 from sb_fleet.fleet.stages.deploy_stage import deploy as deploy_stage
 from sb_fleet.fleet.stages.image_stage import deploy_image
 from sb_fleet.fleet.stages.run_stage import run as run_stage
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import describe_bound, validate_deadlines
+from sb_fleet.plan.run_plan import Step
 from sb_fleet.rundir.outcome_table import merge, outcomes_of, save_stage
 from sb_fleet.rundir.rundir import MANIFEST, utcnow
 from sb_fleet.rundir.runinputs import RunInputs, create_run, default_inputs, open_run
@@ -198,9 +200,41 @@ def healthy_hosts(run: RunInputs, ex: Executor, hosts: list[str], opts: Options)
     """validate's first step: the health checks; the hosts to benchmark. An ``unhealthy`` host is held
     back (recorded ``skipped`` in the later stages, with the reason) unless --run-unhealthy or
     health.run_unhealthy; a host the checks could not reach goes on, and deploy says what it finds."""
-    if opts.skip_health or not run.config.health.enabled or run.rendered.check is None:
+    if not health_first(run, opts):
         return hosts
     outcomes, _ = check_stage(run, ex, hosts)
+    return hold_back(run, opts, outcomes, hosts)
+
+
+def health_first(run: RunInputs, opts: Options) -> bool:
+    """Whether validate opens with the health checks."""
+    return not opts.skip_health and run.config.health.enabled and run.rendered.check is not None
+
+
+def checked_start(
+    run: RunInputs, ex: Executor, hosts: list[str], first: Step, opts: Options
+) -> tuple[list[str], Started]:
+    """validate's nightly path: the health checks, deploy's check and ``first`` in one SSH exec per
+    host (deploy_stage.check_deploy_then_start); a host whose own checks fail stops there. The checks are
+    then judged with the fleet's drift: a host unhealthy only by that (or by a warning under
+    health.warn_is_unhealthy) had its first step run, and is held back all the same (its results are not
+    judged). The hosts to go on with, and the started step."""
+    check_profiles(run, hosts)
+    go_on = opts.run_unhealthy or run.config.health.run_unhealthy
+    _, started, checked = check_deploy_then_start(run, ex, hosts, first, go_on)
+    outcomes, _ = judge_checks(run, ex, hosts, checked.outcomes, checked.results)
+    kept = hold_back(run, opts, outcomes, hosts)
+    if len(kept) < len(hosts):
+        started = dataclasses.replace(
+            started, results={h: r for h, r in started.results.items() if h in kept}
+        )
+    return kept, started
+
+
+def hold_back(run: RunInputs, opts: Options, outcomes: dict[str, HostOutcome], hosts: list[str]) -> list[str]:
+    """The hosts to benchmark after the health checks' ``outcomes``: all with --run-unhealthy or
+    health.run_unhealthy, else those not ``unhealthy`` (the others recorded ``skipped`` in the later
+    stages, with the reason)."""
     if opts.run_unhealthy or run.config.health.run_unhealthy:
         return hosts
     sick = [h for h in hosts if outcomes[h].outcome == Outcome.UNHEALTHY]
@@ -283,11 +317,16 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
 
         check_store(opts.history or run.config.fleet.history or "")
     with executor(run, opts, hosts) as ex:
-        hosts = healthy_hosts(run, ex, hosts, opts)
+        first = can_start(run, opts.resume)  # deploy starts the first step in the same exec where it can
+        started: Started | None = None
+        if first is not None and health_first(run, opts):  # and the health checks open that exec
+            hosts, started = checked_start(run, ex, hosts, first, opts)
+        else:
+            hosts = healthy_hosts(run, ex, hosts, opts)
         if hosts:
-            first = can_start(run, opts.resume)  # deploy starts the first step in the same exec where it can
-            if first is not None:
+            if started is None and first is not None:
                 _, started = deploy_then_start(run, ex, hosts, first)
+            if started is not None:
                 result = run_stage(run, ex, hosts, started=started)
             else:
                 deploy_all(run, ex, hosts)

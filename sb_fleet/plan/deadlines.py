@@ -50,7 +50,16 @@ def check_deadline(config: Config) -> Deadline:
     return Deadline(config.health.exec_timeout, "health checks", "health.exec_timeout")
 
 
-def deploy_deadline(config: Config, first_step_s: int = 0) -> Deadline:
+def deploy_deadline(config: Config, first_step_s: int = 0, health: bool = False) -> Deadline:
+    """deploy's; ``first_step_s``: the first step's deadline when it rides with deploy; ``health``: the
+    health checks open the same exec (validate's nightly path; bounded on the host at health.exec_timeout,
+    then 5 s for its kill)."""
+    if health:
+        return Deadline(
+            config.health.exec_timeout + 5 + config.fleet.deploy_timeout + first_step_s,
+            "health checks, deploy and the first step",
+            "health.exec_timeout + 5 + fleet.deploy_timeout + the first step's deadline (one exec)",
+        )
     if first_step_s:
         return Deadline(
             config.fleet.deploy_timeout + first_step_s,

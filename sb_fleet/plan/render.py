@@ -17,7 +17,7 @@ from sb_fleet.config.fleet_config import Config
 from sb_fleet.config.inventory import Inventory
 from sb_fleet.plan import ansible_data
 from sb_fleet.plan.render_container import render_container
-from sb_fleet.plan.render_health import render_check
+from sb_fleet.plan.render_health import health_vars, render_check
 from sb_fleet.plan.resources import suite_dir
 from sb_fleet.plan.run_plan import Plan
 from sb_fleet.plan.tasks import NEED_SUITE
@@ -161,6 +161,7 @@ def render_playbooks(
     fleet = config.fleet.model_dump()
     if config.fleet.runtime != "none":  # the image brings torch: the host needs neither a venv nor torch
         fleet["venv"] = False
+    health = health_vars(config, out, config_dir or Path.cwd())
     deploy = out / "deploy.yml"
     atomic_write_text(
         deploy,
@@ -174,6 +175,7 @@ def render_playbooks(
             bootstrap=DEPLOY_BOOTSTRAP,
             need_suite=NEED_SUITE,
             needs_torch=needs_torch(plan) and config.fleet.runtime == "none",
+            health=health,
         ),
     )
     runs = {}
@@ -206,7 +208,7 @@ def render_playbooks(
         config.fleet.runtime != "none"
     ):  # the steps run in the image; container-deploy.yml puts it on the hosts
         image = render_container(plan, config, run_id, out, runs)
-    check = render_check(config, out, config_dir or Path.cwd())
+    check = render_check(health, out)
     check_rendered([hosts_file, deploy, check, *runs.values(), *([image] if image else [])])
     rendered = Rendered(deploy, runs, archive, digest, image, check)
     atomic_write_json(out / INDEX, rendered.to_json())

@@ -61,8 +61,10 @@ def expectations_b64(profile: HealthProfile | None) -> str:
     return base64.b64encode(json.dumps(d, sort_keys=True).encode()).decode()
 
 
-def render_check(config: Config, out: Path, config_dir: Path) -> Path:
-    """Write ``check.yml`` and ``health-profiles.json`` (the profiles the run was created with)."""
+def health_vars(config: Config, out: Path, config_dir: Path) -> dict[str, Any]:
+    """The health checks' part of a playbook's context (``health`` in check.yml and deploy.yml: the
+    command line of playbooks/health_vars.inc), and ``health-profiles.json`` written under ``out`` (the
+    profiles the run was created with)."""
     h = config.health
     profiles = resolve_profiles(h, config_dir)
     expect = {NO_PROFILE: expectations_b64(None)}
@@ -70,19 +72,21 @@ def render_check(config: Config, out: Path, config_dir: Path) -> Path:
     atomic_write_json(
         out / PROFILES_FILE, {n: p.model_dump(mode="json") for n, p in sorted(profiles.items())}
     )
+    return {
+        "default_profile": h.profile or NO_PROFILE,
+        "expect": expect,
+        "payload": base64.b64encode(health_payload()).decode(),
+        "boot": BOOT,
+        "timeout": h.timeout,
+        "exec_timeout": h.exec_timeout,
+    }
+
+
+def render_check(health: dict[str, Any], out: Path) -> Path:
+    """Write ``check.yml`` (``health``: :func:`health_vars`)."""
     pb = out / CHECK_PLAYBOOK
     atomic_write_text(
         pb,
-        template_env()
-        .get_template("check.yml.j2")
-        .render(
-            hosts_file=HOSTS_FILE,
-            default_profile=h.profile or NO_PROFILE,
-            expect=expect,
-            payload=base64.b64encode(health_payload()).decode(),
-            boot=BOOT,
-            timeout=h.timeout,
-            exec_timeout=h.exec_timeout,
-        ),
+        template_env().get_template("check.yml.j2").render(hosts_file=HOSTS_FILE, health=health),
     )
     return pb

@@ -7,7 +7,9 @@ playbook and checks each name is there.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 HOSTPREP_FAST = "check prerequisites, build the venv, record facts (suite in place)"  # deploy.yml, raw
 # deploy.yml: the suite on stdin, then hostprep
@@ -15,6 +17,9 @@ HOSTPREP = "check prerequisites, build the venv, record facts"
 NEED_SUITE = "SB_FLEET_NEED_SUITE"  # what the fast path prints when the suite is not on the host yet
 # validate: the line (on stdout and stderr) between hostprep and the first step's runner in one exec
 RUN_FOLLOWS = "SB_FLEET_RUN_FOLLOWS"
+# validate: the line (on stdout and stderr, with the checks' exit status) after the health checks that
+# open deploy's fast exec (deploy.yml's sb_health_first)
+HEALTH_DONE = "SB_FLEET_HEALTH_DONE"
 IMAGE_DIGEST = "image digest"  # container-deploy.yml / container run: the image's digest
 IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creating an enroot image
 IMAGE_CHECK = "the suite runs in the image"  # container-deploy.yml: the image's torch facts
@@ -24,8 +29,11 @@ HEALTH = "health checks"  # check.yml, raw: sb_bench.health's JSON document on s
 RUN_STEP = "run {step}"  # run.yml / container run: the runner of one step (its rc and stdout are judged)
 # container run: a step that outlived its timeout has its container removed (said in the host's outcome)
 CONTAINER_REMOVE = "remove the container that outlived its step"
-# Every playbook's last task (and deploy's before a host ends early): a host is done with the play only
-# when Ansible reports it. An interrupt can leave a host between two tasks, which no other event tells.
+# The container playbooks' last task: a host is done with the play only when Ansible reports it (an
+# interrupt can leave a host between two tasks, which no other event tells). The nightly path's plays
+# (check, deploy, run) have none: its cost was one more task per host (a worker process each, 2-5 s of
+# a 64-host play); the executor takes their last task's result as the end instead (:func:`ends_with`,
+# deploy_stage.deploy_done).
 PLAY_DONE = "this host is done with the play"
 
 
@@ -56,3 +64,12 @@ TASKS = MappingProxyType(
         "play_done": PLAY_DONE,
     }
 )
+
+
+def ends_with(name: str) -> Callable[[str, Mapping[str, Any]], bool]:
+    """For the executor: a host's play is over once it reports task ``name`` (the play's last task)."""
+
+    def done(task: str, result: Mapping[str, Any]) -> bool:
+        return task == name
+
+    return done

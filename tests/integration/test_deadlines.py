@@ -115,11 +115,12 @@ def test_each_stage_ends_its_hung_host_on_time_and_the_healthy_host_is_judged(df
     assert "health checks: no end within its deadline of 15 s (health.exec_timeout)" in c["reason"], c
     assert c["stages"]["deploy"]["outcome"] == "skipped"  # not benchmarked
     d = oc[at_deploy]["stages"]["deploy"]
-    # deploy's own task timeout (fleet.deploy_timeout) within the deploy's deadline, which the first step
-    # rides with (validate: 15 + 10 s)
+    # deploy's own task timeout (fleet.deploy_timeout) within the deadline of validate's one exec per host,
+    # which the health checks open and the first step rides with (15 + 5 + 15 + 10 s)
     assert d["outcome"] == "timeout", d
     assert (
-        "deploy: no end within its task's timeout of 15 s (no end within its deadline of 25 s" in d["reason"]
+        "health checks, deploy and the first step: no end within its task's timeout of 15 s "
+        "(no end within its deadline of 45 s" in d["reason"]
     ), d
     r = oc[at_run]["stages"]["run"]
     assert r["outcome"] == "timeout" and r["reason"].startswith(

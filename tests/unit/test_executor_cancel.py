@@ -19,7 +19,7 @@ from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.progress import RUNNING, Progress
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.outcome import Outcome
-from sb_fleet.plan.tasks import PLAY_DONE
+from sb_fleet.plan.tasks import PLAY_DONE, ends_with
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/usr/bin/python3"),
@@ -40,6 +40,11 @@ PLAYBOOK = f"""\
       ansible.builtin.debug:
         msg: done
 """
+# The nightly path's plays have no task of their own for the end: the executor is told the last one.
+ENDINGS = {
+    "play-done task": (PLAYBOOK, None),
+    "last task named": (PLAYBOOK.split('    - name: "')[0], ends_with("second")),
+}
 
 
 class Watch(Progress):
@@ -57,7 +62,7 @@ class Watch(Progress):
         super().update(host, status, detail)
 
 
-def _executor(tmp_path: Path, b_waits: bool) -> tuple[Executor, Watch, Path]:
+def _executor(tmp_path: Path, b_waits: bool, text: str = PLAYBOOK) -> tuple[Executor, Watch, Path]:
     """``b_waits``: b's first task lasts until ``tmp_path/go`` exists (the test makes it at its end:
     Ansible, which the interrupt leaves to its own end, does not outlive the test by long)."""
     inv = tmp_path / "hosts.ini"
@@ -71,7 +76,7 @@ def _executor(tmp_path: Path, b_waits: bool) -> tuple[Executor, Watch, Path]:
         "ansible_python_interpreter=/usr/bin/python3\n"
     )
     playbook = tmp_path / "probe.yml"
-    playbook.write_text(PLAYBOOK)
+    playbook.write_text(text)
     watch = Watch()
     ex = Executor(
         load_inventory(inv),
@@ -83,12 +88,16 @@ def _executor(tmp_path: Path, b_waits: bool) -> tuple[Executor, Watch, Path]:
     return ex, watch, playbook
 
 
-def test_a_host_between_two_tasks_when_interrupted_is_pending_not_ok(tmp_path: Path) -> None:
-    ex, watch, playbook = _executor(tmp_path, b_waits=True)
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_host_between_two_tasks_when_interrupted_is_pending_not_ok(tmp_path: Path, ending: str) -> None:
+    text, done = ENDINGS[ending]
+    ex, watch, playbook = _executor(tmp_path, b_waits=True, text=text)
     # b starts its first task only once a's has ended (one fork): then a waits between tasks
     try:
         with watch.stage("probe", ["a", "b"]):
-            res = ex.run("probe", playbook, ["a", "b"], cancel=lambda: ("b", "first") in watch.started)
+            res = ex.run(
+                "probe", playbook, ["a", "b"], cancel=lambda: ("b", "first") in watch.started, done=done
+            )
     finally:
         (tmp_path / "go").touch()
     assert res.status == "canceled", res.status
@@ -97,9 +106,12 @@ def test_a_host_between_two_tasks_when_interrupted_is_pending_not_ok(tmp_path: P
     assert res.outcomes["b"].outcome == Outcome.PENDING and "first" in res.outcomes["b"].reason
 
 
-def test_a_play_run_to_its_end_is_ok(tmp_path: Path) -> None:
-    ex, watch, playbook = _executor(tmp_path, b_waits=False)
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+def test_a_play_run_to_its_end_is_ok(tmp_path: Path, ending: str) -> None:
+    text, done = ENDINGS[ending]
+    ex, watch, playbook = _executor(tmp_path, b_waits=False, text=text)
     with watch.stage("probe", ["a", "b"]):
-        res = ex.run("probe", playbook, ["a", "b"], cancel=lambda: False)
+        res = ex.run("probe", playbook, ["a", "b"], cancel=lambda: False, done=done)
     assert {h: o.outcome for h, o in res.outcomes.items()} == {"a": Outcome.OK, "b": Outcome.OK}
-    assert all(PLAY_DONE in res.results[h] for h in ("a", "b"))
+    assert all(("second" if done else PLAY_DONE) in res.results[h] for h in ("a", "b"))
+    assert all(PLAY_DONE not in res.results[h] for h in ("a", "b")) or not done

@@ -40,19 +40,40 @@ def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
             bootstrap="true",
             needs_torch=True,
             need_suite=NEED_SUITE,
+            health={"boot": "b", "payload": "p", "expect": {"-": "e"}, "default_profile": "-", "timeout": 1},
         )
     )
     names = [t["name"] for play in load_rendered(text) for t in play["tasks"]]
     assert HOSTPREP in names and HOSTPREP_FAST in names
 
 
-def test_every_template_ends_its_play_with_the_play_done_task():
-    """An interrupted play counts a host as done only when this task was reported for it
-    (sb_fleet.fleet.executor): a template without it would leave every host pending after Ctrl-C."""
+# The task each template's play ends with, as its stage tells the executor (sb_fleet.fleet.stages): an
+# interrupted play counts a host as done only when that task was reported for it; a template that ended
+# otherwise would leave every host pending after Ctrl-C (or, worse, done before its last task).
+LAST_TASK = {
+    "check.yml.j2": "tasks.health",  # check_stage: ends_with(HEALTH)
+    "run.yml.j2": "tasks.run_step.format(step=step.id)",  # run_stage: ends_with(run_task(step.id))
+    "deploy.yml.j2": "tasks.hostprep",  # deploy_stage.deploy_done (and the fast path without the suite line)
+}
+
+
+def test_every_template_ends_its_play_with_the_task_its_stage_names():
     for p in sorted(playbooks_dir().glob("*.j2")):
         body = p.read_text().rstrip()
         last = body[body.rindex("\n    - name:") :]
+        if p.name in LAST_TASK:
+            assert last.startswith(f"\n    - name: [[ {LAST_TASK[p.name]} |"), f"{p.name} ends otherwise"
+            assert "tasks.play_done" not in body, f"{p.name}: a play-done task costs a task per host"
+            continue
         assert last.startswith("\n    - name: [[ tasks.play_done |"), (
             f"{p.name} does not end with tasks.play_done"
         )
         assert "ansible.builtin.debug" in last and "\n      when:" not in last, p.name
+
+
+def test_deploy_ends_a_host_at_the_fast_path_only_when_its_suite_was_there():
+    from sb_fleet.fleet.stages.deploy_stage import deploy_done
+
+    assert deploy_done(HOSTPREP_FAST, {"stdout": '{"ok": true}\n'})
+    assert not deploy_done(HOSTPREP_FAST, {"stdout": f"{NEED_SUITE}\n"})
+    assert deploy_done(HOSTPREP, {"stdout": ""}) and not deploy_done("something else", {})

@@ -16,7 +16,7 @@ from sb_fleet.fleet.executor import Executor
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import check_deadline
 from sb_fleet.plan.render_health import PROFILES_FILE
-from sb_fleet.plan.tasks import HEALTH
+from sb_fleet.plan.tasks import HEALTH, ends_with
 from sb_fleet.rundir.outcome_table import save_stage
 from sb_fleet.rundir.runinputs import RunInputs
 from sb_fleet.safe_files import safe_name
@@ -42,11 +42,24 @@ def check(run: RunInputs, ex: Executor, hosts: list[str]) -> tuple[dict[str, Hos
         raise RunDirError(f"{run.rd.path}: made before health checks existed (no check.yml); start a new run")
     check_profiles(run, hosts)
     with ex.progress.stage("check", hosts):
-        res = ex.run("check", pb, hosts, deadline=check_deadline(run.config))
+        res = ex.run("check", pb, hosts, deadline=check_deadline(run.config), done=ends_with(HEALTH))
+    return judge_checks(run, ex, hosts, res.outcomes, {h: r.get(HEALTH, {}) for h, r in res.results.items()})
+
+
+def judge_checks(
+    run: RunInputs,
+    ex: Executor,
+    hosts: list[str],
+    executed: dict[str, HostOutcome],
+    results: dict[str, dict],
+) -> tuple[dict[str, HostOutcome], HealthResult]:
+    """Judge the health checks' output (``results``: per host the checks' ``rc``/``stdout``/``stderr``;
+    ``executed``: what the executor said of the host) with the fleet's drift; write health/, health.json
+    and outcomes/check.json. The check play's or, on validate's nightly path, deploy's exec's."""
     docs: dict[str, dict | str] = {}
     for h in hosts:
-        o = res.outcomes[h]
-        out = res.results.get(h, {}).get(HEALTH, {})
+        o = executed[h]
+        out = results.get(h) or {}
         if o.outcome not in (Outcome.OK, Outcome.FAILED):
             continue
         try:
@@ -62,7 +75,7 @@ def check(run: RunInputs, ex: Executor, hosts: list[str]) -> tuple[dict[str, Hos
     result = judge(docs, h_cfg.drift_weights(), h_cfg.pin, h_cfg.warn_is_unhealthy)
     outcomes: dict[str, HostOutcome] = {}
     for h in hosts:
-        o = res.outcomes[h]
+        o = executed[h]
         hh = result.hosts.get(h)
         if hh is None and o.outcome == Outcome.TIMEOUT:  # hung: stopped at its deadline
             outcomes[h] = HostOutcome(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sb_fleet.fleet.executor import Executor, Started
@@ -17,7 +18,7 @@ from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import deploy_deadline
 from sb_fleet.plan.run_plan import Step
-from sb_fleet.plan.tasks import HOSTPREP, HOSTPREP_FAST, RUN_FOLLOWS
+from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS
 from sb_fleet.plan.templates import run_env, runner_args
 from sb_fleet.rundir.outcome_table import save_stage
 from sb_fleet.rundir.runinputs import RunInputs
@@ -27,7 +28,7 @@ _MARK = re.compile(rf"^{RUN_FOLLOWS}\n?", re.MULTILINE)
 
 
 def deploy(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOutcome]:
-    outcomes, _ = _deploy(run, ex, hosts, None)
+    outcomes, _, _ = _deploy(run, ex, hosts, None)
     return outcomes
 
 
@@ -45,34 +46,76 @@ def deploy_then_start(
     run: RunInputs, ex: Executor, hosts: list[str], step: Step
 ) -> tuple[dict[str, HostOutcome], Started]:
     """Deploy, and on every host whose suite is already in place start ``step`` in the same exec."""
-    return _deploy(run, ex, hosts, step)
+    outcomes, started, _ = _deploy(run, ex, hosts, step)
+    return outcomes, started
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the health checks that opened deploy's exec gave (:func:`check_deploy_then_start`): per host
+    the executor's word in check's terms, and the checks' own result (``rc``, ``stdout``, ``stderr``)
+    where they ended with their marker line."""
+
+    outcomes: dict[str, HostOutcome]
+    results: dict[str, dict[str, Any]]
+
+
+def check_deploy_then_start(
+    run: RunInputs, ex: Executor, hosts: list[str], step: Step, go_on: bool
+) -> tuple[dict[str, HostOutcome], Started, Checked]:
+    """validate's nightly path, one SSH exec per host: the health checks, then (where they passed, or
+    ``go_on``) deploy's check and, where the suite is in place, ``step``. The checks' verdict is the
+    caller's to judge (the fleet's drift needs every host); a host stopped on its own failed checks has
+    a deploy outcome of ok and no started step."""
+    outcomes, started, checked = _deploy(run, ex, hosts, step, go_on)
+    assert checked is not None
+    return outcomes, started, checked
 
 
 def _deploy(
-    run: RunInputs, ex: Executor, hosts: list[str], step: Step | None
-) -> tuple[dict[str, HostOutcome], Started]:
-    extravars = None
+    run: RunInputs, ex: Executor, hosts: list[str], step: Step | None, health_go_on: bool | None = None
+) -> tuple[dict[str, HostOutcome], Started, Checked | None]:
+    extravars: dict[str, Any] | None = None
     if step is not None:
         env = ["PYTHONPATH=suite", *(f"{k}={v}" for k, v in run_env(run.config).items())]
         args = runner_args(run.run_id, step, run.config.fleet.master_port)
         extravars = {
             "sb_first_step": {"mark": RUN_FOLLOWS, "env": env, "args": args, "timeout": step.timeout}
         }
+    health = health_go_on is not None
+    if health:
+        checks_first = {
+            "mark": HEALTH_DONE,
+            "timeout": run.config.health.exec_timeout,
+            "go_on": bool(health_go_on),
+        }
+        extravars = {**(extravars or {}), "sb_health_first": checks_first}
     # Ctrl-C while the first step runs stops it cleanly (as in the run stage); a plain deploy is not
     # interruptible that way.
     intr = Interrupts()
-    with ex.progress.stage("deploy", hosts), intr if step else contextlib.nullcontext():
+    with (
+        ex.progress.stage("check+deploy" if health else "deploy", hosts),
+        intr if step else contextlib.nullcontext(),
+    ):
         res = ex.run(
             "deploy",
             run.rendered.deploy,
             hosts,
             cancel=intr.fired if step else None,
             extravars=extravars,
-            deadline=deploy_deadline(run.config, step.timeout if step else 0),
+            deadline=deploy_deadline(run.config, step.timeout if step else 0, health),
+            done=deploy_done,
         )
     started: dict[str, dict[str, Any]] = {}
+    checks: dict[str, dict[str, Any]] = {}
     for h, out in res.results.items():
-        fast = out.get(HOSTPREP_FAST, {})
+        fast: dict[str, Any] = out.get(HOSTPREP_FAST, {})
+        if health:
+            ran, fast = split_health(fast)
+            if ran is not None:
+                checks[h] = ran
+                if ran["rc"] != 0 and not health_go_on:  # stopped on the host: nothing else ran
+                    continue
         if step is not None:
             fast, first = split_started(fast)
             if first is not None:
@@ -81,9 +124,70 @@ def _deploy(
         facts = host_facts(out.get(HOSTPREP, {})) or host_facts(fast)
         if facts:
             run.rd.write_json(f"facts/{safe_name(h)}.json", {"host": h, **facts})
+    checked: Checked | None = None
+    if health:
+        checked = Checked(
+            {
+                h: check_outcome(h, o, checks.get(h), run.config.health.exec_timeout)
+                for h, o in res.outcomes.items()
+            },
+            checks,
+        )
     save_stage(run.rd, "deploy", res.outcomes)
     unfinished = tuple(h for h, o in res.outcomes.items() if o.outcome == Outcome.PENDING)
-    return res.outcomes, Started(step.id if step else "", started, intr.signal, unfinished)
+    return res.outcomes, Started(step.id if step else "", started, intr.signal, unfinished), checked
+
+
+_HEALTH_RC = re.compile(rf"^{HEALTH_DONE} (-?\d+)\n?", re.MULTILINE)
+_HEALTH_ERR = re.compile(rf"^{HEALTH_DONE} -?\d+\n?", re.MULTILINE)
+TIMEOUT_RC = 124  # coreutils' timeout: the checks ran past health.exec_timeout on the host
+
+
+def split_health(res: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """A fast-path result that the health checks opened -> (the checks' result with their exit status,
+    the rest of the exec's result); None and the result as it is when the checks' marker line is not
+    there (the exec broke off before their end)."""
+    out, err = str(res.get("stdout") or ""), str(res.get("stderr") or "")
+    m = _HEALTH_RC.search(out)
+    if m is None:
+        return None, res
+    e = _HEALTH_ERR.search(err)
+    checks_err, rest_err = (err[: e.start()], err[e.end() :]) if e else (err, "")
+    checks = {"rc": int(m.group(1)), "stdout": out[: m.start()], "stderr": checks_err}
+    return checks, {**res, "stdout": out[m.end() :], "stderr": rest_err}
+
+
+def check_outcome(host: str, deploy: HostOutcome, checks: dict[str, Any] | None, limit_s: int) -> HostOutcome:
+    """The host's outcome in check's terms: ok where the checks ended with their marker line (their
+    verdict is in their output), timeout where the host's timeout stopped them, else deploy's own word
+    (unreachable, refused key, interrupted, or its deadline: the exec broke off inside the checks)."""
+    if checks is not None and checks["rc"] == TIMEOUT_RC:
+        return HostOutcome(
+            host,
+            "check",
+            Outcome.TIMEOUT,
+            f"health checks: no end within its deadline of {limit_s} s (health.exec_timeout); stopped on the host",
+        )
+    if checks is not None:
+        return HostOutcome(
+            host,
+            "check",
+            Outcome.OK if checks["rc"] in (0, 1) else Outcome.FAILED,
+            "" if checks["rc"] in (0, 1) else f"health checks exited {checks['rc']}",
+        )
+    if deploy.outcome == Outcome.OK:  # ended, but without the marker: not the checks' output
+        return HostOutcome(
+            host, "check", Outcome.FAILED, "health checks: the exec ended without their end line"
+        )
+    return HostOutcome(host, "check", deploy.outcome, deploy.reason, details=deploy.details)
+
+
+def deploy_done(task: str, result: dict[str, Any]) -> bool:
+    """deploy.yml's end for a host (it has no task of its own for that): the fast path's result when
+    the suite was in place (no need-suite line), else the task that brought the suite."""
+    if task == HOSTPREP_FAST:
+        return NEED_SUITE not in str(result.get("stdout") or "")
+    return task == HOSTPREP
 
 
 def split_started(res: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -20,7 +20,7 @@ from sb_fleet.plan.container_commands import interrupt_argv, record_digests, ste
 from sb_fleet.plan.deadlines import step_deadline
 from sb_fleet.plan.render_container import settings
 from sb_fleet.plan.run_plan import Step
-from sb_fleet.plan.tasks import CONTAINER_REMOVE, run_task
+from sb_fleet.plan.tasks import CONTAINER_REMOVE, ends_with, run_task
 from sb_fleet.plan.templates import runner_args
 from sb_fleet.rundir.outcome_table import load_stage, save_stage
 from sb_fleet.rundir.rundir import utcnow
@@ -124,6 +124,8 @@ def run(
                 extravars=extra,
                 deadline=step_deadline(step.id, step.timeout),
                 stop=functools.partial(stop_late, run, ex, step_id=step.id),
+                # run.yml ends with the runner's task; the container plays end with their own PLAY_DONE
+                done=ends_with(run_task(step.id)) if run.config.fleet.runtime == "none" else None,
             )
             if pre:
                 res = with_started(ex, step, res, {h: pre[h] for h in targets if h in pre})

@@ -23,7 +23,7 @@ from sb_fleet.errors import ConfigError
 from sb_fleet.exits import exit_for
 from sb_fleet.outcome import Outcome
 from sb_fleet.plan import ansible_data
-from sb_fleet.plan.render_health import BOOT, health_payload, render_check
+from sb_fleet.plan.render_health import BOOT, health_payload, health_vars, render_check
 from sb_fleet.report.writers.health_section import html, junit_cases, markdown
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -147,7 +147,7 @@ def test_check_playbook_renders_and_its_payload_runs(tmp_path):
     cfg = Config.model_validate(
         {"superbench": {"benchmarks": {}}, "health": {"profile": "h100-sxm-8x-ib400"}}
     )
-    pb = render_check(cfg, tmp_path, tmp_path)
+    pb = render_check(health_vars(cfg, tmp_path, tmp_path), tmp_path)
     play = ansible_data.load(pb.read_text())[0]
     # the checks' own argv, run with the run's host tag (a stop finds them: sb_fleet/fleet/reaper.py)
     assert play["tasks"][0]["ansible.builtin.raw"] == (
