@@ -222,8 +222,12 @@ def checked_start(
     check_profiles(run, hosts)
     go_on = opts.run_unhealthy or run.config.health.run_unhealthy
     _, started, checked = check_deploy_then_start(run, ex, hosts, first, go_on)
-    outcomes, _ = judge_checks(run, ex, hosts, checked.outcomes, checked.results)
-    kept = hold_back(run, opts, outcomes, hosts)
+    # A host whose exec Ctrl-C/SIGTERM cut off returned no output: its checks' verdict is unknown and no
+    # check outcome is recorded for it (deploy's and run's say what to do next; --resume redoes no checks).
+    judged = [h for h in hosts if checked.outcomes[h].outcome != Outcome.PENDING]
+    outcomes, _ = judge_checks(run, ex, judged, checked.outcomes, checked.results)
+    held = set(judged) - set(hold_back(run, opts, outcomes, judged))
+    kept = [h for h in hosts if h not in held]
     if len(kept) < len(hosts):
         started = dataclasses.replace(
             started, results={h: r for h, r in started.results.items() if h in kept}

@@ -498,9 +498,11 @@ def test_launcher_slurm_each_stage_ends_its_hung_node_on_time(cluster, tmp_path)
     assert "health checks: no end within its deadline of 15 s" in oc["slnode2"]["reason"]
     assert oc["slnode2"]["stages"]["deploy"]["outcome"] == "skipped"
     d = oc["slnode3"]["stages"]["deploy"]
-    assert d["outcome"] == "timeout", d  # deploy's task timeout, within the deadline with the first step
+    # deploy's task timeout, within the deadline of validate's one exec (health checks + 5 + deploy + step)
+    assert d["outcome"] == "timeout", d
     assert (
-        "deploy: no end within its task's timeout of 15 s (no end within its deadline of 25 s" in d["reason"]
+        "health checks, deploy and the first step: no end within its task's timeout of 15 s "
+        "(no end within its deadline of 45 s" in d["reason"]
     ), d
     r = oc["slnode4"]["stages"]["run"]
     assert r["outcome"] == "timeout" and r["reason"].startswith(

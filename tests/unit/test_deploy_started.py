@@ -6,10 +6,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sb_fleet.fleet.executor import StageResult
-from sb_fleet.fleet.stages.deploy_stage import host_facts, split_started
+from sb_fleet.fleet.stages.deploy_stage import check_outcome, host_facts, split_health, split_started
 from sb_fleet.fleet.stages.run_stage import with_started
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.plan.tasks import RUN_FOLLOWS, run_task
+from sb_fleet.plan.tasks import HEALTH_DONE, RUN_FOLLOWS, run_task
 
 FACTS = '{"host": "h1", "cpus": 8}'
 
@@ -62,3 +62,50 @@ def test_the_run_stage_judges_started_hosts_like_its_own_task():
     assert out.outcomes["h3"].outcome == Outcome.OK
     assert out.results["h2"][run_task("step01")]["rc"] == 137
     assert {h for h, _ in progress} == {"h1", "h2"}
+
+
+# -- the health checks that open the exec (validate's nightly path) -----------------------------------------
+DOC = '{"host": "h1", "verdict": "pass", "checks": []}'
+
+
+def test_the_checks_part_ends_at_their_marker_with_their_exit_status():
+    res = {
+        "rc": 1,
+        "stdout": f"{DOC}\n{HEALTH_DONE} 0\n{FACTS}\n{RUN_FOLLOWS}\nsb-fleet-runner-record: {{}}\n",
+        "stderr": f"a probe warned\n{HEALTH_DONE} 0\nprep warning\n{RUN_FOLLOWS}\nboom\n",
+    }
+    checks, rest = split_health(res)
+    assert checks == {"rc": 0, "stdout": f"{DOC}\n", "stderr": "a probe warned\n"}
+    prep, first = split_started(rest)
+    assert host_facts(prep) == {"host": "h1", "cpus": 8} and prep["stderr"] == "prep warning\n"
+    assert first == {"rc": 1, "stdout": "sb-fleet-runner-record: {}\n", "stderr": "boom\n"}
+
+
+def test_a_host_whose_checks_failed_stopped_after_them():
+    res = {"rc": 0, "stdout": f"{DOC}\n{HEALTH_DONE} 1\n", "stderr": f"{HEALTH_DONE} 1\n"}
+    checks, rest = split_health(res)
+    assert checks is not None and checks["rc"] == 1 and rest["stdout"] == ""
+    o = check_outcome("h1", HostOutcome("h1", "deploy", Outcome.OK), checks, 120)
+    assert o.outcome == Outcome.OK and o.stage == "check"  # the verdict is in the document, judged next
+
+
+def test_checks_stopped_by_the_hosts_timeout_or_cut_off_before_their_end():
+    checks, _ = split_health({"rc": 0, "stdout": f'{{"host": \n{HEALTH_DONE} 124\n', "stderr": ""})
+    o = check_outcome("h1", HostOutcome("h1", "deploy", Outcome.OK), checks, 15)
+    assert (
+        o.outcome == Outcome.TIMEOUT
+        and "no end within its deadline of 15 s (health.exec_timeout)" in o.reason
+    )
+    # no marker: the exec broke off inside the checks; deploy's word stands for them
+    res = {"msg": "timed out", "stdout": '{"ho', "stderr": ""}
+    assert split_health(res) == (None, res)
+    late = HostOutcome("h1", "deploy", Outcome.TIMEOUT, "deploy: no end within its deadline")
+    o = check_outcome("h1", late, None, 15)
+    assert o.outcome == Outcome.TIMEOUT and o.stage == "check" and o.reason == late.reason
+    ended = check_outcome("h1", HostOutcome("h1", "deploy", Outcome.OK), None, 15)
+    assert ended.outcome == Outcome.FAILED and "without their end line" in ended.reason
+
+
+def test_a_marker_inside_a_line_is_not_the_checks_end():
+    res = {"rc": 0, "stdout": f'{{"note": "{HEALTH_DONE} 0"}}\n', "stderr": ""}
+    assert split_health(res) == (None, res)
