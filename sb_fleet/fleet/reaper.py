@@ -32,6 +32,7 @@ from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.plan.tasks import HOST_TAG, RUN_EXTRAVAR
 
 CONTROL_TAG = "SB_FLEET_CTL"  # on the control node: <run id>:<pid>
+COLLECT_TAG = "SB_FLEET_COLLECT"  # on a host, beside HOST_TAG: collect's own commands (<run id>/<host>)
 RUN_VAR = "SB_FLEET_RUN"  # the run id, for the srun connection (which names each step's host tag)
 ANSIBLE_VAR = RUN_EXTRAVAR  # the run id as the playbooks' extra variable (they build the host tag)
 GRACE_S = 5.0  # how long srun has to end its step after SIGTERM, before SIGKILL
@@ -182,13 +183,15 @@ def sweep_hosts(
     parallel: int,
     srun: SrunReach | None = None,
     timeout: float = 30,
+    var: str = HOST_TAG,
 ) -> dict[str, str]:
     """:data:`SWEEP` on each host, through a new connection: host -> ``stopped N``, ``none`` or
-    ``error: ...`` (the host did not answer: what ran there may run on)."""
+    ``error: ...`` (the host did not answer: what ran there may run on). ``var``: the tag looked for
+    (:data:`COLLECT_TAG`: only collect's commands)."""
     if not hosts:
         return {}
 
     def script(h: Host) -> str:
-        return f"set -- {shlex.quote(f'{HOST_TAG}={host_tag(run_id, h.name)}')}\n{SWEEP}"
+        return f"set -- {shlex.quote(f'{var}={host_tag(run_id, h.name)}')}\n{SWEEP}"
 
     return on_hosts(hosts, script, ssh, parallel, timeout, srun)
