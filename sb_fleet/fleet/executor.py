@@ -15,7 +15,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,9 @@ class Executor:
     progress: Progress = field(default_factory=lambda: Progress(enabled=False))
     srun: SrunReach | None = None  # launcher: slurm: every task an srun step in this job
     run_id: str = ""  # the run whose processes are tagged with it (sb_fleet.fleet.reaper); "": untagged
+    # host -> the container runtime's command before its subcommand (fleet.runtime docker/podman): a
+    # stop removes the run's containers there and, when the runtime needs root, sweeps root's processes
+    containers: Mapping[str, list[str]] = field(default_factory=dict)
 
     def run(
         self,
@@ -168,7 +171,7 @@ class Executor:
         the control node's srun steps or ssh clients for it; what happened, in words."""
         h = self.inventory.get(host)
         clients = reaper.stop_host_clients(self.run_id, h, self.srun is not None)
-        said = reaper.sweep_hosts(self.run_id, [h], self.ssh, 1, self.srun)[host]
+        said = reaper.sweep_hosts(self.run_id, [h], self.ssh, 1, self.srun, containers=self.containers)[host]
         return f"on the host: {said}" + (f"; {clients} local client process(es) ended" if clients else "")
 
     def stop_hosts(self, hosts: list[str]) -> dict[str, str]:
@@ -176,7 +179,12 @@ class Executor:
         if not self.run_id or not hosts:
             return {}
         return reaper.sweep_hosts(
-            self.run_id, [self.inventory.get(h) for h in hosts], self.ssh, self.forks, self.srun
+            self.run_id,
+            [self.inventory.get(h) for h in hosts],
+            self.ssh,
+            self.forks,
+            self.srun,
+            containers=self.containers,
         )
 
 

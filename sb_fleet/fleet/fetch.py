@@ -71,6 +71,8 @@ class CollectTarget:
     host: Host
     remote_dir: str  # the host's results directory, may start with ~/
     local_dir: Path
+    # ``VAR=value`` exported by every command collect runs on the host (the run's tags: a stop finds them)
+    env: tuple[str, ...] = ()
 
 
 def sh_path(path: str) -> str:
@@ -469,8 +471,17 @@ def collect_srun(
     return _watched(node.close, budgets.host_timeout, lambda: _collect_on(node.channel, t, timeout, budgets))
 
 
+def tagged_opener(opener: Opener, env: tuple[str, ...]) -> Opener:
+    """``opener`` whose commands first export ``env`` (each ``VAR=value`` quoted: data stays data)."""
+    if not env:
+        return opener
+    prefix = "".join(f"export {shlex.quote(a)}; " for a in env)
+    return lambda command, stall, limit, what: opener(prefix + command, stall, limit, what)
+
+
 def _collect_on(opener: Opener, t: CollectTarget, timeout: float, budgets: CollectBudgets) -> Fetched:
     d = sh_path(t.remote_dir)
+    opener = tagged_opener(opener, t.env)
     # 1. The listing, parsed as it streams in.
     ls = opener(listing_command(t.remote_dir), timeout, budgets.max_files * MAX_RECORD, "the listing")
     parser = ListingParser(budgets.max_files)
@@ -578,6 +589,11 @@ def collect_local(t: CollectTarget, budgets: CollectBudgets | None = None) -> Fe
     return Fetched(fetched, len(listing.files), _problems(listing))
 
 
+# In a host's collect outcome's details: collect closed its reads of the host early (a budget, its wall
+# time, a read that stalled), so a command of it may still run there.
+CUT_OFF = "cut_off"
+
+
 def collect_host(
     t: CollectTarget,
     ssh: SshSettings,
@@ -625,7 +641,7 @@ def collect_host(
             Outcome.FAILED,
             f"collect failed: {exc}",
             round(time.monotonic() - t0, 3),
-            {**_kept(t.local_dir), "refused": str(exc)},
+            {**_kept(t.local_dir), "refused": str(exc), CUT_OFF: True},
         )
     except paramiko.BadHostKeyException:
         return HostOutcome(
@@ -663,7 +679,7 @@ def collect_host(
             Outcome.UNREACHABLE,
             f"{type(exc).__name__}: {str(exc)[:300] or 'connection lost'}",
             round(time.monotonic() - t0, 3),
-            _kept(t.local_dir),
+            {**_kept(t.local_dir), **({CUT_OFF: True} if isinstance(exc, TimeoutError) else {})},
         )
 
 

@@ -23,15 +23,17 @@ import os
 import shlex
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from sb_fleet.config.inventory import Host
 from sb_fleet.fleet.fetch import on_hosts
 from sb_fleet.fleet.slurm_launch import SrunReach, task_env
 from sb_fleet.fleet.ssh import SshSettings
+from sb_fleet.plan.container_commands import LABEL as CONTAINER_LABEL
 from sb_fleet.plan.tasks import HOST_TAG, RUN_EXTRAVAR
 
 CONTROL_TAG = "SB_FLEET_CTL"  # on the control node: <run id>:<pid>
+COLLECT_TAG = "SB_FLEET_COLLECT"  # on a host, beside HOST_TAG: collect's own commands (<run id>/<host>)
 RUN_VAR = "SB_FLEET_RUN"  # the run id, for the srun connection (which names each step's host tag)
 ANSIBLE_VAR = RUN_EXTRAVAR  # the run id as the playbooks' extra variable (they build the host tag)
 GRACE_S = 5.0  # how long srun has to end its step after SIGTERM, before SIGKILL
@@ -50,6 +52,29 @@ i=0
 while [ -n "$(found)" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
 for r in 1 2 3; do p=$(found); [ -n "$p" ] && kill -KILL $p 2>/dev/null; done
 echo "stopped $n"
+"""
+
+
+# With a container runtime, before the sweep: remove every container labelled with the run (its first
+# argument, the label filter; the runtime command is spliced in quoted), whatever step or hostprep made
+# it, which ends what runs in it; then the sweep again as root through ``sudo -n`` when the runtime
+# needs root (become): root's tagged processes (the runtime's clients, an image load) are not this
+# user's to see or end. Each prints one line.
+CONTAINERS = r"""c() {{ {cmd} "$@"; }}
+if ids=$(c ps -a -q --filter "$1" 2>/dev/null); then
+  if [ -n "$ids" ]; then
+    c rm -f $ids >/dev/null 2>&1
+    n=$(printf '%s\n' $ids | wc -l)
+    if [ -n "$(c ps -a -q --filter "$1" 2>/dev/null)" ]; then echo "containers not removed ($n)"
+    else echo "containers removed $n"; fi
+  fi
+else
+  err=$(c ps -a -q 2>&1 >/dev/null)
+  printf 'containers not listed: %s\n' "$(printf %s "$err" | tr '\n' ' ' | cut -c1-200)"
+fi
+"""
+AS_ROOT = r"""if out=$(sudo -n /bin/sh -c "$sweep" sweep "$2" 2>&1); then echo "as root: $out"
+else printf 'as root: not swept: %s\n' "$(printf %s "$out" | tr '\n' ' ' | cut -c1-200)"; fi
 """
 
 
@@ -182,13 +207,26 @@ def sweep_hosts(
     parallel: int,
     srun: SrunReach | None = None,
     timeout: float = 30,
+    var: str = HOST_TAG,
+    containers: Mapping[str, list[str]] | None = None,
 ) -> dict[str, str]:
     """:data:`SWEEP` on each host, through a new connection: host -> ``stopped N``, ``none`` or
-    ``error: ...`` (the host did not answer: what ran there may run on)."""
+    ``error: ...`` (the host did not answer: what ran there may run on). ``var``: the tag looked for
+    (:data:`COLLECT_TAG`: only collect's commands). ``containers``: host -> the container runtime's
+    command before its subcommand (``sudo -n`` first when it needs root): the run's containers there are
+    removed first (:data:`CONTAINERS`), and with ``sudo -n`` root's tagged processes swept too."""
     if not hosts:
         return {}
 
     def script(h: Host) -> str:
-        return f"set -- {shlex.quote(f'{HOST_TAG}={host_tag(run_id, h.name)}')}\n{SWEEP}"
+        tag = shlex.quote(f"{var}={host_tag(run_id, h.name)}")
+        argv = (containers or {}).get(h.name)
+        if not argv:
+            return f"set -- {tag}\n{SWEEP}"
+        # every value quoted: host and config data stay data in the shell
+        label = shlex.quote(f"label={CONTAINER_LABEL}={run_id}")
+        out = f"set -- {label} {tag}\n" + CONTAINERS.format(cmd=" ".join(shlex.quote(a) for a in argv))
+        out += f'sweep={shlex.quote(SWEEP)}\n/bin/sh -c "$sweep" sweep "$2"\n'
+        return out + (AS_ROOT if argv[:2] == ["sudo", "-n"] else "")
 
     return on_hosts(hosts, script, ssh, parallel, timeout, srun)

@@ -36,7 +36,9 @@ from sb_fleet.fleet.stages.deploy_stage import deploy as deploy_stage
 from sb_fleet.fleet.stages.image_stage import deploy_image
 from sb_fleet.fleet.stages.run_stage import run as run_stage
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.container_commands import interrupt_argv
 from sb_fleet.plan.deadlines import describe_bound, validate_deadlines
+from sb_fleet.plan.render_container import settings as container_settings
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.rundir.outcome_table import merge, outcomes_of, save_stage
 from sb_fleet.rundir.rundir import MANIFEST, utcnow
@@ -105,6 +107,7 @@ def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Execut
         ansible_root=run.rd.sub("ansible"),
         progress=Progress(enabled=opts.progress),
         run_id=run.run_id,
+        containers=runtime_commands(run),
     )
     if run.config.fleet.launcher != "slurm":
         yield ex
@@ -119,6 +122,22 @@ def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Execut
             + (f", re-testing {len(alloc.borrowed)} node(s) sb-fleet drained" if alloc.borrowed else ""),
         )
         yield dataclasses.replace(ex, srun=SrunReach(s.srun, alloc.job_id, dict(alloc.left_out)))
+
+
+def runtime_commands(run: RunInputs) -> dict[str, list[str]]:
+    """Each host's container runtime command before its subcommand (``sudo -n`` first when it needs
+    root), for a stop to remove the run's containers there; none without a runtime, or with enroot
+    (whose container is a process of the run)."""
+    runtime = run.config.fleet.runtime
+    if runtime == "none":
+        return {}
+    c = container_settings(run.config)
+    out = {}
+    for h in run.inventory.hosts:
+        argv = interrupt_argv(runtime, c, h.vars.get("sb_container_host_args"))
+        if argv is not None:
+            out[h.name] = argv
+    return out
 
 
 def record_allocation(run: RunInputs, alloc: Allocation) -> None:

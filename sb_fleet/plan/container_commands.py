@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sb_fleet.config.container_settings import ContainerSettings, Runtime
-from sb_fleet.plan.tasks import IMAGE_DIGEST, IMAGE_LOAD
+from sb_fleet.plan.tasks import HOST_TAG, IMAGE_DIGEST, IMAGE_LOAD
 
 SECRET_FILE_ENV = "SB_FLEET_REGISTRY_SECRET_FILE"
 LABEL = "sb-fleet.run"
@@ -309,9 +309,12 @@ def digest_expr(runtime: Runtime, var: str) -> str:
 def run_cmd(
     runtime: Runtime, c: ContainerSettings, t: RunTarget, command: Argv, env: dict[str, Token]
 ) -> Argv:
-    """The container run of one step's runner (or of hostprep at deploy), workspace mounted at its path."""
+    """The container run of one step's runner (or of hostprep at deploy), workspace mounted at its path.
+    Every process in the container carries the run's host tag (the play's ``sb_tag``), as on the host: a
+    stop finds them (sb_fleet/fleet/reaper.py)."""
     env = dict(env)
     env.setdefault("HOME", "/tmp")
+    env[HOST_TAG] = V("sb_tag")
     if c.suite == "workspace":
         env["PYTHONPATH"] = cat(t.workspace, "/suite")
     mount = cat(t.workspace, ":", t.workspace)

@@ -4,10 +4,14 @@
 host at a stage named in its control file (lines ``<host> <stage>``, stage: check, deploy or run), and
 runs the real interpreter everywhere else. It knows its host from the run's tag, which sb-fleet exports
 into every command it runs on a host (``SB_FLEET_TAG=<run id>/<host>``), over SSH and srun alike.
+:func:`hang_tools` writes, into a directory first on the hosts' PATH, a ``sha256sum`` that hangs collect's
+checksums on a host named ``<host> collect`` there: it knows its host from its working directory (the run's
+results directory in the host's workspace, ``.../<host>/runs/<run id>/results``), not from a tag, so that
+it hangs whether or not collect's commands are tagged.
 
 :func:`run_processes` lists, on this machine (control node and loopback hosts alike), every process of
-a run: those carrying the run's host or control-node tag, and those whose command line names the run's
-id or directory.
+a run: those carrying the run's host or control-node tag, those whose command line names the run's
+id or directory, and those working in the run's directory on a host (``.../runs/<run id>/...``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,24 @@ def hang_python(directory: Path, python: str = "/usr/bin/python3") -> tuple[Path
     wrapper.write_text(HANG_PYTHON.format(ctl=ctl, python=python))
     wrapper.chmod(0o755)
     return wrapper, ctl
+
+
+HANG_TOOL = """#!/bin/sh
+# sb-fleet test: hang collect's checksums on the hosts that {ctl} names ("<host> collect" lines)
+d=$(pwd)
+case "$d" in */runs/*/results) host=${{d%/runs/*}}; host=${{host##*/}} ;; *) host= ;; esac
+if [ -n "$host" ] && grep -qxF "$host collect" {ctl} 2>/dev/null; then exec sleep 900; fi
+exec {tool} "$@"
+"""
+
+
+def hang_tools(bin_dir: Path, ctl: Path) -> None:
+    """Collect's ``sha256sum`` in ``bin_dir`` (first on the hosts' PATH), hanging as ``ctl`` says."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    bin_dir.chmod(0o755)
+    tool = bin_dir / "sha256sum"
+    tool.write_text(HANG_TOOL.format(ctl=ctl, tool="/usr/bin/sha256sum"))
+    tool.chmod(0o755)
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,10 @@ def run_processes(run_id: str, run_dir: Path | None = None) -> list[Proc]:
             continue
         env = _read(f"/proc/{d}/environ").split(b"\0")
         cmd = _read(f"/proc/{d}/cmdline").replace(b"\0", b" ")
+        try:
+            cwd = os.readlink(f"/proc/{d}/cwd")
+        except OSError:
+            cwd = ""
         why = ""
         if any(v.startswith(host_tag) for v in env):
             why = "host tag"
@@ -82,6 +108,8 @@ def run_processes(run_id: str, run_dir: Path | None = None) -> list[Proc]:
             why = "control-node tag"
         elif any(n in cmd for n in names):
             why = "named in its command line"
+        elif f"/runs/{run_id}/" in cwd + "/":
+            why = "working in the run's directory"
         if why:
             comm = _read(f"/proc/{d}/comm").decode(errors="replace").strip()
             out.append(Proc(int(d), comm, cmd.decode(errors="replace"), why))
@@ -89,12 +117,21 @@ def run_processes(run_id: str, run_dir: Path | None = None) -> list[Proc]:
 
 
 def hung(run_id: str, host: str) -> list[Proc]:
-    """The planted hang of ``host`` (its ``sleep``, tagged with the run and the host), while it lives."""
+    """The planted hang of ``host`` (its ``sleep``, tagged with the run and the host, or working in the
+    run's directory of the host's workspace), while it lives."""
     tag = f"SB_FLEET_TAG={run_id}/{host}".encode()
+    where = f"/{host}/runs/{run_id}/"
+
+    def cwd(pid: int) -> str:
+        try:
+            return os.readlink(f"/proc/{pid}/cwd") + "/"
+        except OSError:
+            return ""
+
     return [
         p
         for p in run_processes(run_id)
-        if p.comm == "sleep" and tag in _read(f"/proc/{p.pid}/environ").split(b"\0")
+        if p.comm == "sleep" and (tag in _read(f"/proc/{p.pid}/environ").split(b"\0") or where in cwd(p.pid))
     ]
 
 

@@ -444,3 +444,56 @@ def test_a_workspace_hosts_share_is_refused_before_the_container_part(ctr_fleet,
         assert image_hosts - {None} == {owner}, image_hosts
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_sigterm_in_roots_image_load_leaves_no_process_and_no_container(ctr_fleet, cpu_image, tmp_path):
+    """SIGTERM to validate while root's ``podman load`` (become) runs on the hosts: afterwards no process
+    of the run is left (control node, hosts, root's, any container's: listed by the run's tags, names and
+    directories) and no container labelled with the run, on any host."""
+    import signal
+
+    from tests.fleetlib.hangs import run_id_of, run_processes, wait_for
+
+    fleet = ctr_fleet
+    names = [h.name for h in fleet.hosts]
+    for h in names:  # a fresh host: deploy loads the image (an earlier test may have loaded it)
+        _podman(fleet.storage / h, "rmi", "-f", IMAGE, check=False)
+    cfg = _config(fleet, "term-load.yaml", "tarball", f"tarball: {cpu_image}")
+    rd = tmp_path / "term-load"
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        [str(Path(sys.executable).parent / "sb-fleet"), "validate", "-i", str(fleet.ctr_inventory)]
+        + ["-c", str(cfg), "--run-dir", str(rd), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        run_id = run_id_of(rd)
+
+        def loading() -> list:
+            return [x for x in run_processes(run_id, rd) if x.comm == "podman" and " load " in x.cmdline]
+
+        wait_for(lambda: loading() or p.poll() is not None, 240, "root's podman load, tagged with the run")
+        assert p.poll() is None, p.communicate()
+        assert any(x.why == "host tag" for x in loading()), loading()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode in (1, 3, 130), out[-2000:] + err[-3000:]
+    # root's load ended by the stop itself, before sb-fleet returned (not left to finish on its own)
+    assert not loading(), "\n".join(map(str, loading())) + "\n" + err[-2000:]
+    try:
+        wait_for(lambda: not run_processes(run_id, rd), 20, "every process of the run to be gone")
+    except AssertionError:
+        left = run_processes(run_id, rd)
+        raise AssertionError(
+            "left after SIGTERM:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
+        ) from None
+    for h in names:
+        ctrs = _podman(fleet.storage / h, "ps", "-a", "-q", "--filter", f"label=sb-fleet.run={run_id}")
+        assert ctrs.stdout.split() == [], (h, ctrs.stdout)
+    print(f"\nSIGTERM in the image load: {time.monotonic() - t0:.1f} s")

@@ -4,6 +4,7 @@ on this machine, listed before and after."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import time
 
@@ -63,3 +64,33 @@ def test_step_env_tags_the_srun_step_with_the_run_and_node_and_nothing_else() ->
     assert env[HOST_TAG] == "r1/node7" and env[reaper.CONTROL_TAG] == "r1:42" and env["HOME"] == "/root"
     assert "AWS_SECRET_ACCESS_KEY" not in env and "SB_FLEET_RUN" not in env
     assert HOST_TAG not in reaper.step_env("n", {"HOME": "/root"})  # an untagged command: no tag
+
+
+def test_collects_commands_carry_the_tags_as_data_and_its_sweep_ends_only_them(tmp_path) -> None:  # noqa: ANN001
+    from sb_fleet.fleet.fetch import tagged_opener
+
+    run = f"collect-{os.getpid()}-{time.monotonic_ns()}"
+    host = "h1$(touch pwned)`touch pwned`'"  # a host name is data in the command, whatever it holds
+    tag = reaper.host_tag(run, host)
+    opened: list[str] = []
+    opener = tagged_opener(
+        lambda cmd, stall, limit, what: opened.append(cmd),  # type: ignore[func-returns-value]
+        (f"{HOST_TAG}={tag}", f"{reaper.COLLECT_TAG}={tag}"),
+    )
+    opener("exec sleep 300", 1.0, 1, "x")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SB_FLEET_")}
+    collects = subprocess.Popen(["/bin/sh", "-c", opened[0]], env=env, cwd=tmp_path, start_new_session=True)
+    runner = _start(tag)  # the run's runner on the same host: collect's sweep leaves it
+    try:
+        _wait(lambda: len(reaper.tagged(HOST_TAG, tag)) == 3, 10, "the tagged processes")
+        assert reaper.tagged(reaper.COLLECT_TAG, tag) == [collects.pid]
+        script = f"set -- {shlex.quote(f'{reaper.COLLECT_TAG}={tag}')}\n{reaper.SWEEP}"
+        out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=30, env={})
+        assert out.stdout.strip() == "stopped 1", out
+        collects.wait(5)
+        assert runner.poll() is None and not list(tmp_path.iterdir())
+    finally:
+        for p in (collects, runner):
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()

@@ -1,6 +1,11 @@
 """The collect stage: every host's result files over SSH into ``raw/<host>/`` (only what is missing), then
 the one normaliser over every host of the run into ``results-summary.jsonl``, ``metrics.json``,
-``problems.json`` and each host's ``benchmarks`` outcome."""
+``problems.json`` and each host's ``benchmarks`` outcome.
+
+Every command collect runs on a host carries the run's host tag and its own (:data:`reaper.COLLECT_TAG`):
+after Ctrl-C or SIGTERM, and on a host whose reads collect cut off (a budget, its wall time, a stalled
+read), a sweep ends collect's commands there (and nothing else of the run: a runner cut off earlier may
+still be writing the results a later collect fetches)."""
 
 from __future__ import annotations
 
@@ -12,10 +17,12 @@ from sb_fleet import bounded_json
 from sb_fleet.analysis.crossnode.pattern_outputs import write_pattern_outputs
 from sb_fleet.config.traffic_patterns import base_key
 from sb_fleet.errors import InfraError
+from sb_fleet.fleet import reaper
 from sb_fleet.fleet.executor import Executor
-from sb_fleet.fleet.fetch import CollectAborted, CollectTarget, collect_all, remove_partials
+from sb_fleet.fleet.fetch import CUT_OFF, CollectAborted, CollectTarget, collect_all, remove_partials
 from sb_fleet.fleet.stages.run_stage import remote_results
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.tasks import HOST_TAG
 from sb_fleet.rundir.normalize import INVALID_VALUES, NOISE_SUMMARY, benchmark_outcome, summarize_host
 from sb_fleet.rundir.outcome_table import load_stage, save_stage
 from sb_fleet.rundir.rundir import RunDir
@@ -41,7 +48,9 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
     for h in fetch:
         local = run.rd.raw_host(h) / "results"
         remove_partials(local)  # what a killed collect left half-written
-        targets.append(CollectTarget(ex.inventory.get(h), remote_results(run, h), local))
+        tag = reaper.host_tag(ex.run_id, h)
+        env = (f"{HOST_TAG}={tag}", f"{reaper.COLLECT_TAG}={tag}") if ex.run_id else ()
+        targets.append(CollectTarget(ex.inventory.get(h), remote_results(run, h), local, env))
     try:
         with ex.progress.stage("collect", fetch):
             outcomes.update(
@@ -61,11 +70,29 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
         with contextlib.suppress(InfraError):
             save_stage(run.rd, "collect", outcomes)
         raise
+    except BaseException:  # Ctrl-C, SIGTERM: the reads are closed; collect's commands on the hosts end too
+        stop_collect(ex, fetch)
+        raise
+    stop_collect(ex, [h for h in fetch if h in outcomes and outcomes[h].details.get(CUT_OFF)])
     save_stage(run.rd, "collect", outcomes)
     expected = list(dict.fromkeys(base_key(e.key) for e in run.plan.entries()))  # a pattern's rounds: one key
     normalize_run(run.rd, list(run.plan.hosts), expected)
     write_pattern_outputs(run.rd, run.plan)  # mpi_pattern.txt, pairs/<entry>.json
     return outcomes
+
+
+def stop_collect(ex: Executor, hosts: list[str]) -> dict[str, str]:
+    """End collect's own commands on ``hosts`` (a new connection each); host -> what the sweep said."""
+    if not ex.run_id or not hosts:
+        return {}
+    return reaper.sweep_hosts(
+        ex.run_id,
+        [ex.inventory.get(h) for h in hosts],
+        ex.ssh,
+        ex.forks,
+        ex.srun,
+        var=reaper.COLLECT_TAG,
+    )
 
 
 def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str, HostOutcome]:
