@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -154,11 +155,16 @@ def unavailable(state: str) -> bool:
     return any(w in s for w in ("drain", "down", "fail", "reboot", "future", "unknown"))
 
 
+def job_name(run_id: str) -> str:
+    """The name of the allocation sb-fleet asks for the run (squeue shows it; a stop cancels by it)."""
+    return f"sb-fleet-{run_id}"[:117]
+
+
 def salloc_argv(s: SlurmSettings, nodes: list[str], run_id: str) -> list[str]:
     argv = [
         s.salloc,
         "--no-shell",
-        f"--job-name=sb-fleet-{run_id}"[:128],
+        f"--job-name={job_name(run_id)}",
         f"--nodes={len(nodes)}",
         f"--nodelist={compress(nodes)}",
         f"--time={s.time_limit}",
@@ -210,7 +216,10 @@ def allocate(hosts: list[str], s: SlurmSettings, run_id: str) -> Allocation:
         return alloc
     try:
         r = _run(salloc_argv(s, chosen, run_id), timeout=s.grant_timeout + COMMAND_TIMEOUT_S)
-    except InfraError:
+    except BaseException:  # Ctrl-C/SIGTERM (a KeyboardInterrupt) or no answer while salloc waited
+        # subprocess.run killed salloc, which cannot withdraw its request from slurmctld then: the request,
+        # or the allocation granted in the meantime, is cancelled here by its name.
+        withdraw(s, run_id)
         restore(alloc, s)
         raise
     m = _GRANTED.search(r.stderr + r.stdout)
@@ -223,6 +232,15 @@ def allocate(hosts: list[str], s: SlurmSettings, run_id: str) -> Allocation:
         )
     alloc.job_id = m.group(1)
     return alloc
+
+
+def withdraw(s: SlurmSettings, run_id: str) -> None:
+    """Cancel this user's jobs named for the run (a pending salloc request left behind by a stop); never
+    raises: the stop's own error is the one to tell."""
+    try:
+        _run([s.scancel, f"--name={job_name(run_id)}", f"--user={pwd.getpwuid(os.getuid()).pw_name}"])
+    except InfraError:
+        pass
 
 
 def restore(alloc: Allocation, s: SlurmSettings) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -549,3 +550,42 @@ def test_launcher_slurm_sigterm_in_each_stage_leaves_nothing(cluster, tmp_path, 
             "left after SIGTERM:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
         ) from None
     wait_for(lambda: c.sh("squeue", "-h").stdout.strip() == "", 30, "the allocation to be released")
+
+
+def test_sigterm_while_salloc_waits_withdraws_the_request(cluster, tmp_path):
+    """SIGTERM while sb-fleet's salloc waits for nodes another job holds: salloc is gone, and so is its
+    request (a killed salloc cannot withdraw it: it would be granted later, to no one)."""
+    from tests.fleetlib.hangs import run_id_of, wait_for
+
+    c, _, cfg = cluster
+    _idle(c)
+    held = c.sh(
+        "salloc", "--no-shell", "--nodes=4", "--nodelist=slnode[1-4]", "--time=5", "--job-name=holder"
+    )
+    holder = re.search(r"Granted job allocation (\d+)", held.stderr + held.stdout)
+    assert holder, held.stderr
+    try:
+        lcfg = _launcher_config(cfg, tmp_path / "wait.yaml", grant_timeout=120)
+        run_dir = tmp_path / "wait"
+        p = subprocess.Popen(
+            [SB_FLEET, "validate", "-i", "slurm:partition=gpu", "-c", str(lcfg), "--run-dir", str(run_dir), "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **c.env},
+        )  # fmt: skip
+
+        def ours() -> list[str]:
+            out = c.sh("squeue", "-h", "-o", "%j|%T").stdout.split()
+            return [line for line in out if line.startswith("sb-fleet-")]
+
+        wait_for(lambda: bool(ours()) or p.poll() is not None, 60, "sb-fleet's request to wait in the queue")
+        assert p.poll() is None, p.communicate()
+        run_id = run_id_of(run_dir)
+        assert ours() == [f"sb-fleet-{run_id}|PENDING"], ours()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode in (3, 130), out[-2000:] + err[-3000:]
+        wait_for(lambda: not ours(), 20, "the pending request to be withdrawn")
+        left = subprocess.run(["pgrep", "-f", f"salloc .*sb-fleet-{run_id}"], capture_output=True, text=True)
+        assert left.stdout.strip() == "", left.stdout
+    finally:
+        c.sh("scancel", holder.group(1), check=False)
+    wait_for(lambda: c.sh("squeue", "-h").stdout.strip() == "", 30, "the holder's allocation to end")
