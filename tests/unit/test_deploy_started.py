@@ -109,3 +109,16 @@ def test_checks_stopped_by_the_hosts_timeout_or_cut_off_before_their_end():
 def test_a_marker_inside_a_line_is_not_the_checks_end():
     res = {"rc": 0, "stdout": f'{{"note": "{HEALTH_DONE} 0"}}\n', "stderr": ""}
     assert split_health(res) == (None, res)
+
+
+def test_checks_that_could_not_start_say_what_is_missing():
+    res = {
+        "rc": 0,
+        "stdout": f"{HEALTH_DONE} 127\n",
+        "stderr": f"sh: 1: timeout: not found\n{HEALTH_DONE} 127\n",
+    }
+    checks, _ = split_health(res)
+    o = check_outcome("h1", HostOutcome("h1", "deploy", Outcome.OK), checks, 15)
+    assert (
+        o.outcome == Outcome.FAILED and "install coreutils" in o.reason and "timeout: not found" in o.reason
+    )

@@ -168,13 +168,14 @@ def check_outcome(host: str, deploy: HostOutcome, checks: dict[str, Any] | None,
             Outcome.TIMEOUT,
             f"health checks: no end within its deadline of {limit_s} s (health.exec_timeout); stopped on the host",
         )
+    if checks is not None and checks["rc"] in (0, 1):
+        return HostOutcome(host, "check", Outcome.OK)
     if checks is not None:
-        return HostOutcome(
-            host,
-            "check",
-            Outcome.OK if checks["rc"] in (0, 1) else Outcome.FAILED,
-            "" if checks["rc"] in (0, 1) else f"health checks exited {checks['rc']}",
-        )
+        err = " ".join(str(checks.get("stderr") or "").split())[-200:]
+        why = f"health checks exited {checks['rc']}"
+        if checks["rc"] in (126, 127):  # the shell's "cannot run" / "not found"
+            why += " (coreutils' timeout or the host's Python could not be run: install coreutils, check sb_python)"
+        return HostOutcome(host, "check", Outcome.FAILED, f"{why}{': ' + err if err else ''}")
     if deploy.outcome == Outcome.OK:  # ended, but without the marker: not the checks' output
         return HostOutcome(
             host, "check", Outcome.FAILED, "health checks: the exec ended without their end line"
