@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -83,15 +84,18 @@ LONG_BENCHMARK = """\
 
 
 def ctrl_c_in_containers(
-    fleet, inv: Path, cfg: Path, rd: Path, containers: Callable[[str], list[str]]
+    fleet, inv: Path, cfg: Path, rd: Path, containers: Callable[[str], list[str]], sig: int = signal.SIGINT
 ) -> None:  # noqa: ANN001
-    """``validate`` with :data:`LONG_BENCHMARK`; Ctrl-C once the benchmark runs in every host's container
-    (``containers(host)``: the names of the runtime's containers there); then no container and no
-    benchmark is left on any host, and ``interrupted.json`` says each container was stopped and removed."""
+    """``validate`` with :data:`LONG_BENCHMARK`; Ctrl-C (``sig``: SIGINT, or SIGTERM) once the benchmark
+    runs in every host's container (``containers(host)``: the names of the runtime's containers there);
+    then no container and no benchmark is left on any host, no process of the run anywhere (listed by
+    the run's tags, names and directories: the control node's, the hosts', the containers'), and
+    ``interrupted.json`` says each container was stopped and removed."""
     import json
-    import signal
     import sys
     import time
+
+    from tests.fleetlib.hangs import run_id_of, run_processes, wait_for
 
     names = [h.name for h in fleet.hosts]
     p = subprocess.Popen(
@@ -108,7 +112,9 @@ def ctrl_c_in_containers(
             running = {h for h in names if fleet.processes(h, b"\x00noop\x00") and containers(h)}
             time.sleep(0.2)
         assert running == set(names), f"the benchmark never ran in every host's container: {running}"
-        p.send_signal(signal.SIGINT)
+        run_id = run_id_of(rd)
+        assert any(x.why == "host tag" and x.comm != "ssh" for x in run_processes(run_id, rd))
+        p.send_signal(sig)
         out, err = p.communicate(timeout=180)
     finally:
         if p.poll() is None:
@@ -118,6 +124,13 @@ def ctrl_c_in_containers(
     for h in names:
         assert containers(h) == [], h  # no container of the run is left
         assert fleet.processes(h, b"\x00noop\x00") == [], h  # nor its benchmark
+    try:
+        wait_for(lambda: not run_processes(run_id, rd), 20, "every process of the run to be gone")
+    except AssertionError:
+        left = run_processes(run_id, rd)
+        raise AssertionError(
+            "left after the stop:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
+        ) from None
     cleanup = json.loads((rd / "interrupted.json").read_text())["cleanup"]
     assert set(cleanup) == set(names), cleanup
     assert all(v.startswith("container stopped and removed") for v in cleanup.values()), cleanup

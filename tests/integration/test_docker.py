@@ -330,8 +330,14 @@ def test_ctrl_c_stops_and_removes_every_hosts_container(docker_fleet, cpu_image,
     in interrupted.json, and leaves no container and no benchmark on any host."""
     fleet = docker_fleet
     cfg = _config(fleet, "long.yaml", cpu_image, LONG_BENCHMARK)
+    # SIGTERM here (the podman test sends SIGINT): a stop is a stop, whichever signal brings it
     ctrl_c_in_containers(
-        fleet, fleet.docker_inventory, cfg, tmp_path / "long", lambda h: fleet.daemons[h].ours()
+        fleet,
+        fleet.docker_inventory,
+        cfg,
+        tmp_path / "long",
+        lambda h: fleet.daemons[h].ours(),
+        signal.SIGTERM,
     )
 
 
