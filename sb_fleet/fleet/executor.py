@@ -30,7 +30,7 @@ from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan import ansible_data
 from sb_fleet.plan.deadlines import Deadline
-from sb_fleet.plan.tasks import PLAY_DONE
+from sb_fleet.plan.tasks import HOST_TAG, PLAY_DONE
 from sb_fleet.safe_files import atomic_write_text
 
 HOSTKEY_MARKERS = (
@@ -174,8 +174,10 @@ class Executor:
         said = reaper.sweep_hosts(self.run_id, [h], self.ssh, 1, self.srun, containers=self.containers)[host]
         return f"on the host: {said}" + (f"; {clients} local client process(es) ended" if clients else "")
 
-    def stop_hosts(self, hosts: list[str]) -> dict[str, str]:
-        """:data:`sb_fleet.fleet.reaper.SWEEP` on every host of ``hosts``, in parallel."""
+    def stop_hosts(self, hosts: list[str], collect_only: bool = False) -> dict[str, str]:
+        """:data:`sb_fleet.fleet.reaper.SWEEP` on every host of ``hosts``, in parallel; host -> what it
+        said. ``collect_only``: only collect's own commands (:data:`~sb_fleet.fleet.reaper.COLLECT_TAG`:
+        a runner cut off earlier may still be writing the results a later collect fetches)."""
         if not self.run_id or not hosts:
             return {}
         return reaper.sweep_hosts(
@@ -184,7 +186,8 @@ class Executor:
             self.ssh,
             self.forks,
             self.srun,
-            containers=self.containers,
+            var=reaper.COLLECT_TAG if collect_only else HOST_TAG,
+            containers=None if collect_only else self.containers,
         )
 
 

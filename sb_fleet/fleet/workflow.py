@@ -247,11 +247,9 @@ def checked_start(
     outcomes, _ = judge_checks(run, ex, judged, checked.outcomes, checked.results)
     held = set(judged) - set(hold_back(run, opts, outcomes, judged))
     kept = [h for h in hosts if h not in held]
-    if len(kept) < len(hosts):
-        started = dataclasses.replace(
-            started, results={h: r for h, r in started.results.items() if h in kept}
-        )
-    return kept, started
+    return kept, dataclasses.replace(
+        started, results={h: r for h, r in started.results.items() if h not in held}
+    )
 
 
 def hold_back(run: RunInputs, opts: Options, outcomes: dict[str, HostOutcome], hosts: list[str]) -> list[str]:

@@ -28,6 +28,9 @@ from sb_fleet.config.fleet_config import Config
 from sb_fleet.plan.run_plan import Plan
 
 STAGE_MARGIN_S = 30  # per stage: Ansible's start and end, and the stop of a host past its deadline
+# validate's one exec: the host's timeout sends SIGKILL this long after the checks' SIGTERM at
+# health.exec_timeout (deploy.yml's sb_health_first.kill_after)
+HEALTH_KILL_AFTER_S = 5
 
 
 @dataclass(frozen=True)
@@ -53,10 +56,10 @@ def check_deadline(config: Config) -> Deadline:
 def deploy_deadline(config: Config, first_step_s: int = 0, health: bool = False) -> Deadline:
     """deploy's; ``first_step_s``: the first step's deadline when it rides with deploy; ``health``: the
     health checks open the same exec (validate's nightly path; bounded on the host at health.exec_timeout,
-    then 5 s for its kill)."""
+    then :data:`HEALTH_KILL_AFTER_S` for its kill)."""
     if health:
         return Deadline(
-            config.health.exec_timeout + 5 + config.fleet.deploy_timeout + first_step_s,
+            config.health.exec_timeout + HEALTH_KILL_AFTER_S + config.fleet.deploy_timeout + first_step_s,
             "health checks, deploy and the first step",
             "health.exec_timeout + 5 + fleet.deploy_timeout + the first step's deadline (one exec)",
         )

@@ -147,6 +147,18 @@ def wait_for(pred, timeout: float, what: str, step: float = 0.1):  # noqa: ANN00
         time.sleep(step)
 
 
+def wait_run_gone(run_id: str, run_dir: Path | None, said: str = "", timeout: float = 20) -> None:
+    """Poll until no process of the run is left (:func:`run_processes`); else an AssertionError listing
+    what is left, and ``said`` (sb-fleet's stderr, its tail)."""
+    try:
+        wait_for(lambda: not run_processes(run_id, run_dir), timeout, "every process of the run to be gone")
+    except AssertionError:
+        left = run_processes(run_id, run_dir)
+        raise AssertionError(
+            "left after the stop:\n" + "\n".join(map(str, left)) + "\n" + said[-2000:]
+        ) from None
+
+
 def run_id_of(run_dir: Path, timeout: float = 60) -> str:
     """The run id of a run being created (its manifest appears when its inputs are written)."""
     import json

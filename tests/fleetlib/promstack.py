@@ -49,6 +49,17 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60.0
     raise TimeoutError(f"{url} not ready after {timeout}s ({last}): {log.read_text()[-2000:]}")
 
 
+def _end(p: subprocess.Popen) -> None:
+    """Stop a server of the stack: SIGTERM, then SIGKILL after 20 s."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+
 class BackfilledPrometheus:
     """A Prometheus on a loopback port that scrapes nothing, serving the TSDB blocks in ``tsdb`` (made by
     ``promtool tsdb create-blocks-from``)."""
@@ -87,14 +98,8 @@ class BackfilledPrometheus:
         return self
 
     def stop(self) -> None:
-        p = self.proc
-        if p is not None and p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        if self.proc is not None:
+            _end(self.proc)
         self.proc = None
 
     def query_at(self, promql: str, t: float) -> list[dict[str, Any]]:
@@ -191,13 +196,7 @@ class PromStack:
 
     def stop(self) -> None:
         for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(timeout=10)
+            _end(p)
         self.procs.clear()
 
     def api(self, path: str, **params: str) -> Any:

@@ -95,7 +95,7 @@ def ctrl_c_in_containers(
     import sys
     import time
 
-    from tests.fleetlib.hangs import run_id_of, run_processes, wait_for
+    from tests.fleetlib.hangs import run_id_of, run_processes, wait_run_gone
 
     names = [h.name for h in fleet.hosts]
     p = subprocess.Popen(
@@ -124,13 +124,7 @@ def ctrl_c_in_containers(
     for h in names:
         assert containers(h) == [], h  # no container of the run is left
         assert fleet.processes(h, b"\x00noop\x00") == [], h  # nor its benchmark
-    try:
-        wait_for(lambda: not run_processes(run_id, rd), 20, "every process of the run to be gone")
-    except AssertionError:
-        left = run_processes(run_id, rd)
-        raise AssertionError(
-            "left after the stop:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
-        ) from None
+    wait_run_gone(run_id, rd, err)
     cleanup = json.loads((rd / "interrupted.json").read_text())["cleanup"]
     assert set(cleanup) == set(names), cleanup
     assert all(v.startswith("container stopped and removed") for v in cleanup.values()), cleanup

@@ -452,7 +452,7 @@ def test_sigterm_in_roots_image_load_leaves_no_process_and_no_container(ctr_flee
     directories) and no container labelled with the run, on any host."""
     import signal
 
-    from tests.fleetlib.hangs import run_id_of, run_processes, wait_for
+    from tests.fleetlib.hangs import run_id_of, run_processes, wait_for, wait_run_gone
 
     fleet = ctr_fleet
     names = [h.name for h in fleet.hosts]
@@ -486,13 +486,7 @@ def test_sigterm_in_roots_image_load_leaves_no_process_and_no_container(ctr_flee
     assert p.returncode in (1, 3, 130), out[-2000:] + err[-3000:]
     # root's load ended by the stop itself, before sb-fleet returned (not left to finish on its own)
     assert not loading(), "\n".join(map(str, loading())) + "\n" + err[-2000:]
-    try:
-        wait_for(lambda: not run_processes(run_id, rd), 20, "every process of the run to be gone")
-    except AssertionError:
-        left = run_processes(run_id, rd)
-        raise AssertionError(
-            "left after SIGTERM:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
-        ) from None
+    wait_run_gone(run_id, rd, err)
     for h in names:
         ctrs = _podman(fleet.storage / h, "ps", "-a", "-q", "--filter", f"label=sb-fleet.run={run_id}")
         assert ctrs.stdout.split() == [], (h, ctrs.stdout)

@@ -20,7 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleetlib.hangs import hang_python, hang_tools, hung, run_id_of, run_processes, wait_for
+from tests.fleetlib.hangs import (
+    hang_python,
+    hang_tools,
+    hung,
+    run_id_of,
+    run_processes,
+    wait_for,
+    wait_run_gone,
+)
 
 from .conftest import ROOT, SB_FLEET, started_fleet
 
@@ -163,10 +171,4 @@ def test_sigterm_in_each_stage_leaves_no_process_of_the_run(dfleet, tmp_path, st
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=90)
     assert p.returncode in (1, 3, 130), out[-2000:] + err[-3000:]
-    try:
-        wait_for(lambda: not run_processes(run_id, run_dir), 20, "every process of the run to be gone")
-    except AssertionError:
-        left = run_processes(run_id, run_dir)
-        raise AssertionError(
-            "left after SIGTERM:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
-        ) from None
+    wait_run_gone(run_id, run_dir, err)

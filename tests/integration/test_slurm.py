@@ -521,7 +521,7 @@ def test_launcher_slurm_each_stage_ends_its_hung_node_on_time(cluster, tmp_path)
 def test_launcher_slurm_sigterm_in_each_stage_leaves_nothing(cluster, tmp_path, stage):
     """SIGTERM while a node hangs in a stage: sb-fleet stops, and neither ansible-playbook, srun, an srun
     step nor the hung process is left (the issue: all of them lived on); the allocation is released."""
-    from tests.fleetlib.hangs import hang_python, hung, run_id_of, run_processes, wait_for
+    from tests.fleetlib.hangs import hang_python, hung, run_id_of, run_processes, wait_for, wait_run_gone
 
     c, _, cfg = cluster
     _idle(c)
@@ -542,13 +542,7 @@ def test_launcher_slurm_sigterm_in_each_stage_leaves_nothing(cluster, tmp_path, 
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=90)
     assert p.returncode in (1, 3, 130), out[-2000:] + err[-3000:]
-    try:
-        wait_for(lambda: not run_processes(run_id, run_dir), 20, "every process of the run to be gone")
-    except AssertionError:
-        left = run_processes(run_id, run_dir)
-        raise AssertionError(
-            "left after SIGTERM:\n" + "\n".join(map(str, left)) + "\n" + err[-2000:]
-        ) from None
+    wait_run_gone(run_id, run_dir, err)
     wait_for(lambda: c.sh("squeue", "-h").stdout.strip() == "", 30, "the allocation to be released")
 
 

@@ -71,28 +71,14 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
             save_stage(run.rd, "collect", outcomes)
         raise
     except BaseException:  # Ctrl-C, SIGTERM: the reads are closed; collect's commands on the hosts end too
-        stop_collect(ex, fetch)
+        ex.stop_hosts(fetch, collect_only=True)
         raise
-    stop_collect(ex, [h for h in fetch if h in outcomes and outcomes[h].details.get(CUT_OFF)])
+    ex.stop_hosts([h for h in fetch if h in outcomes and outcomes[h].details.get(CUT_OFF)], collect_only=True)
     save_stage(run.rd, "collect", outcomes)
     expected = list(dict.fromkeys(base_key(e.key) for e in run.plan.entries()))  # a pattern's rounds: one key
     normalize_run(run.rd, list(run.plan.hosts), expected)
     write_pattern_outputs(run.rd, run.plan)  # mpi_pattern.txt, pairs/<entry>.json
     return outcomes
-
-
-def stop_collect(ex: Executor, hosts: list[str]) -> dict[str, str]:
-    """End collect's own commands on ``hosts`` (a new connection each); host -> what the sweep said."""
-    if not ex.run_id or not hosts:
-        return {}
-    return reaper.sweep_hosts(
-        ex.run_id,
-        [ex.inventory.get(h) for h in hosts],
-        ex.ssh,
-        ex.forks,
-        ex.srun,
-        var=reaper.COLLECT_TAG,
-    )
 
 
 def normalize_run(rd: RunDir, hosts: list[str], expected: list[str]) -> dict[str, HostOutcome]:

@@ -16,7 +16,7 @@ from typing import Any
 from sb_fleet.fleet.executor import Executor, Started
 from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.plan.deadlines import deploy_deadline
+from sb_fleet.plan.deadlines import HEALTH_KILL_AFTER_S, deploy_deadline
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS
 from sb_fleet.plan.templates import run_env, runner_args
@@ -87,6 +87,7 @@ def _deploy(
         checks_first = {
             "mark": HEALTH_DONE,
             "timeout": run.config.health.exec_timeout,
+            "kill_after": HEALTH_KILL_AFTER_S,
             "go_on": bool(health_go_on),
         }
         extravars = {**(extravars or {}), "sb_health_first": checks_first}
@@ -138,23 +139,37 @@ def _deploy(
     return res.outcomes, Started(step.id if step else "", started, intr.signal, unfinished), checked
 
 
-_HEALTH_RC = re.compile(rf"^{HEALTH_DONE} (-?\d+)\n?", re.MULTILINE)
-_HEALTH_ERR = re.compile(rf"^{HEALTH_DONE} -?\d+\n?", re.MULTILINE)
+_HEALTH_MARK = re.compile(rf"^{HEALTH_DONE} (-?\d+)\n?", re.MULTILINE)
 TIMEOUT_RC = 124  # coreutils' timeout: the checks ran past health.exec_timeout on the host
+
+
+def _cut(
+    res: dict[str, Any], mark: re.Pattern[str]
+) -> tuple[re.Match[str], tuple[str, str], tuple[str, str]] | None:
+    """One exec's result cut at the marker line that both its streams carry: (the match in stdout,
+    stdout before/after, stderr before/after); None without the line on stdout (the exec did not get
+    that far). A stderr without it is all "before"."""
+    out, err = str(res.get("stdout") or ""), str(res.get("stderr") or "")
+    m = mark.search(out)
+    if m is None:
+        return None
+    e = mark.search(err)
+    return m, (out[: m.start()], out[m.end() :]), ((err[: e.start()], err[e.end() :]) if e else (err, ""))
 
 
 def split_health(res: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """A fast-path result that the health checks opened -> (the checks' result with their exit status,
     the rest of the exec's result); None and the result as it is when the checks' marker line is not
     there (the exec broke off before their end)."""
-    out, err = str(res.get("stdout") or ""), str(res.get("stderr") or "")
-    m = _HEALTH_RC.search(out)
-    if m is None:
+    cut = _cut(res, _HEALTH_MARK)
+    if cut is None:
         return None, res
-    e = _HEALTH_ERR.search(err)
-    checks_err, rest_err = (err[: e.start()], err[e.end() :]) if e else (err, "")
-    checks = {"rc": int(m.group(1)), "stdout": out[: m.start()], "stderr": checks_err}
-    return checks, {**res, "stdout": out[m.end() :], "stderr": rest_err}
+    m, (checks_out, rest_out), (checks_err, rest_err) = cut
+    return {"rc": int(m.group(1)), "stdout": checks_out, "stderr": checks_err}, {
+        **res,
+        "stdout": rest_out,
+        "stderr": rest_err,
+    }
 
 
 def check_outcome(host: str, deploy: HostOutcome, checks: dict[str, Any] | None, limit_s: int) -> HostOutcome:
@@ -194,14 +209,12 @@ def deploy_done(task: str, result: dict[str, Any]) -> bool:
 def split_started(res: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """A fast-path result that went on into the first step -> (hostprep's part, the runner's part); the
     result as it is and None when the runner did not start (no marker line)."""
-    out, err = str(res.get("stdout") or ""), str(res.get("stderr") or "")
-    m = _MARK.search(out)
-    if m is None:
+    cut = _cut(res, _MARK)
+    if cut is None:
         return res, None
-    e = _MARK.search(err)
-    prep_err, run_err = (err[: e.start()], err[e.end() :]) if e else (err, "")
-    prep = {**res, "rc": 0, "stdout": out[: m.start()], "stderr": prep_err, "failed": False}
-    return prep, {"rc": res.get("rc"), "stdout": out[m.end() :], "stderr": run_err}
+    _, (prep_out, run_out), (prep_err, run_err) = cut
+    prep = {**res, "rc": 0, "stdout": prep_out, "stderr": prep_err, "failed": False}
+    return prep, {"rc": res.get("rc"), "stdout": run_out, "stderr": run_err}
 
 
 def host_facts(res: dict) -> dict | None:
