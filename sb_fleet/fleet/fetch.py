@@ -759,12 +759,14 @@ def collect_all(
 
 
 # Run on a host after an interrupted run: stop the runner of this run (found by its pid file and checked
-# by its command line); the runner kills the benchmarks it started and records the interruption; a
+# by its command line: the runner's module, or validate's one exec, first_exec.py, in which the first
+# step's runner runs); the runner kills the benchmarks it started and records the interruption; a
 # runner that does not stop within 10 s is killed with the process groups it recorded.
 STOP_RUNNER = """cd {d} 2>/dev/null || {{ echo absent; exit 0; }}
 pid=$(head -n 1 runner.pid 2>/dev/null) || {{ echo absent; exit 0; }}
 case $pid in ''|*[!0-9]*) echo absent; exit 0 ;; esac
-alive() {{ [ -r /proc/$pid/cmdline ] && grep -q sb_bench.host.runner /proc/$pid/cmdline 2>/dev/null \
+alive() {{ [ -r /proc/$pid/cmdline ] && grep -qE 'sb_bench[.]host[.]runner|sb_bench/host/first_exec[.]py' \
+  /proc/$pid/cmdline 2>/dev/null \
   && ! grep -q '^State:.*[ZX]' /proc/$pid/status 2>/dev/null; }}
 alive || {{ echo finished; exit 0; }}
 kill -TERM "$pid" 2>/dev/null; kill -CONT "$pid" 2>/dev/null
