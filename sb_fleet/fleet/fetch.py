@@ -504,7 +504,7 @@ def master_alive(host: Host, ssh: SshSettings) -> bool:
     """Whether Ansible's master connection to ``host`` runs (``ssh -O check``: a question to the local
     socket, no network)."""
     argv = ssh.master_control(host)
-    if argv is None:
+    if argv is None or host.connection not in ("ssh", "smart"):  # no OpenSSH master, or not where we look
         return False
     try:
         r = subprocess.run(
