@@ -6,13 +6,13 @@ each command an ``ssh`` through it (``ControlMaster=no``, ``BatchMode``, this ru
 key exchange, nothing to re-verify); else a paramiko connection of collect's own. A master that ends on
 the way (a command's ssh exits 255 having sent nothing) hands the host to paramiko within its wall time,
 which fetches what is still missing. The outcome's details say which (``via``: ``master`` or
-``paramiko``); budgets, parsing and outcomes are the same either way. The commands: a listing of the
-results directory (``find -printf``: type, size and path of every entry, NUL-separated), the checksums of the
-files that will be kept (``sha256sum``), then one ``tar`` stream of just the files that are missing or
-changed locally. Each file is written under a temporary name, its checksum verified, then renamed
-into ``raw/<host>/``: a dropped connection keeps every file already fetched, and never leaves a
-partial file under a final name. Hosts with ``ansible_connection=local`` are read from the local
-file system by the same rules.
+``paramiko``); budgets, parsing and outcomes are the same either way. The commands: a listing of
+the results directory (``find -printf``: type, size and path of every entry, NUL-separated), the
+checksums of the files that will be kept (``sha256sum``), then one ``tar`` stream of just the files
+that are missing or changed locally. Each file is written under a temporary name, its checksum
+verified, then renamed into ``raw/<host>/``: a dropped connection keeps every file already fetched, and
+never leaves a partial file under a final name. Hosts with ``ansible_connection=local`` are read from
+the local file system by the same rules.
 
 A host can only hurt itself (budgets: the config's ``collect`` section,
 :class:`sb_fleet.config.collect_budgets.CollectBudgets`, docs/collect-budgets.md):
