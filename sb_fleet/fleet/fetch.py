@@ -1,12 +1,18 @@
 """Collect: bring every host's result files back, in parallel, fetching only what is missing.
 
-One SSH connection per host (paramiko) and three commands on it: a listing of the results
-directory (``find -printf``: type, size and path of every entry, NUL-separated), the checksums of the
-files that will be kept (``sha256sum``), then one ``tar`` stream of just the files that are missing or
-changed locally. Each file is written under a temporary name, its checksum verified, then renamed
-into ``raw/<host>/``: a dropped connection keeps every file already fetched, and never leaves a
-partial file under a final name. Hosts with ``ansible_connection=local`` are read from the local
-file system by the same rules.
+One SSH connection per host and three commands on it. The connection is Ansible's own master to the
+host (ControlPersist, still open after the run step: ``ssh -O check`` asks it locally) where it is alive,
+each command an ``ssh`` through it (``ControlMaster=no``, ``BatchMode``, this run's host key options: no
+key exchange, nothing to re-verify); else a paramiko connection of collect's own. A master that ends on
+the way (a command's ssh exits 255 having sent nothing) hands the host to paramiko within its wall time,
+which fetches what is still missing. The outcome's details say which (``via``: ``master`` or
+``paramiko``); budgets, parsing and outcomes are the same either way. The commands: a listing of
+the results directory (``find -printf``: type, size and path of every entry, NUL-separated), the
+checksums of the files that will be kept (``sha256sum``), then one ``tar`` stream of just the files
+that are missing or changed locally. Each file is written under a temporary name, its checksum
+verified, then renamed into ``raw/<host>/``: a dropped connection keeps every file already fetched, and
+never leaves a partial file under a final name. Hosts with ``ansible_connection=local`` are read from
+the local file system by the same rules.
 
 A host can only hurt itself (budgets: the config's ``collect`` section,
 :class:`sb_fleet.config.collect_budgets.CollectBudgets`, docs/collect-budgets.md):
@@ -33,6 +39,7 @@ import os
 import shlex
 import shutil
 import stat
+import subprocess
 import tarfile
 import threading
 import time
@@ -45,7 +52,7 @@ from typing import IO, Any
 from sb_fleet.config.collect_budgets import CollectBudgets, default_budgets
 from sb_fleet.config.inventory import Host
 from sb_fleet.errors import InfraError
-from sb_fleet.fleet.channels import Channel, HostRefused, SrunNode, SshChannel
+from sb_fleet.fleet.channels import Channel, HostRefused, MasterGone, MasterNode, SrunNode, SshChannel
 from sb_fleet.fleet.progress import RUNNING
 from sb_fleet.fleet.slurm_launch import SrunReach, srun_command
 from sb_fleet.fleet.ssh import SshSettings
@@ -414,8 +421,11 @@ def close_all() -> None:
             pass
 
 
-def _watched(close: Callable[[], None], host_timeout: float, work: Callable[[], Fetched]) -> Fetched:
-    """``work()`` within the host's wall time: past it, ``close()`` ends every read of the host."""
+def _watched(
+    close: Callable[[], None], host_timeout: float, work: Callable[[], Fetched], budget: float | None = None
+) -> Fetched:
+    """``work()`` within the host's wall time (``host_timeout`` s left of its ``budget``): past it,
+    ``close()`` ends every read of the host."""
     expired = threading.Event()
     with _OPEN_LOCK:
         _OPEN.add(close)
@@ -427,7 +437,8 @@ def _watched(close: Callable[[], None], host_timeout: float, work: Callable[[], 
     timer = threading.Timer(max(0.0, host_timeout), watchdog)
     timer.daemon = True
     timer.start()
-    too_long = f"took longer than {host_timeout}s (collect.host_timeout): stopped"
+    budget = host_timeout if budget is None else budget
+    too_long = f"took longer than {budget}s (collect.host_timeout): stopped"
     try:
         result = work()
     except Exception:
@@ -445,13 +456,38 @@ def _watched(close: Callable[[], None], host_timeout: float, work: Callable[[], 
 
 
 def collect_remote(
-    t: CollectTarget, ssh: SshSettings, timeout: float, budgets: CollectBudgets | None = None
+    t: CollectTarget,
+    ssh: SshSettings,
+    timeout: float,
+    budgets: CollectBudgets | None = None,
+    route: dict[str, Any] | None = None,
 ) -> Fetched:
-    """Fetch what is missing from one SSH host within the budgets. Raises on failure (:class:`HostRefused`
-    for a budget or what cannot be taken, ``FileNotFoundError`` for no results directory, connection
-    errors as they come)."""
+    """Fetch what is missing from one SSH host within the budgets: over the host's live OpenSSH master
+    where there is one, else (or should it end on the way) over a paramiko connection of its own, by the
+    same rules. ``route["via"]`` says which ("master" | "paramiko") as soon as it is known. Raises on
+    failure (:class:`HostRefused` for a budget or what cannot be taken, ``FileNotFoundError`` for no
+    results directory, connection errors as they come)."""
     budgets = budgets or default_budgets()
+    route = {} if route is None else route
     t0 = time.monotonic()
+    if master_alive(t.host, ssh):
+        route["via"] = "master"
+        node = MasterNode(lambda command: _master_command(ssh, t.host, command))
+
+        def over_master() -> Fetched:
+            try:
+                return _collect_on(node.channel, t, timeout, budgets)
+            except MasterGone:
+                if node.closed:  # closed meanwhile (an interrupt): the host is not to be reached again
+                    raise ConnectionError("closed") from None
+                raise
+
+        try:
+            left = budgets.host_timeout - (time.monotonic() - t0)
+            return _watched(node.close, left, over_master, budgets.host_timeout)
+        except MasterGone:
+            pass  # the master ended since the check: a connection of collect's own, as without one
+    route["via"] = "paramiko"
     client = connect(t.host, ssh)
     client.get_transport().set_keepalive(15)
     left = budgets.host_timeout - (time.monotonic() - t0)
@@ -459,7 +495,31 @@ def collect_remote(
     def opener(command: str, stall: float, limit: int, what: str) -> Channel:
         return SshChannel(client, command, stall, limit, what)
 
-    return _watched(client.close, left, lambda: _collect_on(opener, t, timeout, budgets))
+    return _watched(
+        client.close, left, lambda: _collect_on(opener, t, timeout, budgets), budgets.host_timeout
+    )
+
+
+def master_alive(host: Host, ssh: SshSettings) -> bool:
+    """Whether Ansible's master connection to ``host`` runs (``ssh -O check``: a question to the local
+    socket, no network)."""
+    argv = ssh.master_control(host)
+    if argv is None or host.connection not in ("ssh", "smart"):  # no OpenSSH master, or not where we look
+        return False
+    try:
+        r = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=ssh.connect_timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def _master_command(ssh: SshSettings, host: Host, command: str) -> list[str]:
+    argv = ssh.master_command(host, command)
+    if argv is None:  # master_alive said there is a master: it has a path
+        raise MasterGone("ssh: no master connection (no control path)")
+    return argv
 
 
 def collect_srun(
@@ -606,14 +666,15 @@ def collect_host(
 
     t0 = time.monotonic()
     name = t.host.name
+    route: dict[str, Any] = {}  # how an SSH host was reached: {"via": "master" | "paramiko"}
     try:
         if srun is not None:
             r = collect_srun(t, srun, timeout, budgets)
         elif t.host.is_local:
             r = collect_local(t, budgets)
         else:
-            r = collect_remote(t, ssh, timeout, budgets)
-        details: dict[str, Any] = {"fetched": r.fetched, "listed": r.listed}
+            r = collect_remote(t, ssh, timeout, budgets, route)
+        details: dict[str, Any] = {"fetched": r.fetched, "listed": r.listed, **route}
         if r.problems:
             details["problems"] = r.problems[:20]
             return HostOutcome(
@@ -641,7 +702,7 @@ def collect_host(
             Outcome.FAILED,
             f"collect failed: {exc}",
             round(time.monotonic() - t0, 3),
-            {**_kept(t.local_dir), "refused": str(exc), CUT_OFF: True},
+            {**_kept(t.local_dir), **route, "refused": str(exc), CUT_OFF: True},
         )
     except paramiko.BadHostKeyException:
         return HostOutcome(
@@ -668,10 +729,10 @@ def collect_host(
             Outcome.UNREACHABLE,
             f"SSH: {text[:300]}",
             round(time.monotonic() - t0, 3),
-            _kept(t.local_dir),
+            {**_kept(t.local_dir), **route},
         )
     except FileNotFoundError as exc:
-        return HostOutcome(name, "collect", Outcome.FAILED, str(exc), round(time.monotonic() - t0, 3))
+        return HostOutcome(name, "collect", Outcome.FAILED, str(exc), round(time.monotonic() - t0, 3), route)
     except (OSError, EOFError, tarfile.TarError) as exc:
         return HostOutcome(
             name,
@@ -679,7 +740,7 @@ def collect_host(
             Outcome.UNREACHABLE,
             f"{type(exc).__name__}: {str(exc)[:300] or 'connection lost'}",
             round(time.monotonic() - t0, 3),
-            {**_kept(t.local_dir), **({CUT_OFF: True} if isinstance(exc, TimeoutError) else {})},
+            {**_kept(t.local_dir), **route, **({CUT_OFF: True} if isinstance(exc, TimeoutError) else {})},
         )
 
 
@@ -837,7 +898,6 @@ def on_hosts(
 ) -> dict[str, str]:
     """A short shell script on every host, in parallel, each through its own new connection (an srun
     step, SSH, or a local shell): host -> what it printed on one line, or ``error: ...``."""
-    import subprocess
 
     def one(host: Host) -> tuple[str, str]:
         cmd = script(host)

@@ -1,25 +1,39 @@
-"""SSH settings shared by Ansible (OpenSSH) and the collector (paramiko).
+"""SSH settings shared by Ansible (OpenSSH) and the collector (OpenSSH's master, else paramiko).
 
 Host keys are always verified: ``strict`` refuses unknown and changed keys;
 ``accept-new`` records the key of a host seen for the first time (like
 OpenSSH's ``StrictHostKeyChecking=accept-new``) and still refuses a changed
 one. Turning checking off takes an explicit, loudly logged option.
+
+Ansible's master connections (ControlPersist) listen where sb-fleet says, ``<control dir>/<trust>/%C``
+(:meth:`SshSettings.control_path`), so that collect finds a host's live master and runs its commands
+over it (:meth:`SshSettings.master_command`) rather than opening a connection of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from sb_fleet.config.fleet_config import FleetSettings
+from sb_fleet.config.inventory import Host
 from sb_fleet.safe_files import private_dir
 
 CONTROL_DIR_FIX = (
     "remove it (rm -rf -- {path}) so that sb-fleet makes it afresh, or point XDG_RUNTIME_DIR at a "
     "directory of your own (mode 0700)"
 )
+
+# A unix socket's path, its NUL included, fits in sockaddr_un.sun_path: 108 bytes on Linux, 104 on the BSDs
+# and macOS. OpenSSH first binds a new master at the path plus "." and 16 random characters, then renames
+# it into place; %C expands to a SHA-1 in hex.
+SUN_PATH = 108 if sys.platform.startswith("linux") else 104
+MASTER_TEMP_SUFFIX = 17
+CONNECTION_HASH = 40
 
 
 def control_dir() -> Path:
@@ -38,6 +52,18 @@ def control_dir() -> Path:
     return Path(os.path.expanduser("~")) / ".ansible" / "cp" / "sb-fleet"
 
 
+def control_path_in(directory: Path) -> str | None:
+    """``<directory>/%C``, one socket per connection hash, or None where OpenSSH could not bind a master
+    there (the path too long for a unix socket while the master is made) or could not read it back from
+    an option (``%``, quotes, blanks): Ansible's own path then, and collect never finds a master."""
+    d = str(directory)
+    if not d.startswith("/") or any(c in d for c in "%\"'\\") or any(c.isspace() for c in d):
+        return None
+    if len(os.fsencode(d)) + 1 + CONNECTION_HASH + MASTER_TEMP_SUFFIX >= SUN_PATH:
+        return None
+    return f"{d}/%C"
+
+
 @dataclass(frozen=True)
 class SshSettings:
     known_hosts: Path
@@ -52,31 +78,80 @@ class SshSettings:
         policy = "off" if insecure_off else ("accept-new" if accept_new else fleet.host_key_checking)
         return cls(kh, policy, fleet.ssh_connect_timeout)
 
-    def openssh_args(self) -> str:
-        strict = {"strict": "yes", "accept-new": "accept-new", "off": "no"}[self.policy]
-        args = [
-            "-o ControlMaster=auto",
-            "-o ControlPersist=120s",
-            f"-o StrictHostKeyChecking={strict}",
-            f"-o UserKnownHostsFile={self.known_hosts}",
-            f"-o ConnectTimeout={self.connect_timeout}",
-            "-o ServerAliveInterval=5",
-            "-o ServerAliveCountMax=3",
-        ]
-        return " ".join(args)
-
-    def ansible_env(self) -> dict[str, str]:
+    def trust_dir(self) -> Path:
         # A master connection is reused without any new host key check, so one verified under other
         # trust settings (another known_hosts, accept-new, off) must never serve this run: the control
         # directory is keyed by them. (Short: unix socket paths are limited to ~108 bytes.)
         trust = hashlib.sha256(f"{self.known_hosts}\0{self.policy}".encode()).hexdigest()[:10]
-        root = control_dir()
-        for d in (root, root / trust):  # each checked itself: sb-fleet's own directories, down from root
+        return control_dir() / trust
+
+    def control_path(self) -> str | None:
+        """Where Ansible's master to a host listens (OpenSSH's ``%C`` in it: the hash of this machine's
+        name, the host, its port and the user), or None where Ansible picks its own."""
+        return control_path_in(self.trust_dir())
+
+    def _trust_args(self) -> list[str]:
+        strict = {"strict": "yes", "accept-new": "accept-new", "off": "no"}[self.policy]
+        return [
+            f"-o StrictHostKeyChecking={strict}",
+            f"-o UserKnownHostsFile={self.known_hosts}",
+            f"-o ConnectTimeout={self.connect_timeout}",
+        ]
+
+    def openssh_args(self) -> str:
+        args = ["-o ControlMaster=auto", "-o ControlPersist=120s", *self._trust_args()]
+        args += ["-o ServerAliveInterval=5", "-o ServerAliveCountMax=3"]
+        cp = self.control_path()
+        if cp is not None:  # Ansible then adds no ControlPath of its own
+            args.append(f"-o ControlPath={cp}")
+        return " ".join(args)
+
+    def ansible_env(self) -> dict[str, str]:
+        cp = self.trust_dir()
+        for d in (cp.parent, cp):  # each checked itself: sb-fleet's own directories, down from root
             private_dir(d, "SSH control sockets", CONTROL_DIR_FIX.format(path=d))
-        cp = root / trust
         return {
             "ANSIBLE_HOST_KEY_CHECKING": "False" if self.policy == "off" else "True",
             "ANSIBLE_SSH_ARGS": self.openssh_args(),
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp),
             "ANSIBLE_TIMEOUT": str(self.connect_timeout),
         }
+
+    def master_options(self, host: Host) -> list[str] | None:
+        """OpenSSH options that reach ``host`` through Ansible's master only, or None where its path is
+        Ansible's own. They name the host as Ansible does (its ``ansible_port`` and ``ansible_user`` only
+        where the inventory gives them, then its ``ansible_ssh_common_args`` and ``ansible_ssh_extra_args``),
+        so that ``%C`` is the master's. They come first, and OpenSSH takes an option's first value: never a
+        master of its own (``ControlMaster=no``), never a prompt (``BatchMode``), and should the master be
+        gone, any connection ssh makes itself is verified under this run's host key policy."""
+        cp = self.control_path()
+        if cp is None:
+            return None
+        out = ["-o", "ControlMaster=no", "-o", f"ControlPath={cp}", "-o", "BatchMode=yes"]
+        for arg in self._trust_args():
+            out += arg.split(" ", 1)
+        out += ["-o", "LogLevel=ERROR"]
+        port = host.vars.get("ansible_port") or host.vars.get("ansible_ssh_port")
+        if port:
+            out += ["-o", f"Port={port}"]
+        key = host.vars.get("ansible_ssh_private_key_file") or host.vars.get("ansible_private_key_file")
+        if key:
+            out += ["-o", f'IdentityFile="{os.path.expanduser(str(key))}"']
+        if host.user:
+            out += ["-o", f'User="{host.user}"']  # quoted as Ansible quotes it
+        for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+            if host.vars.get(var):
+                out += shlex.split(str(host.vars[var]))
+        return out
+
+    def master_command(self, host: Host, command: str) -> list[str] | None:
+        """The argv that runs ``command`` (one shell line, as paramiko's exec sends it) on ``host`` over
+        its master, or None (see :meth:`master_options`)."""
+        opts = self.master_options(host)
+        return None if opts is None else ["ssh", *opts, "-T", "--", host.address, command]
+
+    def master_control(self, host: Host, op: str = "check") -> list[str] | None:
+        """``ssh -O check`` (exit 0 while ``host``'s master runs) or ``-O exit`` (it ends): a question to
+        the local socket, no network."""
+        opts = self.master_options(host)
+        return None if opts is None else ["ssh", *opts, "-O", op, "--", host.address]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,6 +92,28 @@ def sb_fleet(*args: str, timeout: float = 600, env: dict | None = None) -> subpr
         cwd=str(ROOT),
         env={**os.environ, **(env or {})},
     )
+
+
+def close_masters(inventory: Path, known_hosts: Path, policy: str = "strict") -> int:
+    """End the OpenSSH master connections (ControlPersist) sb-fleet keeps to this inventory's hosts, as
+    a night between two runs does: ``ssh -O exit`` on each host's own (never another test's), then wait
+    until none answers. Returns how many were open."""
+    from sb_fleet.config.inventory import load_inventory
+    from sb_fleet.fleet.fetch import master_alive
+    from sb_fleet.fleet.ssh import SshSettings
+
+    ssh = SshSettings(known_hosts.resolve(), policy)
+    hosts = list(load_inventory(inventory).hosts)
+    alive = [h for h in hosts if master_alive(h, ssh)]
+    for h in alive:
+        argv = ssh.master_control(h, "exit")
+        assert argv is not None
+        subprocess.run(argv, capture_output=True, timeout=10, check=False)
+    deadline = time.monotonic() + 10
+    while any(master_alive(h, ssh) for h in alive):
+        assert time.monotonic() < deadline, "an SSH master still answers after ssh -O exit"
+        time.sleep(0.05)
+    return len(alive)
 
 
 @pytest.fixture(scope="session")

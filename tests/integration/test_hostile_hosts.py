@@ -12,7 +12,8 @@ through the CLI:
   the report says so, and says it again the next time it reads the run.
 
 The planted host ends failed with its reason; the two good hosts' files arrive byte for byte (sha256
-against the hosts' own files), with their summary lines. The lying ``find`` is tests/fleetlib/hostile.py.
+against the hosts' own files), with their summary lines. That collect rides the OpenSSH masters validate
+left open; it is run again with them closed (paramiko): the same outcomes and files. The lying ``find`` is tests/fleetlib/hostile.py.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import _need_root, sb_fleet
+from .conftest import _need_root, close_masters, sb_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -179,6 +180,22 @@ def test_a_hostile_host_can_only_hurt_itself(hfleet, tmp_path):
     assert not (run_dir / "raw" / "host005" / "results" / "noop" / "core").exists()
     raw_bytes = sum(p.stat().st_size for p in (run_dir / "raw").rglob("*") if p.is_file())
     assert raw_bytes < 10 << 20, raw_bytes
+
+    # That collect rode each host's OpenSSH master, which validate had just used: the budgets held there.
+    # With the masters closed (a night later), collect makes connections of its own (paramiko): the same
+    # outcomes, for the same reasons, and the same files.
+    assert {h: o["details"].get("via") for h, o in col.items()} == dict.fromkeys(col, "master"), col
+    over_master = {h.name: _digests(run_dir / "raw" / h.name / "results") for h in hfleet.hosts}
+    assert close_masters(inv, hfleet.known_hosts) == len(hfleet.hosts)
+    shutil.rmtree(run_dir / "raw")
+    r = sb_fleet("collect", "--run-dir", str(run_dir), "-i", str(inv), timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    col2 = _stage(run_dir, "collect")
+    assert {h: o["details"].get("via") for h, o in col2.items()} == dict.fromkeys(col, "paramiko"), col2
+    assert {h: (o["outcome"], o["reason"]) for h, o in col2.items()} == {
+        h: (o["outcome"], o["reason"]) for h, o in col.items()
+    }
+    assert {h.name: _digests(run_dir / "raw" / h.name / "results") for h in hfleet.hosts} == over_master
 
     bench = _stage(run_dir, "benchmarks")
     assert bench["host009"]["outcome"] == "failed" and "corrupt" in bench["host009"]["reason"]

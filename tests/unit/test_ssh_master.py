@@ -1,0 +1,168 @@
+"""Collect over Ansible's OpenSSH master: the control path sb-fleet names, and the argv that reaches a
+host through the master only (no host needed).
+
+The ``%C`` test runs the real ``ssh -G`` (it prints the configuration a command line gives, without
+connecting): the master's path as Ansible's command line makes it and as collect's names it must be one.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sb_fleet.config.inventory import Host
+from sb_fleet.fleet import ssh as ssh_mod
+from sb_fleet.fleet.ssh import (
+    CONNECTION_HASH,
+    MASTER_TEMP_SUFFIX,
+    SUN_PATH,
+    SshSettings,
+    control_path_in,
+)
+
+SETTINGS = SshSettings(Path("/etc/kh"), "strict", 7)
+
+
+def _dir_of_length(n: int) -> Path:
+    """An absolute directory path of exactly ``n`` bytes."""
+    return Path("/" + "d" * (n - 1))
+
+
+def test_control_path_is_the_hash_in_the_directory():
+    assert control_path_in(Path("/root/.ansible/cp/sb-fleet/0123456789")) == (
+        "/root/.ansible/cp/sb-fleet/0123456789/%C"
+    )
+
+
+def test_control_path_leaves_room_for_the_masters_temporary_name():
+    # The longest directory whose socket, with OpenSSH's temporary suffix and the NUL, still fits.
+    longest = SUN_PATH - 1 - 1 - CONNECTION_HASH - MASTER_TEMP_SUFFIX
+    assert control_path_in(_dir_of_length(longest)) is not None
+    assert control_path_in(_dir_of_length(longest + 1)) is None
+    final = control_path_in(_dir_of_length(longest))
+    assert final is not None
+    assert len(final.replace("%C", "c" * CONNECTION_HASH)) + MASTER_TEMP_SUFFIX + 1 == SUN_PATH
+
+
+@pytest.mark.parametrize("d", ["/a b/cp", "/a%b/cp", '/a"b/cp', "/a'b", "/a\\b", "relative/cp", "/a\tb"])
+def test_control_path_refuses_what_an_option_cannot_carry(d):
+    assert control_path_in(Path(d)) is None
+
+
+def test_openssh_args_name_the_control_path(monkeypatch):
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/run/user/0/sb-fleet-cp"))
+    args = SETTINGS.openssh_args()
+    cp = SETTINGS.control_path()
+    assert cp is not None and cp.startswith("/run/user/0/sb-fleet-cp/") and cp.endswith("/%C")
+    assert f"-o ControlPath={cp}" in args
+    assert "-o ControlMaster=auto" in args and "-o StrictHostKeyChecking=yes" in args
+    # Ansible adds a ControlPath of its own only where its ssh_args hold none (its ssh plugin's
+    # "found only ControlPersist; added ControlPath").
+    assert any("controlpath" in a.lower() for a in shlex.split(args))
+
+
+def test_a_too_long_control_dir_keeps_ansibles_own_path(monkeypatch):
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/home/" + "u" * 80 + "/.ansible/cp/sb-fleet"))
+    assert SETTINGS.control_path() is None
+    assert "ControlPath" not in SETTINGS.openssh_args()
+    host = Host("gpu1", ("gpu",), {"ansible_host": "10.0.0.1"})
+    assert SETTINGS.master_options(host) is None
+    assert SETTINGS.master_command(host, "true") is None
+    assert SETTINGS.master_control(host) is None
+
+
+def test_master_options_come_first_and_name_the_host_as_ansible_does(monkeypatch):
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/run/user/0/sb-fleet-cp"))
+    host = Host(
+        "gpu1",
+        ("gpu",),
+        {
+            "ansible_host": "10.0.0.1",
+            "ansible_port": 2222,
+            "ansible_user": "bench",
+            "ansible_ssh_private_key_file": "/keys/id",
+            "ansible_ssh_common_args": "-o ControlMaster=auto -o BatchMode=no -o ProxyJump=jump",
+        },
+    )
+    argv = SETTINGS.master_command(host, "cd ~ && ls")
+    assert argv is not None
+    assert argv[:7] == [
+        "ssh",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        f"ControlPath={SETTINGS.control_path()}",
+        "-o",
+        "BatchMode=yes",
+    ]
+    opts = [argv[i + 1] for i, a in enumerate(argv) if a == "-o"]
+    # OpenSSH takes an option's first value: the inventory's own args cannot turn these off.
+    first = {}
+    for o in opts:
+        k, _, v = o.partition("=")
+        first.setdefault(k, v)
+    assert first["ControlMaster"] == "no" and first["BatchMode"] == "yes"
+    assert first["StrictHostKeyChecking"] == "yes" and first["UserKnownHostsFile"] == "/etc/kh"
+    assert first["Port"] == "2222" and first["User"] == '"bench"' and first["IdentityFile"] == '"/keys/id"'
+    assert first["ProxyJump"] == "jump"
+    assert argv[-4:] == ["-T", "--", "10.0.0.1", "cd ~ && ls"]
+    assert SETTINGS.master_control(host, "exit")[-4:] == ["-O", "exit", "--", "10.0.0.1"]
+
+
+def test_no_port_or_user_where_the_inventory_gives_none(monkeypatch):
+    # Ansible passes neither then (ssh's own config decides): %C must see the same.
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/run/user/0/sb-fleet-cp"))
+    opts = SETTINGS.master_options(Host("gpu1", ("gpu",), {}))
+    assert opts is not None
+    assert not any(o.startswith(("Port=", "User=", "IdentityFile=")) for o in opts)
+    assert SETTINGS.master_command(Host("gpu1", ("gpu",), {}), "true")[-2] == "gpu1"
+
+
+def _ssh_G(argv: list[str]) -> str:
+    r = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+        env={**os.environ, "HOME": "/nonexistent"},
+    )
+    return next(line.split(" ", 1)[1] for line in r.stdout.splitlines() if line.startswith("controlpath "))
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")
+@pytest.mark.parametrize(
+    "hvars",
+    [
+        {"ansible_host": "127.0.31.10", "ansible_port": 40022, "ansible_user": "sbtest"},
+        {"ansible_host": "127.0.31.11"},
+        {
+            "ansible_ssh_port": "2200",
+            "ansible_ssh_user": "x",
+            "ansible_ssh_common_args": "-o Compression=yes",
+        },
+    ],
+)
+def test_collect_names_the_same_master_as_ansibles_command_line(monkeypatch, hvars):
+    """``ssh -G`` expands ``%C`` for both command lines: Ansible's, in its ssh plugin's order (ssh_args,
+    Port, IdentityFile, User, ConnectTimeout, common and extra args, the host), and collect's."""
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/run/user/0/sb-fleet-cp"))
+    host = Host("gpu7", ("gpu",), hvars)
+    ansible = ["ssh", "-G", *shlex.split(SETTINGS.openssh_args())]
+    if host.vars.get("ansible_port") or host.vars.get("ansible_ssh_port"):
+        ansible += ["-o", f"Port={host.port}"]
+    if host.user:
+        ansible += ["-o", f'User="{host.user}"']
+    ansible += ["-o", "ConnectTimeout=7", *shlex.split(str(host.vars.get("ansible_ssh_common_args", "")))]
+    ansible.append(host.address)
+    ours = SETTINGS.master_control(host)
+    assert ours is not None
+    mine = ["ssh", "-G", *ours[1 : ours.index("-O")], host.address]
+    want = _ssh_G(ansible)
+    assert want.startswith("/run/user/0/sb-fleet-cp/")
+    assert _ssh_G(mine) == want
