@@ -157,7 +157,10 @@ def test_check_playbook_renders_and_its_payload_runs(tmp_path):
     # every value is data, the host's workspace and Python from the plan's hosts file (never a template)
     assert play["vars_files"] == [ansible_data.HOSTS_FILE]
     assert play["vars"]["sb_ws"] == "{{ sb_hosts[inventory_hostname].workspace }}"
-    assert play["vars"]["sb_health_argv"][0] == "{{ sb_hosts[inventory_hostname].python }}"
+    assert play["vars"]["sb_health_argv"] == (
+        "{{ [sb_hosts[inventory_hostname].python, '-c', sb_health_boot, sb_health_payload] + sb_health_args }}"
+    )
+    assert play["vars"]["sb_health_args"][:2] == ["--json", "--host"]
     unsafe = ansible_data.unsafe_strings(pb.read_text())
     assert play["vars"]["sb_health_boot"] in unsafe and play["vars"]["sb_health_default_profile"] in unsafe
     assert play["vars"]["sb_health_default_profile"] == "h100-sxm-8x-ib400"
