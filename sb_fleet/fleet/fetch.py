@@ -472,7 +472,7 @@ def collect_remote(
     t0 = time.monotonic()
     if master_alive(t.host, ssh):
         route["via"] = "master"
-        node = MasterNode(lambda command: _master_command(ssh, t.host, command))
+        node = MasterNode(lambda command: _master_command(ssh, t.host, command, budgets.host_timeout))
 
         def over_master() -> Fetched:
             try:
@@ -515,11 +515,16 @@ def master_alive(host: Host, ssh: SshSettings) -> bool:
     return r.returncode == 0
 
 
-def _master_command(ssh: SshSettings, host: Host, command: str) -> list[str]:
+def _master_command(ssh: SshSettings, host: Host, command: str, bound_s: float) -> list[str]:
+    """The ssh client for ``command`` over the master, bounded by coreutils' ``timeout`` at the host's
+    collect budget (plus a second): the watchdog ends it first, but should sb-fleet itself be killed
+    (SIGKILL), no client is left reading a host that never stops sending (a paramiko connection died with
+    the process)."""
     argv = ssh.master_command(host, command)
     if argv is None:  # master_alive said there is a master: it has a path
         raise MasterGone("ssh: no master connection (no control path)")
-    return argv
+    bound = shutil.which("timeout")
+    return [bound, "-k", "5", str(int(bound_s) + 1), *argv] if bound else argv
 
 
 def collect_srun(

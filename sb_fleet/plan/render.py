@@ -35,6 +35,9 @@ class Rendered:
     suite_digest: str
     image_deploy: Path | None = None  # container-deploy.yml with fleet.runtime docker/podman/enroot
     check: Path | None = None  # check.yml: the health checks (None in a run directory made before them)
+    # deploy-suite.yml: the suite's transfer, run for the hosts deploy.yml's exec found without it (None in
+    # a run directory made before: its deploy.yml ends such hosts' play with that task itself)
+    deploy_suite: Path | None = None
 
     def to_json(self) -> dict:
         return {
@@ -44,6 +47,7 @@ class Rendered:
             "suite_digest": self.suite_digest,
             "image_deploy": self.image_deploy.name if self.image_deploy else None,
             "check": self.check.name if self.check else None,
+            "deploy_suite": self.deploy_suite.name if self.deploy_suite else None,
         }
 
     @classmethod
@@ -56,6 +60,7 @@ class Rendered:
             str(d["suite_digest"]),
             out / d["image_deploy"] if d.get("image_deploy") else None,
             out / d["check"] if d.get("check") else None,
+            out / d["deploy_suite"] if d.get("deploy_suite") else None,
         )
 
 
@@ -162,22 +167,24 @@ def render_playbooks(
     if config.fleet.runtime != "none":  # the image brings torch: the host needs neither a venv nor torch
         fleet["venv"] = False
     health = health_vars(config, out, config_dir or Path.cwd())
-    deploy = out / "deploy.yml"
-    atomic_write_text(
-        deploy,
-        env.get_template("deploy.yml.j2").render(
-            run_id=run_id,
-            fleet=fleet,
-            hosts_file=hosts_file.name,
-            suite_archive=str(archive.resolve()),
-            suite_digest=digest,
-            suite_b64=str(b64.resolve()),
-            bootstrap=DEPLOY_BOOTSTRAP,
-            need_suite=NEED_SUITE,
-            needs_torch=needs_torch(plan) and config.fleet.runtime == "none",
-            health=health,
-        ),
-    )
+    deploy, deploy_suite = out / "deploy.yml", out / "deploy-suite.yml"
+    for part, pb in (("fast", deploy), ("suite", deploy_suite)):
+        atomic_write_text(
+            pb,
+            env.get_template("deploy.yml.j2").render(
+                part=part,
+                run_id=run_id,
+                fleet=fleet,
+                hosts_file=hosts_file.name,
+                suite_archive=str(archive.resolve()),
+                suite_digest=digest,
+                suite_b64=str(b64.resolve()),
+                bootstrap=DEPLOY_BOOTSTRAP,
+                need_suite=NEED_SUITE,
+                needs_torch=needs_torch(plan) and config.fleet.runtime == "none",
+                health=health,
+            ),
+        )
     runs = {}
     for step in plan.steps:
         spec = out / f"{step.id}.json"
@@ -209,7 +216,7 @@ def render_playbooks(
     ):  # the steps run in the image; container-deploy.yml puts it on the hosts
         image = render_container(plan, config, run_id, out, runs)
     check = render_check(health, out)
-    check_rendered([hosts_file, deploy, check, *runs.values(), *([image] if image else [])])
-    rendered = Rendered(deploy, runs, archive, digest, image, check)
+    check_rendered([hosts_file, deploy, deploy_suite, check, *runs.values(), *([image] if image else [])])
+    rendered = Rendered(deploy, runs, archive, digest, image, check, deploy_suite)
     atomic_write_json(out / INDEX, rendered.to_json())
     return rendered

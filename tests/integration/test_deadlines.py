@@ -127,13 +127,12 @@ def test_each_stage_ends_its_hung_host_on_time_and_the_healthy_host_is_judged(df
     assert "health checks: no end within its deadline of 15 s (health.exec_timeout)" in c["reason"], c
     assert c["stages"]["deploy"]["outcome"] == "skipped"  # not benchmarked
     d = oc[at_deploy]["stages"]["deploy"]
-    # deploy's own task timeout (fleet.deploy_timeout) within the deadline of validate's one exec per host,
-    # which the health checks open and the first step rides with (15 + 5 + 15 + 10 s)
+    # the fleet is cold: the host hangs in the suite's transfer, which has a play (and a deadline,
+    # fleet.deploy_timeout) of its own after validate's one exec per host said it lacks the suite; Ansible's
+    # task timeout and the deadline are both 15 s: either may end it first
     assert d["outcome"] == "timeout", d
-    assert (
-        "health checks, deploy and the first step: no end within its task's timeout of 15 s "
-        "(no end within its deadline of 45 s" in d["reason"]
-    ), d
+    assert d["reason"].startswith("deploy: no end within its") and " 15 s " in d["reason"], d
+    assert "(fleet.deploy_timeout)" in d["reason"], d
     r = oc[at_run]["stages"]["run"]
     assert r["outcome"] == "timeout" and r["reason"].startswith(
         "step01: no end within its deadline of 10 s"

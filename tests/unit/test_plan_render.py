@@ -94,6 +94,8 @@ def test_rendered_playbooks_match_golden_files(inputs, tmp_path, golden):
         )
 
     golden(GOLDEN / "deploy.yml", norm(r.deploy.read_text()))
+    assert r.deploy_suite is not None
+    golden(GOLDEN / "deploy-suite.yml", norm(r.deploy_suite.read_text()))
     golden(GOLDEN / "step01.yml", norm(r.runs["step01"].read_text()))
     golden(GOLDEN / "step02.yml", norm(r.runs["step02"].read_text()))
     golden(GOLDEN / HOSTS_FILE, norm((out / HOSTS_FILE).read_text()))

@@ -18,11 +18,12 @@ def test_every_task_id_is_used_by_a_template_and_no_template_spells_one_out():
             )
 
 
-def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
+def _deploy_tasks(part: str) -> list[str]:
     text = (
         template_env()
         .get_template("deploy.yml.j2")
         .render(
+            part=part,
             run_id="r",
             hosts_file="hosts-vars.yml",
             fleet={
@@ -43,8 +44,14 @@ def test_the_rendered_deploy_playbook_has_the_task_the_code_reads_facts_from():
             health={"boot": "b", "payload": "p", "expect": {"-": "e"}, "default_profile": "-", "timeout": 1},
         )
     )
-    names = [t["name"] for play in load_rendered(text) for t in play["tasks"]]
-    assert HOSTPREP in names and HOSTPREP_FAST in names
+    return [t["name"] for play in load_rendered(text) for t in play["tasks"]]
+
+
+def test_the_rendered_deploy_playbooks_have_the_tasks_the_code_reads_facts_from():
+    # deploy.yml: the one exec, nothing after it (no meta task per host to end the hosts that have the
+    # suite); deploy-suite.yml: the suite's transfer, for the hosts that lack it (deploy_stage.needs_suite)
+    assert _deploy_tasks("fast") == [HOSTPREP_FAST]
+    assert _deploy_tasks("suite") == [HOSTPREP]
 
 
 # The task each template's play ends with, as its stage tells the executor (sb_fleet.fleet.stages): an
@@ -71,7 +78,14 @@ def test_every_template_ends_its_play_with_the_task_its_stage_names():
         assert "ansible.builtin.debug" in last and "\n      when:" not in last, p.name
 
 
-def test_deploy_ends_a_host_at_the_fast_path_only_when_its_suite_was_there():
+def test_deploy_ends_a_host_at_its_exec_or_at_the_suite_transfer():
+    from sb_fleet.fleet.stages.deploy_stage import exec_done
+
+    assert exec_done(HOSTPREP_FAST, {"stdout": f"{NEED_SUITE}\n"}) and exec_done(HOSTPREP_FAST, {})
+    assert not exec_done(HOSTPREP, {})
+
+
+def test_an_older_deploy_playbook_ends_a_host_at_the_fast_path_only_when_its_suite_was_there():
     from sb_fleet.fleet.stages.deploy_stage import deploy_done
 
     assert deploy_done(HOSTPREP_FAST, {"stdout": '{"ok": true}\n'})

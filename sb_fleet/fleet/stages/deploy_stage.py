@@ -8,12 +8,13 @@ for both), and the run stage takes the step's result from here instead of runnin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from sb_fleet.fleet.executor import Executor, Started
+from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import HEALTH_KILL_AFTER_S, deploy_deadline
@@ -98,6 +99,7 @@ def _deploy(
         ex.progress.stage("check+deploy" if health else "deploy", hosts),
         intr if step else contextlib.nullcontext(),
     ):
+        split = run.rendered.deploy_suite is not None
         res = ex.run(
             "deploy",
             run.rendered.deploy,
@@ -105,8 +107,22 @@ def _deploy(
             cancel=intr.fired if step else None,
             extravars=extravars,
             deadline=deploy_deadline(run.config, step.timeout if step else 0, health),
-            done=deploy_done,
+            done=exec_done if split else deploy_done,
         )
+        lacking = [h for h in hosts if split and needs_suite(res, h, health and not health_go_on)]
+        if lacking and not (step and intr.fired()):
+            assert run.rendered.deploy_suite is not None
+            res = with_suite(
+                res,
+                ex.run(
+                    "deploy-suite",
+                    run.rendered.deploy_suite,
+                    lacking,
+                    cancel=intr.fired if step else None,
+                    deadline=deploy_deadline(run.config),
+                    done=lambda task, _res: task == HOSTPREP,
+                ),
+            )
     started: dict[str, dict[str, Any]] = {}
     checks: dict[str, dict[str, Any]] = {}
     for h, out in res.results.items():
@@ -198,9 +214,40 @@ def check_outcome(host: str, deploy: HostOutcome, checks: dict[str, Any] | None,
     return HostOutcome(host, "check", deploy.outcome, deploy.reason, details=deploy.details)
 
 
+def exec_done(task: str, result: dict[str, Any]) -> bool:
+    """deploy.yml's end for a host: its one task (the exec), whatever it said."""
+    return task == HOSTPREP_FAST
+
+
+def needs_suite(res: StageResult, host: str, stop_unhealthy: bool) -> bool:
+    """Whether the host's exec ended saying it lacks this suite version (and nothing stopped it before:
+    its own failed health checks, unless --run-unhealthy)."""
+    if res.outcomes[host].outcome != Outcome.OK:
+        return False
+    fast: dict[str, Any] = res.results.get(host, {}).get(HOSTPREP_FAST, {})
+    checks, rest = split_health(fast)
+    if checks is not None and checks["rc"] != 0 and stop_unhealthy:
+        return False
+    return NEED_SUITE in str(rest.get("stdout") or "")
+
+
+def with_suite(res: StageResult, suite: StageResult) -> StageResult:
+    """deploy's result with the suite's transfer for the hosts that needed it: their outcome is the
+    transfer's (as deploy's), their results both plays' tasks."""
+    outcomes = dict(res.outcomes)
+    results = {h: dict(r) for h, r in res.results.items()}
+    for h, o in suite.outcomes.items():
+        outcomes[h] = dataclasses.replace(o, stage=res.stage)
+        results.setdefault(h, {}).update(suite.results.get(h, {}))
+    return dataclasses.replace(
+        res, outcomes=outcomes, results=results, duration_s=res.duration_s + suite.duration_s
+    )
+
+
 def deploy_done(task: str, result: dict[str, Any]) -> bool:
-    """deploy.yml's end for a host (it has no task of its own for that): the fast path's result when
-    the suite was in place (no need-suite line), else the task that brought the suite."""
+    """deploy.yml's end for a host in a run directory rendered before deploy-suite.yml (its deploy.yml
+    has both tasks): the fast path's result when the suite was in place (no need-suite line), else the
+    task that brought the suite."""
     if task == HOSTPREP_FAST:
         return NEED_SUITE not in str(result.get("stdout") or "")
     return task == HOSTPREP
