@@ -228,3 +228,21 @@ def test_a_check_that_ends_in_time_gives_its_own_status(monkeypatch):
     monkeypatch.setattr(first_exec, "_checks_child", lambda args: os._exit(int(args[0])))
     assert first_exec.bounded_checks(["1"], 5, 1) == 1
     assert first_exec.bounded_checks(["0"], 5, 1) == 0
+
+
+def test_the_step_runs_the_runner_here_with_the_venvs_python_for_the_benchmarks(monkeypatch, tmp_path):
+    from sb_bench.host import runner
+
+    seen: dict = {}
+    monkeypatch.setattr(runner, "main", lambda args: seen.update(args=args, env=os.environ.get("SB_X")) or 0)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SB_X", "before")  # restored (absent) after the test
+    step = {"mark": STEP_MARK, "env": ["SB_X=a=b"], "python": "venv/bin/python", "args": step_args()}
+    assert first_exec.run_step(step) == 0
+    assert seen["args"][:2] == ["--spec-b64", step_args()[3]]  # the module's name stripped
+    assert seen["args"][-2:] == ["--python", str(tmp_path / "venv/bin/python")]
+    assert seen["env"] == "a=b"  # the step's environment, for the runner and what it starts
+    # without a venv (the host's Python itself), the runner's default: this interpreter
+    seen.clear()
+    assert first_exec.run_step({**step, "python": sys.executable}) == 0
+    assert "--python" not in seen["args"]
