@@ -499,12 +499,11 @@ def test_launcher_slurm_each_stage_ends_its_hung_node_on_time(cluster, tmp_path)
     assert "health checks: no end within its deadline of 15 s" in oc["slnode2"]["reason"]
     assert oc["slnode2"]["stages"]["deploy"]["outcome"] == "skipped"
     d = oc["slnode3"]["stages"]["deploy"]
-    # deploy's task timeout, within the deadline of validate's one exec (health checks + 5 + deploy + step)
+    # a cold node hangs in the suite's transfer, a play of its own after validate's one exec said it lacks
+    # the suite, with deploy's deadline (fleet.deploy_timeout); the task timeout is as long: either ends it
     assert d["outcome"] == "timeout", d
-    assert (
-        "health checks, deploy and the first step: no end within its task's timeout of 15 s "
-        "(no end within its deadline of 45 s" in d["reason"]
-    ), d
+    assert d["reason"].startswith("deploy: no end within its") and " 15 s " in d["reason"], d
+    assert "(fleet.deploy_timeout)" in d["reason"], d
     r = oc["slnode4"]["stages"]["run"]
     assert r["outcome"] == "timeout" and r["reason"].startswith(
         "step01: no end within its deadline of 10 s"
