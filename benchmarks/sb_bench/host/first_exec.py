@@ -155,11 +155,15 @@ def bounded_checks(args: list[str], timeout: float, kill_after: float) -> int:
     pid = os.fork()
     if pid == 0:
         try:
-            os.setpgid(0, 0)
-        except OSError:
-            pass
-        _checks_child(args)
-        os._exit(1)  # (it never returns)
+            try:
+                os.setpgid(0, 0)
+            except OSError:
+                pass
+            for sig in (signal.SIGTERM, signal.SIGINT):  # as timeout's command: the default, not a handler
+                signal.signal(sig, signal.SIG_DFL)  # its parent may have set (the runner's, a test's)
+            _checks_child(args)
+        finally:
+            os._exit(1)  # _checks_child ends the process itself; nothing of the parent's runs on here
     try:
         os.setpgid(pid, pid)  # both sides set it: no window where a signal to the group misses it
     except OSError:
