@@ -31,15 +31,13 @@ import re
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from fleetlib import SshFleet  # noqa: E402
-from scale import CONFIG, SB_FLEET, close_masters, ssh_round  # noqa: E402
+from scale import CONFIG, SB_FLEET, close_masters, shared_fleet, ssh_round  # noqa: E402
 
 TRIVIAL = "- hosts: all\n  gather_facts: false\n  strategy: free\n  tasks:\n    - raw: 'echo hi'\n"
 
@@ -68,15 +66,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     n = args.hosts
-    fleet = SshFleet(
-        n,
-        base=1,
-        shared_sshd=True,
-        subnet="127.0.11",
-        check_torch=False,
-        root=Path(tempfile.mkdtemp(prefix="sbf-floor-")),
-    )
-    fleet.start()
+    fleet = shared_fleet(n, "127.0.11", "sbf-floor-")
     rows = []
     try:
         inv, cfg = fleet.inventory(), fleet.config(CONFIG.format(forks=args.forks))

@@ -286,19 +286,25 @@ def close_masters() -> int:
     return len(socks)
 
 
-def one_size(n: int, forks: int, keep: bool) -> dict:
-    """Cold: the first validate of a fresh fleet (the suite travels to every host). Warm: the same fleet
-    validated again with a new run (the nightly gate's case: the suite is already in place)."""
-    load_before = os.getloadavg()[0]  # the machine before this size's fleet exists (others' work)
+def shared_fleet(n: int, subnet: str, prefix: str) -> SshFleet:
+    """``n`` simulated hosts on ``subnet``, one sshd answering every address, started."""
     fleet = SshFleet(
         n,
         base=1,
         shared_sshd=True,
-        subnet="127.0.6",
+        subnet=subnet,
         check_torch=False,
-        root=Path(tempfile.mkdtemp(prefix="sbf-scale-")),
+        root=Path(tempfile.mkdtemp(prefix=prefix)),
     )
     fleet.start()
+    return fleet
+
+
+def one_size(n: int, forks: int, keep: bool) -> dict:
+    """Cold: the first validate of a fresh fleet (the suite travels to every host). Warm: the same fleet
+    validated again with a new run (the nightly gate's case: the suite is already in place)."""
+    load_before = os.getloadavg()[0]  # the machine before this size's fleet exists (others' work)
+    fleet = shared_fleet(n, "127.0.6", "sbf-scale-")
     try:
         cold = time_validate(fleet, fleet.dir / "run-cold", forks)
         closed = close_masters()

@@ -90,21 +90,21 @@ class SshSettings:
         name, the host, its port and the user), or None where Ansible picks its own."""
         return control_path_in(self.trust_dir())
 
-    def _trust_args(self) -> list[str]:
+    def _trust_options(self) -> list[str]:
         strict = {"strict": "yes", "accept-new": "accept-new", "off": "no"}[self.policy]
         return [
-            f"-o StrictHostKeyChecking={strict}",
-            f"-o UserKnownHostsFile={self.known_hosts}",
-            f"-o ConnectTimeout={self.connect_timeout}",
+            f"StrictHostKeyChecking={strict}",
+            f"UserKnownHostsFile={self.known_hosts}",
+            f"ConnectTimeout={self.connect_timeout}",
         ]
 
     def openssh_args(self) -> str:
-        args = ["-o ControlMaster=auto", "-o ControlPersist=120s", *self._trust_args()]
-        args += ["-o ServerAliveInterval=5", "-o ServerAliveCountMax=3"]
+        opts = ["ControlMaster=auto", "ControlPersist=120s", *self._trust_options()]
+        opts += ["ServerAliveInterval=5", "ServerAliveCountMax=3"]
         cp = self.control_path()
         if cp is not None:  # Ansible then adds no ControlPath of its own
-            args.append(f"-o ControlPath={cp}")
-        return " ".join(args)
+            opts.append(f"ControlPath={cp}")
+        return " ".join(f"-o {o}" for o in opts)
 
     def ansible_env(self) -> dict[str, str]:
         cp = self.trust_dir()
@@ -119,7 +119,7 @@ class SshSettings:
 
     def master_options(self, host: Host) -> list[str] | None:
         """OpenSSH options that reach ``host`` through Ansible's master only, or None where its path is
-        Ansible's own. They name the host as Ansible does (its ``ansible_port`` and ``ansible_user`` only
+        Ansible's own (or the host's extra ssh arguments do not parse). They name the host as Ansible does (its ``ansible_port`` and ``ansible_user`` only
         where the inventory gives them, then its ``ansible_ssh_common_args`` and ``ansible_ssh_extra_args``),
         so that ``%C`` is the master's. They come first, and OpenSSH takes an option's first value: never a
         master of its own (``ControlMaster=no``), never a prompt (``BatchMode``), and should the master be
@@ -128,8 +128,8 @@ class SshSettings:
         if cp is None:
             return None
         out = ["-o", "ControlMaster=no", "-o", f"ControlPath={cp}", "-o", "BatchMode=yes"]
-        for arg in self._trust_args():
-            out += arg.split(" ", 1)
+        for opt in self._trust_options():
+            out += ["-o", opt]
         out += ["-o", "LogLevel=ERROR"]
         port = host.vars.get("ansible_port") or host.vars.get("ansible_ssh_port")
         if port:
@@ -141,7 +141,10 @@ class SshSettings:
             out += ["-o", f'User="{host.user}"']  # quoted as Ansible quotes it
         for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
             if host.vars.get(var):
-                out += shlex.split(str(host.vars[var]))
+                try:
+                    out += shlex.split(str(host.vars[var]))
+                except ValueError:  # unbalanced quotes: Ansible cannot use them either; no master route
+                    return None
         return out
 
     def master_command(self, host: Host, command: str) -> list[str] | None:

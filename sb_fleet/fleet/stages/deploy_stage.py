@@ -19,7 +19,7 @@ from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import HEALTH_KILL_AFTER_S, deploy_deadline
 from sb_fleet.plan.run_plan import Step
-from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS
+from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS, ends_with
 from sb_fleet.plan.templates import run_env, runner_args
 from sb_fleet.rundir.outcome_table import save_stage
 from sb_fleet.rundir.runinputs import RunInputs
@@ -99,7 +99,7 @@ def _deploy(
         ex.progress.stage("check+deploy" if health else "deploy", hosts),
         intr if step else contextlib.nullcontext(),
     ):
-        split = run.rendered.deploy_suite is not None
+        suite_pb = run.rendered.deploy_suite  # None: a run directory whose deploy.yml has both tasks
         res = ex.run(
             "deploy",
             run.rendered.deploy,
@@ -107,20 +107,20 @@ def _deploy(
             cancel=intr.fired if step else None,
             extravars=extravars,
             deadline=deploy_deadline(run.config, step.timeout if step else 0, health),
-            done=exec_done if split else deploy_done,
+            done=exec_done if suite_pb is not None else deploy_done,
         )
-        lacking = [h for h in hosts if split and needs_suite(res, h, health and not health_go_on)]
-        if lacking and not (step and intr.fired()):
-            assert run.rendered.deploy_suite is not None
+        stop_unhealthy = health and not health_go_on
+        lacking = [h for h in hosts if needs_suite(res, h, stop_unhealthy)] if suite_pb is not None else []
+        if suite_pb is not None and lacking and not (step and intr.fired()):
             res = with_suite(
                 res,
                 ex.run(
                     "deploy-suite",
-                    run.rendered.deploy_suite,
+                    suite_pb,
                     lacking,
                     cancel=intr.fired if step else None,
                     deadline=deploy_deadline(run.config),
-                    done=lambda task, _res: task == HOSTPREP,
+                    done=ends_with(HOSTPREP),
                 ),
             )
     started: dict[str, dict[str, Any]] = {}
@@ -214,9 +214,8 @@ def check_outcome(host: str, deploy: HostOutcome, checks: dict[str, Any] | None,
     return HostOutcome(host, "check", deploy.outcome, deploy.reason, details=deploy.details)
 
 
-def exec_done(task: str, result: dict[str, Any]) -> bool:
-    """deploy.yml's end for a host: its one task (the exec), whatever it said."""
-    return task == HOSTPREP_FAST
+# deploy.yml's end for a host: its one task (the exec), whatever it said
+exec_done = ends_with(HOSTPREP_FAST)
 
 
 def needs_suite(res: StageResult, host: str, stop_unhealthy: bool) -> bool:
