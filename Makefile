@@ -9,18 +9,9 @@ demo: setup
 	.venv/bin/sb-fleet validate
 
 ## Set up, then run every test (unit, integration on a loopback SSH fleet, long fuzzing runs, and the
-## on-host suite on CPU). The suite runs in its own pytest process, as it does on a host: Ansible,
-## imported by the control-node tests, patches sys.intern in a way torch's compiler rejects. It runs beside
-## the unit and fuzz tests (each keeps one core busy; neither measures time), its output shown when both
-## are done; the integration tests, some of which judge timings, then run alone.
+## on-host suite on CPU), in two lanes and then a quiet part: scripts/run_tests.sh says which and why.
 test: setup
-	@mkdir -p test-artifacts; rm -f test-artifacts/suite.log test-artifacts/suite.rc
-	@echo "make test: the on-host suite (tests/suite) beside the unit and fuzz tests, then the integration tests"
-	( .venv/bin/python -m pytest -q tests/suite > test-artifacts/suite.log 2>&1; echo $$? > test-artifacts/suite.rc ) & \
-	.venv/bin/python -m pytest -q --durations=20 tests/unit tests/fuzz; u=$$?; \
-	wait; echo "== tests/suite (ran beside them):"; cat test-artifacts/suite.log; a=$$(cat test-artifacts/suite.rc); \
-	.venv/bin/python -m pytest -q --durations=40 --ignore=tests/suite --ignore=tests/unit --ignore=tests/fuzz; b=$$?; \
-	test "$$a" -eq 0 -a $$u -eq 0 -a $$b -eq 0
+	bash scripts/run_tests.sh
 
 ## Unit tests only (no fleet, seconds).
 test-fast: setup

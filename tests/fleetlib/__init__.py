@@ -33,7 +33,12 @@ def ensure_user(user: str = USER) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(user)
     except KeyError:
-        subprocess.run(["useradd", "-m", "-s", "/bin/sh", user], check=True, capture_output=True)
+        r = subprocess.run(["useradd", "-m", "-s", "/bin/sh", user], capture_output=True, text=True)
+        if r.returncode != 0:  # another test process (make test runs lanes side by side) may have won
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                raise RuntimeError(f"useradd {user}: exit {r.returncode}: {r.stderr.strip()}") from None
         # useradd leaves the account locked; sshd without PAM refuses locked accounts.
         subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
         return pwd.getpwnam(user)
