@@ -3,7 +3,11 @@
 :func:`hang_python` writes the hosts' Python (``sb_python``): a wrapper that hangs (``exec sleep``) on a
 host at a stage named in its control file (lines ``<host> <stage>``, stage: check, deploy or run), and
 runs the real interpreter everywhere else. It knows its host from the run's tag, which sb-fleet exports
-into every command it runs on a host (``SB_FLEET_TAG=<run id>/<host>``), over SSH and srun alike.
+into every command it runs on a host (``SB_FLEET_TAG=<run id>/<host>``), over SSH and srun alike. A
+process of its own (check's inline checks, a run step's runner) hangs as a whole; inside the suite's
+first_exec, which runs the checks (in a child), hostprep and the first step's runner in one process, a
+small hook (:data:`HANG_HOOK`) replaces the named part's ``main`` with the same ``exec sleep``, in its
+place: the checks' child, the exec itself at hostprep, the exec itself in the first step.
 :func:`hang_tools` writes, into a directory first on the hosts' PATH, a ``sha256sum`` that hangs collect's
 checksums on a host named ``<host> collect`` there: it knows its host from its working directory (the run's
 results directory in the host's workspace, ``.../<host>/runs/<run id>/results``), not from a tag, so that
@@ -25,13 +29,46 @@ HANG_PYTHON = """#!/bin/sh
 # sb-fleet test: hang at the stages that {ctl} names for this host ("<host> <stage>" lines)
 host=${{SB_FLEET_TAG##*/}}
 case "$*" in
+  *sb_bench/host/first_exec.py*) stage=first_exec ;;
   *sb_bench.health*) stage=check ;;
   *hostprep*) stage=deploy ;;
   *sb_bench.host.runner*) stage=run ;;
   *) stage=other ;;
 esac
+if [ "$stage" = first_exec ] && [ -n "$host" ]; then
+  hangs=
+  for s in check deploy run; do
+    if grep -qxF "$host $s" {ctl} 2>/dev/null; then hangs="$hangs $s"; fi
+  done
+  if [ -n "$hangs" ]; then SB_TEST_HANGS=$hangs exec {python} {hook} "$@"; fi
+fi
 if [ -n "$host" ] && grep -qxF "$host $stage" {ctl} 2>/dev/null; then exec sleep 900; fi
 exec {python} "$@"
+"""
+
+# Run as ``python HOOK suite/sb_bench/host/first_exec.py ARGS``: the named parts' main replaced by a hang,
+# then first_exec run as its own __main__ (its sys.path, its argv).
+HANG_HOOK = """\
+import os, runpy, sys
+from pathlib import Path
+
+def hang(*args, **kwargs):
+    os.execvp("sleep", ["sleep", "900"])
+
+script = sys.argv[1]
+sys.path.insert(0, str(Path(script).resolve().parents[2]))
+hangs = os.environ.pop("SB_TEST_HANGS", "").split()
+if "check" in hangs:
+    from sb_bench.health import runner as checks
+    checks.main = hang
+if "deploy" in hangs:
+    from sb_bench.host import hostprep
+    hostprep.main = hang
+if "run" in hangs:
+    from sb_bench.host import runner
+    runner.main = hang
+sys.argv = sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
 """
 
 
@@ -40,8 +77,11 @@ def hang_python(directory: Path, python: str = "/usr/bin/python3") -> tuple[Path
     ctl = directory / "hang-at"
     ctl.write_text("")
     ctl.chmod(0o644)
+    hook = directory / "hang-hook.py"
+    hook.write_text(HANG_HOOK)
+    hook.chmod(0o644)
     wrapper = directory / "hang-python"
-    wrapper.write_text(HANG_PYTHON.format(ctl=ctl, python=python))
+    wrapper.write_text(HANG_PYTHON.format(ctl=ctl, python=python, hook=hook))
     wrapper.chmod(0o755)
     return wrapper, ctl
 

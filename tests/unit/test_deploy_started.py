@@ -6,10 +6,17 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sb_fleet.fleet.executor import StageResult
-from sb_fleet.fleet.stages.deploy_stage import check_outcome, host_facts, split_health, split_started
+from sb_fleet.fleet.stages.deploy_stage import (
+    ExecParts,
+    check_outcome,
+    exec_parts,
+    host_facts,
+    split_health,
+    split_started,
+)
 from sb_fleet.fleet.stages.run_stage import with_started
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.plan.tasks import HEALTH_DONE, RUN_FOLLOWS, run_task
+from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS, run_task
 
 FACTS = '{"host": "h1", "cpus": 8}'
 
@@ -122,3 +129,55 @@ def test_checks_that_could_not_start_say_what_is_missing():
     assert (
         o.outcome == Outcome.FAILED and "install coreutils" in o.reason and "timeout: not found" in o.reason
     )
+
+
+def _exec(health_rc: int | None, step: bool, facts: bool = True) -> dict:
+    out = (f"{{}}\n{HEALTH_DONE} {health_rc}\n" if health_rc is not None else "") + (
+        f"{FACTS}\n" if facts else ""
+    )
+    err = f"{HEALTH_DONE} {health_rc}\n" if health_rc is not None else ""
+    if step:
+        out, err = out + f"{RUN_FOLLOWS}\nsb-fleet-runner-record: {{}}\n", err + f"{RUN_FOLLOWS}\n"
+    return {"rc": 0, "stdout": out, "stderr": err}
+
+
+NEED = {"rc": 0, "stdout": f"{NEED_SUITE}\n", "stderr": ""}
+
+
+def test_a_cold_hosts_checks_and_first_step_come_from_the_suites_transfer():
+    cold = {HOSTPREP_FAST: NEED, HOSTPREP: _exec(0, step=True)}
+    parts = exec_parts(cold, health=True, go_on=False, step=True)
+    assert parts.checks == {"rc": 0, "stdout": "{}\n", "stderr": ""}
+    assert parts.started == {"rc": 0, "stdout": "sb-fleet-runner-record: {}\n", "stderr": ""}
+    assert parts.facts == {"host": "h1", "cpus": 8}
+    warm = {HOSTPREP_FAST: _exec(0, step=True)}
+    assert exec_parts(warm, health=True, go_on=False, step=True) == parts
+
+
+def test_a_cold_host_whose_checks_failed_stopped_after_them_in_the_transfer():
+    cold = {HOSTPREP_FAST: NEED, HOSTPREP: _exec(1, step=False, facts=False)}
+    parts = exec_parts(cold, health=True, go_on=False, step=True)
+    assert parts.checks is not None and parts.checks["rc"] == 1
+    assert parts.started is None and parts.facts is None
+    # --run-unhealthy: the host went on into hostprep and the step
+    cold = {HOSTPREP_FAST: NEED, HOSTPREP: _exec(1, step=True)}
+    parts = exec_parts(cold, health=True, go_on=True, step=True)
+    assert parts.checks is not None and parts.checks["rc"] == 1 and parts.started is not None
+
+
+def test_a_run_directory_rendered_before_has_the_checks_in_the_fast_exec():
+    old = {
+        HOSTPREP_FAST: {"rc": 0, "stdout": f"{{}}\n{HEALTH_DONE} 0\n{NEED_SUITE}\n", "stderr": ""},
+        HOSTPREP: {"rc": 0, "stdout": f"{FACTS}\n", "stderr": ""},
+    }
+    parts = exec_parts(old, health=True, go_on=False, step=False)
+    assert parts.checks == {"rc": 0, "stdout": "{}\n", "stderr": ""}
+    assert parts.started is None and parts.facts == {"host": "h1", "cpus": 8}
+
+
+def test_a_plain_deploy_reads_hostprep_alone():
+    assert exec_parts(
+        {HOSTPREP_FAST: NEED, HOSTPREP: _exec(None, step=False)}, False, False, False
+    ) == ExecParts(facts={"host": "h1", "cpus": 8})
+    lost: dict = {HOSTPREP_FAST: {"msg": "unreachable"}}
+    assert exec_parts(lost, health=True, go_on=False, step=True) == ExecParts()

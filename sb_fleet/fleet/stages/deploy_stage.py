@@ -2,7 +2,8 @@
 
 ``validate`` may hand it the plan's first step (:func:`deploy_then_start`): a host that already has the
 suite then starts that step's runner in the same SSH exec as its deploy check (one Ansible task per host
-for both), and the run stage takes the step's result from here instead of running it again.
+for both), a host that lacks it in the exec that brings the suite (deploy-suite.yml), and the run stage
+takes the step's result from here instead of running it again.
 """
 
 from __future__ import annotations
@@ -100,13 +101,16 @@ def _deploy(
         intr if step else contextlib.nullcontext(),
     ):
         suite_pb = run.rendered.deploy_suite  # None: a run directory whose deploy.yml has both tasks
+        # the suite's transfer ends in the same exec as the fast path (checks, hostprep, first step):
+        # the same variables and the same deadline
+        deadline = deploy_deadline(run.config, step.timeout if step else 0, health)
         res = ex.run(
             "deploy",
             run.rendered.deploy,
             hosts,
             cancel=intr.fired if step else None,
             extravars=extravars,
-            deadline=deploy_deadline(run.config, step.timeout if step else 0, health),
+            deadline=deadline,
             done=exec_done if suite_pb is not None else deploy_done,
         )
         stop_unhealthy = health and not health_go_on
@@ -119,28 +123,21 @@ def _deploy(
                     suite_pb,
                     lacking,
                     cancel=intr.fired if step else None,
-                    deadline=deploy_deadline(run.config),
+                    extravars=extravars,
+                    deadline=deadline,
                     done=ends_with(HOSTPREP),
                 ),
             )
     started: dict[str, dict[str, Any]] = {}
     checks: dict[str, dict[str, Any]] = {}
     for h, out in res.results.items():
-        fast: dict[str, Any] = out.get(HOSTPREP_FAST, {})
-        if health:
-            ran, fast = split_health(fast)
-            if ran is not None:
-                checks[h] = ran
-                if ran["rc"] != 0 and not health_go_on:  # stopped on the host: nothing else ran
-                    continue
-        if step is not None:
-            fast, first = split_started(fast)
-            if first is not None:
-                started[h] = first
-        # the suite-on-stdin task when it ran, else the fast path (the suite was already there)
-        facts = host_facts(out.get(HOSTPREP, {})) or host_facts(fast)
-        if facts:
-            run.rd.write_json(f"facts/{safe_name(h)}.json", {"host": h, **facts})
+        parts = exec_parts(out, health, bool(health_go_on), step is not None)
+        if parts.checks is not None:
+            checks[h] = parts.checks
+        if parts.started is not None:
+            started[h] = parts.started
+        if parts.facts:
+            run.rd.write_json(f"facts/{safe_name(h)}.json", {"host": h, **parts.facts})
     checked: Checked | None = None
     if health:
         checked = Checked(
@@ -153,6 +150,36 @@ def _deploy(
     save_stage(run.rd, "deploy", res.outcomes)
     unfinished = tuple(h for h, o in res.outcomes.items() if o.outcome == Outcome.PENDING)
     return res.outcomes, Started(step.id if step else "", started, intr.signal, unfinished), checked
+
+
+@dataclass(frozen=True)
+class ExecParts:
+    """What one host's exec gave: the health checks' result (``rc``, ``stdout``, ``stderr``) where they
+    ended with their marker line, the first step's runner part where it started, hostprep's facts."""
+
+    checks: dict[str, Any] | None = None
+    started: dict[str, Any] | None = None
+    facts: dict[str, Any] | None = None
+
+
+def exec_parts(out: dict[str, dict[str, Any]], health: bool, go_on: bool, step: bool) -> ExecParts:
+    """One host's deploy results (task name -> result) cut into :class:`ExecParts`. The exec is the
+    suite's transfer where it ran (a cold host runs its checks, hostprep and first step there), else the
+    fast path (the suite was in place). A run directory rendered before the transfer ended in first_exec
+    has the checks in the fast path's exec and hostprep alone in the transfer's: both are read. A host
+    whose own checks failed stopped after them (unless ``go_on``): nothing else ran there."""
+    ran: dict[str, Any] | None = None
+    rest: dict[str, Any] = out.get(HOSTPREP) or out.get(HOSTPREP_FAST, {})
+    if health:
+        ran, rest = split_health(rest)
+        if ran is None and HOSTPREP in out:
+            ran, _ = split_health(out.get(HOSTPREP_FAST, {}))
+        if ran is not None and ran["rc"] != 0 and not go_on:
+            return ExecParts(checks=ran)
+    first = None
+    if step:
+        rest, first = split_started(rest)
+    return ExecParts(ran, first, host_facts(rest))
 
 
 _HEALTH_MARK = re.compile(rf"^{HEALTH_DONE} (-?\d+)\n?", re.MULTILINE)
