@@ -18,7 +18,7 @@ PY=.venv/bin/python
 ART=test-artifacts
 I=tests/integration
 SHARED=(collect_master data_not_code deadlines faults health hostile_hosts prometheus report_html
-  report_inventory run_honesty security validate_rules)
+  report_inventory run_honesty security slurm validate_rules)
 CONTAINERS=(container docker)
 
 files() { for n in "$@"; do echo "$I/test_$n.py"; done; }
