@@ -248,6 +248,7 @@ def run_playbook(
         else None
     )
     stopping: list[bool] = []
+    interrupted: list[bool] = []  # Ctrl-C/SIGTERM fired (``cancel``)
     task_timeouts: dict[str, int | None] = {}  # host -> the task timeout Ansible ended it at, when it did
 
     def cancelled() -> bool:
@@ -255,7 +256,10 @@ def run_playbook(
         processes of the play (srun first, which ends its step): ansible-runner's kill of its process
         group leaves those in their own session and the ssh masters. The hosts' own processes are the
         stage's to stop (the run stage stops its runners gracefully)."""
-        now = bool(cancel is not None and cancel()) or (watch is not None and watch.over())
+        hit = bool(cancel is not None and cancel())
+        if hit and not interrupted:
+            interrupted.append(True)
+        now = hit or (watch is not None and watch.over())
         if now and not stopping and ex.run_id:
             stopping.append(True)
             reaper.stop_control_node(ex.run_id, hosts_too=False)
@@ -283,6 +287,10 @@ def run_playbook(
                 if watch is not None:
                     watch.finished(host)
         elif name in ("runner_on_failed", "runner_on_unreachable", "runner_on_async_failed"):
+            if interrupted and host not in finished:
+                # after Ctrl-C/SIGTERM ended the play's connections (srun, ssh): that end, not the host's
+                # own failure; the host stays cut off inside its task (pending, "interrupted in ...")
+                return True
             reached.add(host)
             running.pop(host, None)
             if name == "runner_on_failed" and data.get("ignore_errors"):
@@ -360,7 +368,7 @@ def run_playbook(
             progress(h, Outcome.TIMEOUT, outcomes[h].reason)
         elif h in seen:
             outcomes[h] = seen[h]
-        elif status == "canceled" and h not in finished:
+        elif (status == "canceled" or interrupted) and h not in finished:
             # cut off inside a task, or between two: the tasks it did are not the play
             where = f"in {running[h]}" if h in running else "before the host finished"
             outcomes[h] = HostOutcome(h, stage, Outcome.PENDING, f"interrupted {where}")

@@ -240,10 +240,11 @@ def checked_start(
     judged). The hosts to go on with, and the started step."""
     check_profiles(run, hosts)
     go_on = opts.run_unhealthy or run.config.health.run_unhealthy
-    _, started, checked = check_deploy_then_start(run, ex, hosts, first, go_on)
-    # A host whose exec Ctrl-C/SIGTERM cut off returned no output: its checks' verdict is unknown and no
-    # check outcome is recorded for it (deploy's and run's say what to do next; --resume redoes no checks).
-    judged = [h for h in hosts if checked.outcomes[h].outcome != Outcome.PENDING]
+    deployed, started, checked = check_deploy_then_start(run, ex, hosts, first, go_on)
+    # A host whose exec Ctrl-C/SIGTERM or its deadline cut off returned no output: its checks' verdict is
+    # unknown and no check outcome is recorded for it (deploy's and run's say what happened and what to do
+    # next; --resume redoes no checks).
+    judged = [h for h in hosts if not checked.unknown(h, deployed[h])]
     outcomes, _ = judge_checks(run, ex, judged, checked.outcomes, checked.results)
     held = set(judged) - set(hold_back(run, opts, outcomes, judged))
     kept = [h for h in hosts if h not in held]

@@ -142,6 +142,11 @@ def test_each_stage_ends_its_hung_host_on_time_and_the_healthy_host_is_judged(df
         "lost during deploy, which starts step01 in the same exec"
     ), r
     assert oc[at_deploy]["outcome"] == "timeout" and oc[at_run]["outcome"] == "timeout", oc
+    # their checks had ended on the host (bounded there, shorter than the exec's deadline), their output
+    # lost with the exec's: no check verdict is made up for them, and collect still reads what the step left
+    for h in (at_deploy, at_run):
+        assert "check" not in oc[h]["stages"], oc[h]
+        assert oc[h]["stages"]["collect"]["outcome"] != "skipped", oc[h]
     verdicts = {h["name"]: h["verdict"] for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
     assert verdicts[good] == "pass", verdicts
     # validate's wall time within the bound that --dry-run states (3 stages' deadlines + collect, + margins)

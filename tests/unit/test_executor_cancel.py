@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,10 @@ def _executor(tmp_path: Path, b_waits: bool, text: str = PLAYBOOK) -> tuple[Exec
     )
     playbook = tmp_path / "probe.yml"
     playbook.write_text(text)
+    return _executor_from(tmp_path, inv, playbook)
+
+
+def _executor_from(tmp_path: Path, inv: Path, playbook: Path) -> tuple[Executor, Watch, Path]:
     watch = Watch()
     ex = Executor(
         load_inventory(inv),
@@ -115,3 +120,40 @@ def test_a_play_run_to_its_end_is_ok(tmp_path: Path, ending: str) -> None:
     assert {h: o.outcome for h, o in res.outcomes.items()} == {"a": Outcome.OK, "b": Outcome.OK}
     assert all(("second" if done else PLAY_DONE) in res.results[h] for h in ("a", "b"))
     assert all(PLAY_DONE not in res.results[h] for h in ("a", "b")) or not done
+
+
+def test_a_task_that_fails_after_the_interrupt_is_pending_not_failed(tmp_path: Path) -> None:
+    """A stop ends the play's connections (srun, ssh) and with them the hosts' tasks, which Ansible may
+    still report as failed: that end is the interrupt's, not the host's. ``b``'s first task fails once
+    ``go`` exists; the interrupt makes it and holds until Ansible has written that failure, so that the
+    executor reads it after the interrupt fired."""
+    _, _, playbook = _executor(tmp_path, b_waits=True)
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(inv.read_text().replace("do sleep 0.1; done'", "do sleep 0.1; done; exit 1'"))
+    ex, watch, playbook = _executor_from(tmp_path, inv, playbook)
+    events = tmp_path / "ansible"
+
+    def failed_written() -> bool:
+        return any(
+            "runner_on_failed" in p.read_text(errors="replace")
+            for p in events.rglob("job_events/*.json")
+            if p.is_file()
+        )
+
+    def cancel() -> bool:
+        if ("b", "first") not in watch.started:
+            return False
+        (tmp_path / "go").touch()
+        deadline = time.monotonic() + 30
+        while not failed_written() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return True
+
+    try:
+        with watch.stage("probe", ["a", "b"]):
+            res = ex.run("probe", playbook, ["a", "b"], cancel=cancel)
+    finally:
+        (tmp_path / "go").touch()
+    assert failed_written(), "Ansible never reported b's failed task"
+    assert res.outcomes["b"].outcome == Outcome.PENDING, res.outcomes["b"]
+    assert "interrupted in first" in res.outcomes["b"].reason, res.outcomes["b"]

@@ -61,6 +61,14 @@ class Checked:
     outcomes: dict[str, HostOutcome]
     results: dict[str, dict[str, Any]]
 
+    def unknown(self, host: str, deploy: HostOutcome) -> bool:
+        """Whether the checks' verdict is unknown because the exec was cut off with no output past its
+        start: Ctrl-C/SIGTERM (``pending``), or its deadline (``timeout``), which is longer than the
+        checks' own bound on the host, so that they had ended there and the hang was past them (in
+        hostprep or the first step). No check outcome is recorded for such a host: deploy's and run's
+        say what happened (run's lets collect fetch what a started step left)."""
+        return host not in self.results and deploy.outcome in (Outcome.PENDING, Outcome.TIMEOUT)
+
 
 def check_deploy_then_start(
     run: RunInputs, ex: Executor, hosts: list[str], step: Step, go_on: bool
