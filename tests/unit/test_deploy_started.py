@@ -3,10 +3,12 @@ how the run stage takes the step's result from it."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 from sb_fleet.fleet.executor import StageResult
 from sb_fleet.fleet.stages.deploy_stage import (
+    Checked,
     ExecParts,
     check_outcome,
     exec_parts,
@@ -181,3 +183,15 @@ def test_a_plain_deploy_reads_hostprep_alone():
     ) == ExecParts(facts={"host": "h1", "cpus": 8})
     lost: dict = {HOSTPREP_FAST: {"msg": "unreachable"}}
     assert exec_parts(lost, health=True, go_on=False, step=True) == ExecParts()
+
+
+def test_an_exec_cut_off_past_the_checks_leaves_their_verdict_unknown():
+    checked = Checked({}, {"h1": {"rc": 124, "stdout": "", "stderr": ""}})
+    timeout = HostOutcome("h2", "deploy", Outcome.TIMEOUT, "health checks, deploy and the first step: ...")
+    assert checked.unknown("h2", timeout)  # its deadline, past the checks' own bound: no output at all
+    assert checked.unknown("h2", HostOutcome("h2", "deploy", Outcome.PENDING, "interrupted in ..."))
+    # the checks' own bound said so (marker line, 124): judged (unhealthy), not unknown
+    assert not checked.unknown("h1", dataclasses.replace(timeout, host="h1"))
+    # never reached, or refused: the executor's word is the check's outcome
+    assert not checked.unknown("h3", HostOutcome("h3", "deploy", Outcome.UNREACHABLE, "no route"))
+    assert not checked.unknown("h4", HostOutcome("h4", "deploy", Outcome.FAILED, "exit 127"))
