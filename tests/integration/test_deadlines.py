@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from sb_fleet.plan.deadlines import HEALTH_KILL_AFTER_S
 from tests.fleetlib.hangs import (
     hang_python,
     hang_tools,
@@ -120,7 +121,7 @@ def test_each_stage_ends_its_hung_host_on_time_and_the_healthy_host_is_judged(df
     assert set(life) == {at_check, at_deploy, at_run}, life  # each hang happened, at its stage
     # validate's one exec per host (here the suite's transfer: the fleet is cold) runs the checks, hostprep
     # and the first step: a hang in hostprep or in the step ends at that exec's deadline
-    exec_s = check_s + 5 + deploy_s + step_s
+    exec_s = check_s + HEALTH_KILL_AFTER_S + deploy_s + step_s
     for h, limit in ((at_check, check_s), (at_deploy, exec_s), (at_run, exec_s)):
         assert life[h][1] - life[h][0] <= limit + 30, (h, life[h])
     oc = _outcomes(run_dir)

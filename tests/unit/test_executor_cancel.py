@@ -63,11 +63,15 @@ class Watch(Progress):
         super().update(host, status, detail)
 
 
-def _executor(tmp_path: Path, b_waits: bool, text: str = PLAYBOOK) -> tuple[Executor, Watch, Path]:
+def _executor(
+    tmp_path: Path, b_waits: bool, text: str = PLAYBOOK, b_fails: bool = False
+) -> tuple[Executor, Watch, Path]:
     """``b_waits``: b's first task lasts until ``tmp_path/go`` exists (the test makes it at its end:
-    Ansible, which the interrupt leaves to its own end, does not outlive the test by long)."""
+    Ansible, which the interrupt leaves to its own end, does not outlive the test by long); ``b_fails``:
+    then it fails (exit 1)."""
     inv = tmp_path / "hosts.ini"
-    wait = f"'while [ ! -e {tmp_path}/go ]; do sleep 0.1; done'" if b_waits else "true"
+    end = "; exit 1" if b_fails else ""
+    wait = f"'while [ ! -e {tmp_path}/go ]; do sleep 0.1; done{end}'" if b_waits else "true"
     inv.write_text(
         "[gpu]\n"
         "a sb_first=true\n"
@@ -78,10 +82,6 @@ def _executor(tmp_path: Path, b_waits: bool, text: str = PLAYBOOK) -> tuple[Exec
     )
     playbook = tmp_path / "probe.yml"
     playbook.write_text(text)
-    return _executor_from(tmp_path, inv, playbook)
-
-
-def _executor_from(tmp_path: Path, inv: Path, playbook: Path) -> tuple[Executor, Watch, Path]:
     watch = Watch()
     ex = Executor(
         load_inventory(inv),
@@ -127,10 +127,7 @@ def test_a_task_that_fails_after_the_interrupt_is_pending_not_failed(tmp_path: P
     still report as failed: that end is the interrupt's, not the host's. ``b``'s first task fails once
     ``go`` exists; the interrupt makes it and holds until Ansible has written that failure, so that the
     executor reads it after the interrupt fired."""
-    _, _, playbook = _executor(tmp_path, b_waits=True)
-    inv = tmp_path / "hosts.ini"
-    inv.write_text(inv.read_text().replace("do sleep 0.1; done'", "do sleep 0.1; done; exit 1'"))
-    ex, watch, playbook = _executor_from(tmp_path, inv, playbook)
+    ex, watch, playbook = _executor(tmp_path, b_waits=True, b_fails=True)
     events = tmp_path / "ansible"
 
     def failed_written() -> bool:
