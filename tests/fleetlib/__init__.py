@@ -388,8 +388,17 @@ class SshFleet:
         path.write_text("\n".join(lines) + "\n")
         return path
 
+    @property
+    def master_port(self) -> int:
+        """A rendezvous port of this fleet's own (``@MASTER_PORT@`` in a config): torch's TCPStore listens
+        on every address, not only the head host's, so two test fleets that run collectives at once on one
+        machine (the CI's two lanes) must not share ``fleet.master_port`` (both at the default 29500, one
+        fleet's ranks joined the other's store: return codes 6, 7 and 124 on every host)."""
+        return 20000 + 40 * int(self.subnet.split(".")[2])
+
     def config(self, body: str, name: str = "config.yaml") -> Path:
-        """A config file whose fleet section points at this fleet's known_hosts."""
+        """A config file whose fleet section points at this fleet's known_hosts (and rendezvous port)."""
         path = self.dir / name
-        path.write_text(body.replace("@KNOWN_HOSTS@", str(self.known_hosts)))
+        text = body.replace("@KNOWN_HOSTS@", str(self.known_hosts))
+        path.write_text(text.replace("@MASTER_PORT@", str(self.master_port)))
         return path

@@ -41,6 +41,7 @@ CONFIG = """\
 version: v0.4
 fleet:
   known_hosts: @KNOWN_HOSTS@
+  master_port: @MASTER_PORT@  # the fleet's own: another lane's fleet may rendezvous at once
   runtime: docker
   python: /usr/bin/python3
   venv: false

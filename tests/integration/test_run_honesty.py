@@ -26,6 +26,7 @@ CONFIG = """\
 version: v0.4
 fleet:
   known_hosts: @KNOWN_HOSTS@
+  master_port: @MASTER_PORT@  # the fleet's own: another lane's fleet may rendezvous at once
   python: /usr/bin/python3
   venv: true
   install_requirements: never
