@@ -5,7 +5,10 @@ mode), so hundreds of "hosts" fit on this machine. For each size it times, in
 the same run and against the same hosts:
 
 * one plain parallel SSH round (``ssh host true`` from OpenSSH client
-  processes, all at once, every login checked): the floor any tool pays;
+  processes, all at once, every login checked, OpenSSH's own settings): the floor any tool pays; and
+  the same round with the key exchange order sb-fleet's connections use (``fleet.ssh_kex``: on OpenSSH
+  9.0-9.8 its post-quantum default costs ~65 ms of client CPU per connection, sb-fleet prefers
+  curve25519), printed beside it;
 * ``sb-fleet validate`` end to end (deploy, run, collect, report), with the
   per-stage wall times from its progress lines and, inside each Ansible
   stage, the wall time of every task (from ansible-runner's job events);
@@ -53,6 +56,7 @@ fleet:
   install_requirements: never
   min_free_disk_gb: 0
   forks: {forks}
+  ssh_kex: {ssh_kex}
   default_timeout: 120
 superbench:
   benchmarks:
@@ -82,10 +86,12 @@ sys.exit(main())
 """
 
 
-def ssh_round(fleet: SshFleet) -> float:
-    """One parallel ``ssh host true`` to every host; raises if any login fails."""
+def ssh_round(fleet: SshFleet, options: tuple[str, ...] = ()) -> float:
+    """One parallel ``ssh host true`` to every host (``options``: more ``-o`` settings); raises if any login
+    fails."""
     base = [
         "ssh",
+        *(x for o in options for x in ("-o", o)),
         "-o",
         "BatchMode=yes",
         "-o",
@@ -184,12 +190,16 @@ def tree_cpu_s(roots: list[int]) -> float:
     return total / TICK
 
 
-def time_validate(fleet: SshFleet, run_dir: Path, forks: int) -> dict:
+def time_validate(fleet: SshFleet, run_dir: Path, forks: int, ssh_kex: str) -> dict:
     """One ``sb-fleet validate`` on the fleet, with an SSH round timed just before it (ratio in one run)."""
+    from sb_fleet.fleet.ssh import kex_option
+
     ssh_round(fleet)  # the first login of a fresh sshd/user pays one-off costs; time the next round
-    ssh_s = ssh_round(fleet)
+    ssh_s = ssh_round(fleet)  # OpenSSH's own settings: the issue's yardstick
+    kex = kex_option(ssh_kex)  # the key exchange order sb-fleet's connections use (fleet.ssh_kex)
+    kex_s = ssh_round(fleet, (f"KexAlgorithms={','.join(kex)}",)) if kex else ssh_s
     inv = fleet.inventory()
-    cfg = fleet.config(CONFIG.format(forks=forks))
+    cfg = fleet.config(CONFIG.format(forks=forks, ssh_kex=ssh_kex))
     # The simulated hosts' own CPU (sshd sessions, hostprep, the runner, the benchmark) shares this
     # machine's cores with the control node; on a real fleet it runs on the hosts, in parallel.
     sshds = [p.pid for p in fleet.procs]
@@ -234,8 +244,10 @@ def time_validate(fleet: SshFleet, run_dir: Path, forks: int) -> dict:
     res = {
         "self_cpu_s": self_cpu.get("self"),  # sb-fleet's own process: plan, paramiko's collect, the report
         "ssh_round_s": round(ssh_s, 2),
+        "ssh_round_same_kex_s": round(kex_s, 2),  # the round with sb-fleet's key exchange order
         "validate_s": round(val_s, 2),
         "ratio": round(val_s / ssh_s, 2),
+        "ratio_same_kex": round(val_s / kex_s, 2),
         "exit_code": r.returncode,
         "hosts_cpu_s": round(hosts_cpu, 1),
         "control_cpu_s": round(ctl_cpu, 1),
@@ -300,22 +312,23 @@ def shared_fleet(n: int, subnet: str, prefix: str) -> SshFleet:
     return fleet
 
 
-def one_size(n: int, forks: int, keep: bool) -> dict:
+def one_size(n: int, forks: int, keep: bool, ssh_kex: str = "cheap-first") -> dict:
     """Cold: the first validate of a fresh fleet (the suite travels to every host). Warm: the same fleet
     validated again with a new run (the nightly gate's case: the suite is already in place)."""
     load_before = os.getloadavg()[0]  # the machine before this size's fleet exists (others' work)
     fleet = shared_fleet(n, "127.0.6", "sbf-scale-")
     try:
-        cold = time_validate(fleet, fleet.dir / "run-cold", forks)
+        cold = time_validate(fleet, fleet.dir / "run-cold", forks, ssh_kex)
         closed = close_masters()
-        nightly = time_validate(fleet, fleet.dir / "run-nightly", forks)
+        nightly = time_validate(fleet, fleet.dir / "run-nightly", forks, ssh_kex)
         nightly["masters_closed_before"] = closed
-        warm = time_validate(fleet, fleet.dir / "run-warm", forks)
+        warm = time_validate(fleet, fleet.dir / "run-warm", forks, ssh_kex)
         # Largest resident set of any process validate ran on the control node (sb-fleet, ansible, ssh), MiB.
         peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         return {
             "hosts": n,
             "forks": forks,
+            "ssh_kex": ssh_kex,
             "load_before": load_before,
             "load_after": os.getloadavg()[0],
             "peak_rss_mib_largest_process": round(peak_mib, 1),
@@ -334,18 +347,26 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, nargs="*", default=[16, 64, 256])
     ap.add_argument("--forks", type=int, default=256)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--ssh-kex",
+        choices=["cheap-first", "openssh"],
+        default="cheap-first",
+        help="fleet.ssh_kex of the runs (openssh: OpenSSH's own key exchange order, as before it was set)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the fleet directory (run dir, logs)")
     args = ap.parse_args()
     rows = []
     for n in args.hosts:
-        row = one_size(n, args.forks, args.keep)
+        row = one_size(n, args.forks, args.keep, args.ssh_kex)
         rows.append(row)
         for kind in ("cold", "nightly", "warm"):
             v = row[kind]
             st = "  ".join(f"{k} {x['s']:.1f}s" for k, x in v["stages"].items())
             print(
                 f"{n:4d} hosts {kind}: ssh round {v['ssh_round_s']:6.2f}s  validate {v['validate_s']:6.2f}s  "
-                f"ratio {v['ratio']:5.2f}  exit {v['exit_code']}  ok {v['hosts_ok']}/{n}  [{st}]",
+                f"ratio {v['ratio']:5.2f}  exit {v['exit_code']}  ok {v['hosts_ok']}/{n}  [{st}]\n"
+                f"       (the round with sb-fleet's key exchange order {v['ssh_round_same_kex_s']:.2f}s: "
+                f"ratio {v['ratio_same_kex']:.2f})",
                 flush=True,
             )
             masters = (

@@ -8,14 +8,24 @@ one. Turning checking off takes an explicit, loudly logged option.
 Ansible's master connections (ControlPersist) listen where sb-fleet says, ``<control dir>/<trust>/%C``
 (:meth:`SshSettings.control_path`), so that collect finds a host's live master and runs its commands
 over it (:meth:`SshSettings.master_command`) rather than opening a connection of its own.
+
+Key exchange: OpenSSH 9.0 to 9.8 prefer ``sntrup761x25519-sha512``, whose key generation costs the control
+node about 65 ms of CPU per new connection (measured: 75 ms per ``ssh host true`` against 10 ms with
+``curve25519-sha256``), a third of a nightly run's control-node CPU per host. sb-fleet keeps the set OpenSSH
+allows here (``ssh -G``: the system's and the user's own settings) and only moves that algorithm last
+(:func:`cheap_kex_first`); ``fleet.ssh_kex: openssh`` keeps OpenSSH's order. From OpenSSH 9.9 on,
+``mlkem768x25519-sha256`` (post-quantum and cheap) comes first in that set and nothing changes.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shlex
+import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,11 +74,56 @@ def control_path_in(directory: Path) -> str | None:
     return f"{d}/%C"
 
 
+# Key exchange algorithms whose cost per connection is tens of milliseconds of CPU on each end.
+SLOW_KEX_PREFIXES = ("sntrup761",)
+KEX_PROBE_HOST = "sb-fleet-kex-probe.invalid"  # a name no Host block is likely to match; never resolved
+
+
+def cheap_kex_first(algorithms: Sequence[str]) -> tuple[str, ...]:
+    """The same algorithms, the slow ones moved last (their own order kept): what OpenSSH may use is
+    unchanged, only what it prefers."""
+    slow = [a for a in algorithms if a.startswith(SLOW_KEX_PREFIXES)]
+    return (*(a for a in algorithms if a not in slow), *slow)
+
+
+@functools.lru_cache(maxsize=1)
+def openssh_kex() -> tuple[str, ...]:
+    """The key exchange algorithms this machine's ``ssh`` offers a host (``ssh -G``, which reads the system's
+    and the user's ssh_config and connects nowhere), in its order; empty where ssh cannot say."""
+    try:
+        r = subprocess.run(
+            ["ssh", "-G", KEX_PROBE_HOST],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    for line in r.stdout.splitlines() if r.returncode == 0 else ():
+        key, _, value = line.partition(" ")
+        if key == "kexalgorithms":
+            return tuple(a for a in value.strip().split(",") if a)
+    return ()
+
+
+def kex_option(order: str) -> tuple[str, ...]:
+    """The ``KexAlgorithms`` list sb-fleet passes ssh (``fleet.ssh_kex``), or () where OpenSSH's own order
+    stands: ``openssh``, an ssh that cannot say its list, or one whose order is already cheap first."""
+    if order != "cheap-first":
+        return ()
+    have = openssh_kex()
+    cheap = cheap_kex_first(have)
+    return cheap if cheap != have else ()
+
+
 @dataclass(frozen=True)
 class SshSettings:
     known_hosts: Path
     policy: str  # strict | accept-new | off
     connect_timeout: int = 10
+    kex: tuple[str, ...] = ()  # OpenSSH's KexAlgorithms, in sb-fleet's order; () leaves ssh's own
 
     @classmethod
     def from_fleet(
@@ -76,7 +131,7 @@ class SshSettings:
     ) -> SshSettings:
         kh = Path(os.path.expanduser(fleet.known_hosts or "~/.ssh/known_hosts")).resolve()
         policy = "off" if insecure_off else ("accept-new" if accept_new else fleet.host_key_checking)
-        return cls(kh, policy, fleet.ssh_connect_timeout)
+        return cls(kh, policy, fleet.ssh_connect_timeout, kex_option(fleet.ssh_kex))
 
     def trust_dir(self) -> Path:
         # A master connection is reused without any new host key check, so one verified under other
@@ -92,11 +147,14 @@ class SshSettings:
 
     def _trust_options(self) -> list[str]:
         strict = {"strict": "yes", "accept-new": "accept-new", "off": "no"}[self.policy]
-        return [
+        opts = [
             f"StrictHostKeyChecking={strict}",
             f"UserKnownHostsFile={self.known_hosts}",
             f"ConnectTimeout={self.connect_timeout}",
         ]
+        if self.kex:  # with the trust options: every connection ssh makes itself gets it
+            opts.append(f"KexAlgorithms={','.join(self.kex)}")
+        return opts
 
     def openssh_args(self) -> str:
         opts = ["ControlMaster=auto", "ControlPersist=120s", *self._trust_options()]

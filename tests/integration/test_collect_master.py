@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,11 +25,12 @@ from pathlib import Path
 import pytest
 
 from sb_fleet.config.collect_budgets import default_budgets
+from sb_fleet.config.fleet_config import FleetSettings
 from sb_fleet.config.inventory import Host, load_inventory
 from sb_fleet.fleet import fetch
 from sb_fleet.fleet.executor import ansible_env
 from sb_fleet.fleet.fetch import CollectTarget, collect_host, master_alive
-from sb_fleet.fleet.ssh import SshSettings
+from sb_fleet.fleet.ssh import SshSettings, cheap_kex_first, openssh_kex
 from sb_fleet.outcome import Outcome
 
 from .conftest import started_fleet
@@ -150,3 +152,25 @@ def test_ssh_itself_never_skips_the_host_key_check(mfleet, tmp_path, monkeypatch
     assert o.outcome == Outcome.HOSTKEY, o
     assert empty.read_text() == ""
     assert not (tmp_path / "raw").exists()
+
+
+@pytest.mark.parametrize("order", ["cheap-first", "openssh"])
+def test_ansibles_new_connections_use_the_key_exchange_sb_fleet_prefers(mfleet, tmp_path, order):
+    """``fleet.ssh_kex`` reaches the connections Ansible opens (masters closed, as a nightly run finds them):
+    ssh's own debug log (``-E``, at DEBUG1, from the hosts' ``ansible_ssh_extra_args``) names the algorithm
+    negotiated. With cheap-first, OpenSSH's first algorithm that is not sntrup761x25519; with openssh,
+    OpenSSH's first."""
+    have = openssh_kex()
+    if not have:
+        pytest.fail("ssh -G names no kexalgorithms: the OpenSSH client (openssh-client) is missing")
+    expect = cheap_kex_first(have)[0] if order == "cheap-first" else have[0]
+    logs = {h.name: tmp_path / f"{h.name}.log" for h in mfleet.hosts}
+    extra = {n: {"ansible_ssh_extra_args": f"'-E {p} -o LogLevel=DEBUG1'"} for n, p in logs.items()}
+    inv = mfleet.inventory(name=f"inv-kex-{order}.ini", host_vars=extra)
+    ssh = SshSettings.from_fleet(FleetSettings(known_hosts=str(mfleet.known_hosts), ssh_kex=order))
+    for h in load_inventory(inv).hosts:
+        _close(h, ssh)  # a master left by another test would reuse its own key exchange
+    _open_masters(inv, ssh)
+    for name, log in logs.items():
+        negotiated = re.findall(r"kex: algorithm: (\S+)", log.read_text())
+        assert negotiated == [expect], (name, negotiated, log.read_text()[-2000:])

@@ -166,3 +166,61 @@ def test_collect_names_the_same_master_as_ansibles_command_line(monkeypatch, hva
     want = _ssh_G(ansible)
     assert want.startswith("/run/user/0/sb-fleet-cp/")
     assert _ssh_G(mine) == want
+
+
+# -- key exchange order (fleet.ssh_kex) ------------------------------------------------------------------
+OPENSSH_92 = [
+    "sntrup761x25519-sha512",
+    "sntrup761x25519-sha512@openssh.com",
+    "curve25519-sha256",
+    "curve25519-sha256@libssh.org",
+    "ecdh-sha2-nistp256",
+    "ecdh-sha2-nistp384",
+    "ecdh-sha2-nistp521",
+    "diffie-hellman-group-exchange-sha256",
+    "diffie-hellman-group16-sha512",
+    "diffie-hellman-group18-sha512",
+    "diffie-hellman-group14-sha256",
+]
+OPENSSH_99 = ["mlkem768x25519-sha256", "sntrup761x25519-sha512", "curve25519-sha256", "ecdh-sha2-nistp256"]
+
+
+def test_the_slow_exchange_goes_last_and_nothing_is_added_or_lost():
+    got = ssh_mod.cheap_kex_first(OPENSSH_92)
+    assert got[:2] == ("curve25519-sha256", "curve25519-sha256@libssh.org")
+    assert got[-2:] == ("sntrup761x25519-sha512", "sntrup761x25519-sha512@openssh.com")
+    assert sorted(got) == sorted(OPENSSH_92) and len(got) == len(OPENSSH_92)
+    assert ssh_mod.cheap_kex_first(OPENSSH_99)[0] == "mlkem768x25519-sha256"  # post-quantum and cheap
+    assert ssh_mod.cheap_kex_first(["sntrup761x25519-sha512"]) == ("sntrup761x25519-sha512",)
+
+
+@pytest.mark.parametrize(
+    ("order", "have", "passed"),
+    [
+        ("cheap-first", tuple(OPENSSH_92), True),
+        ("openssh", tuple(OPENSSH_92), False),
+        ("cheap-first", ("curve25519-sha256", "sntrup761x25519-sha512"), False),  # already cheap first
+        ("cheap-first", (), False),  # an ssh that cannot say its list
+    ],
+)
+def test_kexalgorithms_is_passed_only_where_it_changes_opensshs_order(monkeypatch, order, have, passed):
+    monkeypatch.setattr(ssh_mod, "openssh_kex", lambda: have)
+    kex = ssh_mod.kex_option(order)
+    s = SshSettings(Path("/etc/kh"), "strict", 7, kex)
+    args = s.openssh_args()
+    host = Host("h1", ("gpu",), {"ansible_host": "10.0.0.1"})
+    master = " ".join(s.master_options(host) or [])
+    if passed:
+        opt = "KexAlgorithms=" + ",".join(ssh_mod.cheap_kex_first(have))
+        assert f"-o {opt}" in args and opt in master
+    else:
+        assert kex == () and "KexAlgorithms" not in args + master
+
+
+def test_opensshs_own_list_is_read_from_ssh_g():
+    if shutil.which("ssh") is None:
+        pytest.skip("no OpenSSH client here")
+    ssh_mod.openssh_kex.cache_clear()
+    have = ssh_mod.openssh_kex()
+    assert have and all("," not in a and " " not in a for a in have)
+    assert any(a.startswith("curve25519") for a in have)
