@@ -176,6 +176,28 @@ def task_times(run_dir: Path) -> dict[str, dict[str, float]]:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of every CPU since boot (/proc/stat's first line; idle includes iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])
+
+
+def wait_quiet(idle: float = 0.9, longest: float = 180.0) -> float:
+    """Wait until the machine is quiet, at least ``idle`` of its CPU time idle over one second (the fleet
+    of the size before still tearing down, another run's leftovers): the load average says the same
+    minutes late. Returns the seconds waited; after ``longest`` it goes on and says so."""
+    t0 = time.monotonic()
+    while True:
+        i0, n0 = _cpu_times()
+        time.sleep(1.0)
+        i1, n1 = _cpu_times()
+        if n1 > n0 and (i1 - i0) / (n1 - n0) >= idle:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > longest:
+            print(f"bench/scale.py: still busy after {longest:.0f}s, timing anyway", file=sys.stderr)
+            return time.monotonic() - t0
+
+
 def tree_cpu_s(roots: list[int]) -> float:
     """CPU seconds (user + system) used so far by the processes under ``roots`` and by the children
     they have reaped (cutime/cstime). An exited child's time moves into its parent's, so the sum over
@@ -194,6 +216,7 @@ def time_validate(fleet: SshFleet, run_dir: Path, forks: int, ssh_kex: str) -> d
     """One ``sb-fleet validate`` on the fleet, with an SSH round timed just before it (ratio in one run)."""
     from sb_fleet.fleet.ssh import kex_option
 
+    waited = wait_quiet()
     ssh_round(fleet)  # the first login of a fresh sshd/user pays one-off costs; time the next round
     ssh_s = ssh_round(fleet)  # OpenSSH's own settings: the issue's yardstick
     kex = kex_option(ssh_kex)  # the key exchange order sb-fleet's connections use (fleet.ssh_kex)
@@ -243,6 +266,7 @@ def time_validate(fleet: SshFleet, run_dir: Path, forks: int, ssh_kex: str) -> d
     self_cpu = json.loads(own.read_text()) if own.exists() else {}
     res = {
         "self_cpu_s": self_cpu.get("self"),  # sb-fleet's own process: plan, paramiko's collect, the report
+        "waited_for_quiet_s": round(waited, 1),
         "ssh_round_s": round(ssh_s, 2),
         "ssh_round_same_kex_s": round(kex_s, 2),  # the round with sb-fleet's key exchange order
         "validate_s": round(val_s, 2),
@@ -315,6 +339,7 @@ def shared_fleet(n: int, subnet: str, prefix: str) -> SshFleet:
 def one_size(n: int, forks: int, keep: bool, ssh_kex: str = "cheap-first") -> dict:
     """Cold: the first validate of a fresh fleet (the suite travels to every host). Warm: the same fleet
     validated again with a new run (the nightly gate's case: the suite is already in place)."""
+    wait_quiet()
     load_before = os.getloadavg()[0]  # the machine before this size's fleet exists (others' work)
     fleet = shared_fleet(n, "127.0.6", "sbf-scale-")
     try:
@@ -366,7 +391,7 @@ def main() -> int:
                 f"{n:4d} hosts {kind}: ssh round {v['ssh_round_s']:6.2f}s  validate {v['validate_s']:6.2f}s  "
                 f"ratio {v['ratio']:5.2f}  exit {v['exit_code']}  ok {v['hosts_ok']}/{n}  [{st}]\n"
                 f"       (the round with sb-fleet's key exchange order {v['ssh_round_same_kex_s']:.2f}s: "
-                f"ratio {v['ratio_same_kex']:.2f})",
+                f"ratio {v['ratio_same_kex']:.2f}; waited {v['waited_for_quiet_s']:.0f}s for a quiet machine first)",
                 flush=True,
             )
             masters = (
