@@ -66,12 +66,6 @@ class Benchmark:
     # Benchmarks that need every rank of a torch.distributed world set this.
     needs_distributed: ClassVar[bool] = False
 
-    @classmethod
-    def wants_torch_group(cls, world_size: int) -> bool:
-        """Whether the harness joins the torch.distributed group before ``setup``: every multi-rank run by
-        default; a benchmark that forms its own group (tcp-bw: sb_bench.core.tcp_group) says no."""
-        return world_size > 1 or cls.needs_distributed
-
     def __init__(self, args: dict[str, Any]):
         self.args = args
 

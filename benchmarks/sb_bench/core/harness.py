@@ -235,7 +235,7 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
     try:
         if ctx is None:
             ctx = RankContext.from_env(args["device"])
-        if cls.wants_torch_group(ctx.world_size):
+        if ctx.world_size > 1 or cls.needs_distributed:
             try:
                 ctx.init_distributed()
             except Exception as exc:

@@ -10,9 +10,7 @@ pair both directions run at once. Rank 0 reports the group's slowest sender as i
 SuperBench's pattern naming: ``tcp_<serial>_<parallel>:<size>_bw`` (``SB_MODE_SERIAL_INDEX`` and
 ``SB_MODE_PARALLEL_INDEX``: the round and the group within it), ``tcp_<size>_bw`` outside a
 pattern; every rank's own figure is ``..._tx_bw`` of its result. Addresses, ports and figures are
-exchanged in a group of the ranks' own over TCP (``sb_bench.core.tcp_group``: rank 0 listens at
-MASTER_ADDR:MASTER_PORT; no torch import, which cost every rank seconds of CPU in every round of a
-pattern), or, under torchrun (whose agent holds that port), over its torch.distributed group (gloo).
+exchanged over the torch.distributed group the launcher set up (gloo; tiny messages).
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from sb_bench.core.benchmark import Benchmark, SkipBenchmark
 from sb_bench.core.context import RankContext
 from sb_bench.core.metric import Metric, Param, parse_size
 from sb_bench.core.registry import register
-from sb_bench.core.tcp_group import TcpGroup, under_torchrun
 
 CHUNK = 1 << 20
 ACK = b"k"
@@ -76,21 +73,17 @@ class TcpBw(Benchmark):
             return own
         return [Metric(p + "bw", "GB/s", True, None, "the group's slowest sender (rank 0 reports it)"), *own]
 
-    @classmethod
-    def wants_torch_group(cls, world_size: int) -> bool:
-        return under_torchrun() and world_size > 1
-
     def setup(self, ctx: RankContext) -> None:
         if ctx.world_size < 2:
             raise SkipBenchmark("tcp-bw measures between nodes: it needs a group of at least 2 ranks")
-        timeout = float(self.args["connect_timeout"])
-        self.group: TcpGroup | _TorchGroup = (
-            _TorchGroup(ctx) if ctx.distributed else TcpGroup.from_env(timeout)
-        )
+        import torch.distributed as dist
+
+        self.dist = dist
         addr = os.environ.get("SB_LOCAL_ADDR") or socket.gethostbyname(socket.gethostname())
         self.listener = socket.create_server((addr, int(self.args["port"])), backlog=4)
         me = (addr, self.listener.getsockname()[1])
-        peers = self.group.all_gather(me)
+        peers: list = [None] * ctx.world_size
+        dist.all_gather_object(peers, me)
         nxt = peers[(ctx.rank + 1) % ctx.world_size]
         deadline = time.monotonic() + float(self.args["connect_timeout"])
         self.out: socket.socket | None = None
@@ -113,7 +106,7 @@ class TcpBw(Benchmark):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.payload = bytes(min(self.size, CHUNK))
         self.rbuf = bytearray(min(self.size, CHUNK))
-        self.group.barrier()
+        dist.barrier()
 
     def _send(self, n: int) -> None:
         assert self.out is not None
@@ -150,13 +143,14 @@ class TcpBw(Benchmark):
     def run_once(self, ctx: RankContext, harness) -> dict[str, float]:  # noqa: ANN001
         for _ in range(self.args["num_warmup"]):
             self._step()
-        self.group.barrier()
+        self.dist.barrier()
         total = 0.0
         steps = self.args["num_steps"]
         for _ in range(steps):
             total += self._step()
         tx = self.size * steps / total / 1e9
-        figures = self.group.all_gather(tx)
+        figures: list = [None] * ctx.world_size
+        self.dist.all_gather_object(figures, tx)
         p = metric_prefix(self.size)
         out = {p + "tx_bw": tx}
         if ctx.rank == 0:
@@ -167,26 +161,6 @@ class TcpBw(Benchmark):
         for s in (getattr(self, "out", None), getattr(self, "inp", None), getattr(self, "listener", None)):
             if s is not None:
                 s.close()
-        group = getattr(self, "group", None)
-        if isinstance(group, TcpGroup):
-            group.close()
-
-
-class _TorchGroup:
-    """The same two collectives over the torch.distributed group torchrun set up (gloo)."""
-
-    def __init__(self, ctx: RankContext) -> None:
-        import torch.distributed as dist
-
-        self.dist, self.world = dist, ctx.world_size
-
-    def all_gather(self, obj: object) -> list:
-        out: list = [None] * self.world
-        self.dist.all_gather_object(out, obj)
-        return out
-
-    def barrier(self) -> None:
-        self.dist.barrier()
 
 
 if __name__ == "__main__":
