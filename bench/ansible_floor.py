@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from scale import CONFIG, SB_FLEET, close_masters, shared_fleet, ssh_round  # noqa: E402
 
-from sb_fleet.fleet.ssh import kex_option  # noqa: E402
+from sb_fleet.fleet.ssh import kex_option, kex_settings  # noqa: E402
 
 TRIVIAL = "- hosts: all\n  gather_facts: false\n  strategy: free\n  tasks:\n    - raw: 'echo hi'\n"
 
@@ -118,10 +118,10 @@ def main() -> int:
                     )
             pb.write_text(ours)
         ssh_round(fleet)
-        kex = kex_option(args.ssh_kex)
+        kex = kex_settings(kex_option(args.ssh_kex))
         rounds = {"one parallel ssh round": ()}
         if kex:
-            rounds["... with sb-fleet's key exchange"] = (f"KexAlgorithms={','.join(kex)}",)
+            rounds["... with sb-fleet's key exchange"] = kex
         for _ in range(args.repeat):
             for label, opts in rounds.items():
                 c0 = children_cpu()

@@ -45,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from fleetlib import USER, SshFleet, descendants  # noqa: E402
 
+from sb_fleet.fleet.ssh import kex_option, kex_settings  # noqa: E402
+
 SB_FLEET = str(Path(sys.executable).parent / "sb-fleet")
 
 CONFIG = """\
@@ -214,13 +216,11 @@ def tree_cpu_s(roots: list[int]) -> float:
 
 def time_validate(fleet: SshFleet, run_dir: Path, forks: int, ssh_kex: str) -> dict:
     """One ``sb-fleet validate`` on the fleet, with an SSH round timed just before it (ratio in one run)."""
-    from sb_fleet.fleet.ssh import kex_option
-
     waited = wait_quiet()
     ssh_round(fleet)  # the first login of a fresh sshd/user pays one-off costs; time the next round
     ssh_s = ssh_round(fleet)  # OpenSSH's own settings: the issue's yardstick
-    kex = kex_option(ssh_kex)  # the key exchange order sb-fleet's connections use (fleet.ssh_kex)
-    kex_s = ssh_round(fleet, (f"KexAlgorithms={','.join(kex)}",)) if kex else ssh_s
+    kex = kex_settings(kex_option(ssh_kex))  # the key exchange order sb-fleet's connections use
+    kex_s = ssh_round(fleet, kex) if kex else ssh_s
     inv = fleet.inventory()
     cfg = fleet.config(CONFIG.format(forks=forks, ssh_kex=ssh_kex))
     # The simulated hosts' own CPU (sshd sessions, hostprep, the runner, the benchmark) shares this

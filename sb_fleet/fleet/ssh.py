@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -77,6 +78,9 @@ def control_path_in(directory: Path) -> str | None:
 # Key exchange algorithms whose cost per connection is tens of milliseconds of CPU on each end.
 SLOW_KEX_PREFIXES = ("sntrup761",)
 KEX_PROBE_HOST = "sb-fleet-kex-probe.invalid"  # a name no Host block is likely to match; never resolved
+# What an algorithm's name may hold (OpenSSH's own names: curve25519-sha256@libssh.org): a list read from
+# ssh -G goes onto Ansible's ssh command line (ANSIBLE_SSH_ARGS, split on blanks) only if every name fits.
+KEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9@._+-]{0,63}")
 
 
 def cheap_kex_first(algorithms: Sequence[str]) -> tuple[str, ...]:
@@ -104,7 +108,8 @@ def openssh_kex() -> tuple[str, ...]:
     for line in r.stdout.splitlines() if r.returncode == 0 else ():
         key, _, value = line.partition(" ")
         if key == "kexalgorithms":
-            return tuple(a for a in value.strip().split(",") if a)
+            names = tuple(value.strip().split(","))
+            return names if all(KEX_NAME.fullmatch(a) for a in names) else ()
     return ()
 
 
@@ -116,6 +121,11 @@ def kex_option(order: str) -> tuple[str, ...]:
     have = openssh_kex()
     cheap = cheap_kex_first(have)
     return cheap if cheap != have else ()
+
+
+def kex_settings(kex: Sequence[str]) -> tuple[str, ...]:
+    """The ssh ``-o`` setting for a :func:`kex_option` list (none for ())."""
+    return (f"KexAlgorithms={','.join(kex)}",) if kex else ()
 
 
 @dataclass(frozen=True)
@@ -147,14 +157,12 @@ class SshSettings:
 
     def _trust_options(self) -> list[str]:
         strict = {"strict": "yes", "accept-new": "accept-new", "off": "no"}[self.policy]
-        opts = [
+        return [
             f"StrictHostKeyChecking={strict}",
             f"UserKnownHostsFile={self.known_hosts}",
             f"ConnectTimeout={self.connect_timeout}",
+            *kex_settings(self.kex),  # with the trust options: every connection ssh makes itself gets it
         ]
-        if self.kex:  # with the trust options: every connection ssh makes itself gets it
-            opts.append(f"KexAlgorithms={','.join(self.kex)}")
-        return opts
 
     def openssh_args(self) -> str:
         opts = ["ControlMaster=auto", "ControlPersist=120s", *self._trust_options()]

@@ -205,16 +205,34 @@ def test_the_slow_exchange_goes_last_and_nothing_is_added_or_lost():
 )
 def test_kexalgorithms_is_passed_only_where_it_changes_opensshs_order(monkeypatch, order, have, passed):
     monkeypatch.setattr(ssh_mod, "openssh_kex", lambda: have)
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/run/user/0/sb-fleet-cp"))
     kex = ssh_mod.kex_option(order)
     s = SshSettings(Path("/etc/kh"), "strict", 7, kex)
     args = s.openssh_args()
-    host = Host("h1", ("gpu",), {"ansible_host": "10.0.0.1"})
-    master = " ".join(s.master_options(host) or [])
+    master_opts = s.master_options(Host("h1", ("gpu",), {"ansible_host": "10.0.0.1"}))
+    assert master_opts is not None
+    master = " ".join(master_opts)
     if passed:
         opt = "KexAlgorithms=" + ",".join(ssh_mod.cheap_kex_first(have))
         assert f"-o {opt}" in args and opt in master
     else:
         assert kex == () and "KexAlgorithms" not in args + master
+
+
+@pytest.mark.parametrize(
+    "line", ["kexalgorithms curve25519-sha256,x -oProxyCommand=y", "kexalgorithms curve25519-sha256,,x"]
+)
+def test_a_list_with_a_name_ssh_would_not_print_is_not_passed(monkeypatch, line):
+    """Whatever ssh -G says goes onto Ansible's ssh command line: a name outside OpenSSH's alphabet (a
+    blank, an empty entry) leaves OpenSSH's own order rather than reach it."""
+    done = subprocess.CompletedProcess(["ssh"], 0, stdout=f"user root\n{line}\n", stderr="")
+    monkeypatch.setattr(ssh_mod.subprocess, "run", lambda *a, **k: done)
+    ssh_mod.openssh_kex.cache_clear()
+    try:
+        assert ssh_mod.openssh_kex() == ()
+        assert ssh_mod.kex_option("cheap-first") == ()
+    finally:
+        ssh_mod.openssh_kex.cache_clear()
 
 
 def test_opensshs_own_list_is_read_from_ssh_g():
