@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SLEEP_S = 3.0
 CEILING_MS = 3600.0  # a 3 s step plus scheduling noise passes; a step stopped for 5 s does not
-STOP_AFTER_S = 2.0  # the step has begun by then (the noop process imports no torch)
+STOP_AFTER_S = 1.5  # into the step's sleep (seen in the rank's wait channel), well before its end
 STOP_FOR_S = 5.0
 
 CONFIG = f"""\
@@ -63,8 +63,12 @@ def cfleet():
 
 
 class Staller(threading.Thread):
-    """Stops host ``victim``'s benchmark for STOP_FOR_S once it has run STOP_AFTER_S: ``times`` times
-    (each time a new benchmark process appears)."""
+    """Stops host ``victim``'s benchmark for STOP_FOR_S, STOP_AFTER_S into its step: ``times`` times
+    (each time a new benchmark process appears).
+
+    The step is found, not guessed: the rank process (``sb_bench exec``) sleeping in its step sits in
+    ``clock_nanosleep``, as its wait channel says. A stop timed from the process's start instead lands
+    before the step (a slow interpreter start on a loaded CI machine) or after it, and the fault is lost."""
 
     def __init__(self, fleet, victim: str, times: int):  # noqa: ANN001
         super().__init__(daemon=True)
@@ -76,12 +80,13 @@ class Staller(threading.Thread):
         seen: set[int] = set()
         while not self.done.is_set() and self.stalled < self.times:
             pids = [p for p in self.fleet.processes(self.victim, b"noop:a") if p not in seen]
-            if not pids:
-                time.sleep(0.05)
+            stepping = [p for p in pids if _in_step(p)]
+            if not stepping:
+                time.sleep(0.02)
                 continue
-            first = time.monotonic()
-            while time.monotonic() - first < STOP_AFTER_S and not self.done.is_set():
-                time.sleep(0.05)
+            began = time.monotonic()
+            while time.monotonic() - began < STOP_AFTER_S and not self.done.is_set():
+                time.sleep(0.02)
             pids = [p for p in self.fleet.processes(self.victim, b"noop:a") if p not in seen] or pids
             seen.update(pids)
             for p in pids:
@@ -90,6 +95,16 @@ class Staller(threading.Thread):
             for p in pids:
                 _signal(p, signal.SIGCONT)
             self.stalled += 1
+
+
+def _in_step(pid: int) -> bool:
+    """Whether ``pid`` is a benchmark rank asleep in its step (python's time.sleep: clock_nanosleep)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+    return b"exec" in argv and "nanosleep" in wchan
 
 
 def _signal(pid: int, sig: int) -> None:
