@@ -7,6 +7,8 @@ environment), and beside it:
 
 * ``sb-fleet's play, command constant``: the same play with its raw command replaced by ``echo hi``, so the
   hosts do nothing and what is left is Ansible's and the play's own cost on the control node;
+* ``sb-fleet's play, each command echoed``: the same, each host's command (built by sb-fleet, an extra
+  variable) looked up and echoed back: the play's cost with its real per-host data and output;
 * ``one raw task, no variables``: the same inventory, limit, extra variables and forks, a play of one
   ``raw: 'echo hi'`` task: Ansible's floor per host;
 * one plain parallel SSH round (``ssh host true``, every login checked): a new connection's cost.
@@ -49,14 +51,19 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def constant_command(play: str) -> str:
-    """The play with its raw task's command replaced by ``echo hi`` (nothing else changed)."""
-    out, n = re.subn(
-        r"ansible\.builtin\.raw: >-\n(?:        .*\n)+", "ansible.builtin.raw: 'echo hi'\n", play, count=1
-    )
-    if n != 1:
+RAW = 'ansible.builtin.raw: "{{ sb_exec[inventory_hostname] }}"\n'
+
+
+def constant_command(play: str, raw: str = "ansible.builtin.raw: 'echo hi'\n") -> str:
+    """The play with its raw task's command replaced by ``raw`` (``echo hi``; nothing else changed)."""
+    if play.count(RAW) != 1:
         raise SystemExit("deploy.yml has no raw task of the expected shape: update bench/ansible_floor.py")
-    return out
+    return play.replace(RAW, raw)
+
+
+def echoed_command(play: str) -> str:
+    """The play with each host's command (built by sb-fleet) looked up and echoed, not run."""
+    return constant_command(play, "ansible.builtin.raw: \"echo {{ sb_exec[inventory_hostname] | quote }}\"\n")
 
 
 def main() -> int:
@@ -91,6 +98,7 @@ def main() -> int:
         trivial.write_text(TRIVIAL)
         variants = {
             "sb-fleet's play, command constant": (pb, constant_command(ours)),
+            "sb-fleet's play, each command echoed": (pb, echoed_command(ours)),
             "one raw task, no variables": (trivial, TRIVIAL),
         }
         for masters in ("closed", "open") if args.warm else ("closed",):

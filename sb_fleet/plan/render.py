@@ -16,11 +16,11 @@ from pathlib import Path
 from sb_fleet.config.fleet_config import Config
 from sb_fleet.config.inventory import Inventory
 from sb_fleet.plan import ansible_data
+from sb_fleet.plan.host_exec import EXEC_HOSTS_FILE, exec_hosts_doc
 from sb_fleet.plan.render_container import render_container
 from sb_fleet.plan.render_health import health_vars, render_check
 from sb_fleet.plan.resources import suite_dir
 from sb_fleet.plan.run_plan import Plan
-from sb_fleet.plan.tasks import NEED_SUITE
 from sb_fleet.plan.templates import run_env, runner_args, step_spec, template_env
 from sb_fleet.safe_files import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -38,6 +38,9 @@ class Rendered:
     # deploy-suite.yml: the suite's transfer, run for the hosts deploy.yml's exec found without it (None in
     # a run directory made before: its deploy.yml ends such hosts' play with that task itself)
     deploy_suite: Path | None = None
+    # exec-hosts.json: what each host's deploy exec needs (sb_fleet.plan.host_exec; None in a run directory
+    # made before: its deploy.yml builds the command in Ansible's Jinja per host)
+    exec_hosts: Path | None = None
 
     def to_json(self) -> dict:
         return {
@@ -48,6 +51,7 @@ class Rendered:
             "image_deploy": self.image_deploy.name if self.image_deploy else None,
             "check": self.check.name if self.check else None,
             "deploy_suite": self.deploy_suite.name if self.deploy_suite else None,
+            "exec_hosts": self.exec_hosts.name if self.exec_hosts else None,
         }
 
     @classmethod
@@ -61,6 +65,7 @@ class Rendered:
             out / d["image_deploy"] if d.get("image_deploy") else None,
             out / d["check"] if d.get("check") else None,
             out / d["deploy_suite"] if d.get("deploy_suite") else None,
+            out / d["exec_hosts"] if d.get("exec_hosts") else None,
         )
 
 
@@ -90,41 +95,6 @@ def suite_archive_bytes(src: Path | None = None) -> tuple[bytes, str]:
             with open(p, "rb") as f:
                 tar.addfile(info, f)
     return buf.getvalue(), digest
-
-
-# Run on each host by the deploy task as ``sh -c BOOTSTRAP sb-fleet-deploy WS SUITE_DIR CMD...`` with
-# the suite archive (base64) on stdin: workspace (0700), unpack once per suite version (temp dir, then
-# rename), point ``suite`` at it, then exec the host preparation command.
-DEPLOY_BOOTSTRAP = """set -eu
-ws=$1 suite=$2
-shift 2
-case $ws in "~") ws=$HOME ;; "~/"*) ws=$HOME/${ws#"~/"} ;; esac
-umask 077
-mkdir -p -- "$ws"
-chmod 700 -- "$ws"
-cd -- "$ws"
-if [ -f "$suite/sb_bench/__init__.py" ]; then
-  cat >/dev/null
-else
-  tmp=$(mktemp -d ./.suite.XXXXXX)
-  if ! base64 -d | tar -xzf - -C "$tmp"; then
-    rm -rf -- "$tmp"
-    echo "cannot unpack the benchmark suite into $ws" >&2
-    exit 1
-  fi
-  # Hosts that share the workspace may unpack at once: the first rename wins, the others keep it.
-  if [ -e "$suite" ] && [ ! -f "$suite/sb_bench/__init__.py" ]; then rm -rf -- "$suite"; fi
-  if ! mv -T -- "$tmp/$suite" "$suite" 2>/dev/null && [ ! -f "$suite/sb_bench/__init__.py" ]; then
-    rm -rf -- "$tmp"
-    echo "cannot put the benchmark suite into $ws" >&2
-    exit 1
-  fi
-  rm -rf -- "$tmp"
-fi
-ln -sfn -- "$suite" suite
-exec "$@"
-"""
-assert not any(m in DEPLOY_BOOTSTRAP for m in ("{{", "{%", "{#")), "Ansible would template the bootstrap"
 
 
 def needs_torch(plan: Plan) -> bool:
@@ -171,20 +141,20 @@ def render_playbooks(
     for part, pb in (("fast", deploy), ("suite", deploy_suite)):
         atomic_write_text(
             pb,
-            env.get_template("deploy.yml.j2").render(
-                part=part,
-                run_id=run_id,
-                fleet=fleet,
-                hosts_file=hosts_file.name,
-                suite_archive=str(archive.resolve()),
-                suite_digest=digest,
-                suite_b64=str(b64.resolve()),
-                bootstrap=DEPLOY_BOOTSTRAP,
-                need_suite=NEED_SUITE,
-                needs_torch=needs_torch(plan) and config.fleet.runtime == "none",
-                health=health,
-            ),
+            env.get_template("deploy.yml.j2").render(part=part, run_id=run_id, suite_b64=str(b64.resolve())),
         )
+    exec_hosts = out / EXEC_HOSTS_FILE
+    atomic_write_json(
+        exec_hosts,
+        exec_hosts_doc(
+            plan.host_setup,
+            inventory,
+            fleet,
+            health,
+            digest,
+            needs_torch(plan) and config.fleet.runtime == "none",
+        ),
+    )
     runs = {}
     for step in plan.steps:
         spec = out / f"{step.id}.json"
@@ -217,6 +187,6 @@ def render_playbooks(
         image = render_container(plan, config, run_id, out, runs)
     check = render_check(health, out)
     check_rendered([hosts_file, deploy, deploy_suite, check, *runs.values(), *([image] if image else [])])
-    rendered = Rendered(deploy, runs, archive, digest, image, check, deploy_suite)
+    rendered = Rendered(deploy, runs, archive, digest, image, check, deploy_suite, exec_hosts)
     atomic_write_json(out / INDEX, rendered.to_json())
     return rendered

@@ -4,8 +4,9 @@ The host needs only a Python 3 interpreter: the checks (``sb_bench.health``, sta
 inline as a base64 zip in the command's argv, are imported from a private temp file that is removed once
 imported, and print one JSON document. Each host's rules are its profile's (``sb_health_profile``, else
 ``health.profile``), rendered here as base64 JSON; its roots and tool directory come from the inventory
-(``sb_path_sysfs``, ``sb_path_procfs``, ``sb_tool_dir``), its workspace and Python from the plan's hosts
-file (``hosts-vars.yml``, data). Every value reaches the shell through Ansible's ``quote`` filter.
+(``sb_path_sysfs``, ``sb_path_procfs``, ``sb_tool_dir``, data), its Python from the plan's hosts file
+(``hosts-vars.yml``, data); the arguments are built per host in Python (sb_fleet.plan.host_exec) and handed
+to the play as data. Every value reaches the shell through Ansible's ``quote`` filter.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def expectations_b64(profile: HealthProfile | None) -> str:
 
 
 def health_vars(config: Config, out: Path, config_dir: Path) -> dict[str, Any]:
-    """The health checks' part of a playbook's context (``health`` in check.yml and deploy.yml: the
-    command line of playbooks/health_vars.inc), and ``health-profiles.json`` written under ``out`` (the
+    """The health checks' part of the run's rendering (``health``: check.yml's payload, and in
+    exec-hosts.json the checks' arguments: sb_fleet.plan.host_exec.health_args), and ``health-profiles.json`` written under ``out`` (the
     profiles the run was created with)."""
     h = config.health
     profiles = resolve_profiles(h, config_dir)

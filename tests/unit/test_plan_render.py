@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 from pathlib import Path
 
 import pytest
+from sb_bench.host.first_exec import load_spec
 
 from sb_fleet.config.fleet_config import load_config
 from sb_fleet.config.inventory import load_inventory
+from sb_fleet.plan import ansible_data
 from sb_fleet.plan.ansible_data import HOSTS_FILE, unsafe_strings
 from sb_fleet.plan.ansible_data import load as load_rendered
+from sb_fleet.plan.host_exec import (
+    EXEC_HOSTS_FILE,
+    FirstStep,
+    HealthFirst,
+    fast_commands,
+    suite_invocations,
+)
 from sb_fleet.plan.render import render_playbooks, suite_archive_bytes
 from sb_fleet.plan.render_health import health_payload
 from sb_fleet.plan.run_plan import build_plan
@@ -99,6 +109,8 @@ def test_rendered_playbooks_match_golden_files(inputs, tmp_path, golden):
     golden(GOLDEN / "step01.yml", norm(r.runs["step01"].read_text()))
     golden(GOLDEN / "step02.yml", norm(r.runs["step02"].read_text()))
     golden(GOLDEN / HOSTS_FILE, norm((out / HOSTS_FILE).read_text()))
+    assert r.exec_hosts is not None and r.exec_hosts.name == EXEC_HOSTS_FILE
+    golden(GOLDEN / EXEC_HOSTS_FILE, norm(r.exec_hosts.read_text()))
     nodes = load_rendered((out / "step02-nodes.yml").read_text())["sb_node_args"]
     assert nodes["gpu02"][:4] == ["--node-rank", "1", "--nnodes", "2"]
     assert nodes["gpu03"][nodes["gpu03"].index("--master-addr") + 1] == "10.0.0.1"
@@ -168,8 +180,29 @@ def test_every_config_and_inventory_value_reaches_ansible_as_data(tmp_path, bad)
     files = sorted(out.glob("*.yml"))
     assert {r.deploy, r.check, *r.runs.values(), out / HOSTS_FILE} <= set(files)
     data = [v for p in files for v in unsafe_strings(p.read_text())]
-    for want in (f"/ws/{bad}/h1", f"/ipy {one_line}", f"/py {bad}", f"/cache/{bad}", f"SB_HOSTILE={bad}"):
+    for want in (f"/ws/{bad}/h1", f"/ipy {one_line}", f"/py {bad}", f"SB_HOSTILE={bad}"):
         assert want in data, want
+    # deploy's exec: each host's command is built in Python and reaches Ansible as the stage's extra
+    # variables (written as executor.command_vars writes them): data, the hostile value verbatim in the
+    # spec its first_exec decodes, and the command's words exactly the ones meant
+    assert r.exec_hosts is not None
+    doc = json.loads(r.exec_hosts.read_text())
+    step = FirstStep("MARK", (f"SB_HOSTILE={bad}",), ("-m", "sb_bench.host.runner"), 60)
+    checks = HealthFirst("HMARK", 30, 5, False)
+    cmds = fast_commands(doc, ["h1", "h2"], "R", checks, step)
+    argv = suite_invocations(doc, ["h1"], "R", checks, step)["h1"]["argv"]
+    vars_text = ansible_data.dump({"sb_exec": cmds, "sb_suite": argv})
+    assert sorted(unsafe_strings(vars_text)) == sorted([*cmds.values(), *argv])
+    assert load_rendered(vars_text)["sb_exec"] == cmds
+    words = shlex.split(cmds["h1"].split(" && exec ", 1)[1].rsplit("; echo ", 1)[0])
+    assert (
+        words[:3] == [f"/ipy {one_line}", "suite/sb_bench/host/first_exec.py", "--spec-b64"]
+        and len(words) == 4
+    )
+    assert words[3] == argv[-1]
+    spec = load_spec(words[3])
+    assert f"/cache/{bad}" in spec["prep"] and f"SB_HOSTILE={bad}" in spec["step"]["env"]
+    assert spec["health"]["args"][spec["health"]["args"].index("--workspace") + 1] == f"/ws/{bad}/h1"
     for p in files:  # no other copy: every occurrence of the value is inside an !unsafe string
         text = p.read_text()
         plain = load_rendered(text)

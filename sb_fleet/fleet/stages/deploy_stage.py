@@ -19,6 +19,7 @@ from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import HEALTH_KILL_AFTER_S, deploy_deadline
+from sb_fleet.plan.host_exec import FirstStep, HealthFirst, exec_timeout, fast_commands, suite_invocations
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS, ends_with
 from sb_fleet.plan.templates import run_env, runner_args
@@ -85,22 +86,45 @@ def check_deploy_then_start(
 def _deploy(
     run: RunInputs, ex: Executor, hosts: list[str], step: Step | None, health_go_on: bool | None = None
 ) -> tuple[dict[str, HostOutcome], Started, Checked | None]:
-    extravars: dict[str, Any] | None = None
+    health = health_go_on is not None
+    first = None
     if step is not None:
         env = ["PYTHONPATH=suite", *(f"{k}={v}" for k, v in run_env(run.config).items())]
         args = runner_args(run.run_id, step, run.config.fleet.master_port)
-        extravars = {
-            "sb_first_step": {"mark": RUN_FOLLOWS, "env": env, "args": args, "timeout": step.timeout}
-        }
-    health = health_go_on is not None
+        first = FirstStep(RUN_FOLLOWS, tuple(env), tuple(args), step.timeout)
+    checks_first = None
     if health:
-        checks_first = {
-            "mark": HEALTH_DONE,
-            "timeout": run.config.health.exec_timeout,
-            "kill_after": HEALTH_KILL_AFTER_S,
-            "go_on": bool(health_go_on),
+        checks_first = HealthFirst(
+            HEALTH_DONE, run.config.health.exec_timeout, HEALTH_KILL_AFTER_S, bool(health_go_on)
+        )
+    doc = json.loads(run.rendered.exec_hosts.read_text()) if run.rendered.exec_hosts else None
+
+    def extravars(part: str, on: list[str]) -> dict[str, Any] | None:
+        """The play's extra variables: each host's command built here (sb_fleet.plan.host_exec), or, for
+        a run directory rendered before that, what its deploy.yml builds them from in Jinja."""
+        if doc is None:
+            old: dict[str, Any] = {}
+            if first is not None:
+                old["sb_first_step"] = {
+                    "mark": first.mark,
+                    "env": list(first.env),
+                    "args": list(first.args),
+                    "timeout": first.timeout,
+                }
+            if checks_first is not None:
+                old["sb_health_first"] = dataclasses.asdict(checks_first)
+            return old or None
+        tag = ex.run_id or ""
+        return {
+            "sb_exec": (
+                fast_commands(doc, on, tag, checks_first, first)
+                if part == "fast"
+                else suite_invocations(doc, on, tag, checks_first, first)
+            ),
+            "sb_exec_timeout": exec_timeout(run.config.fleet.deploy_timeout, checks_first, first),
+            "sb_step_mark": f"(?m)^{first.mark}$" if first is not None else "",
         }
-        extravars = {**(extravars or {}), "sb_health_first": checks_first}
+
     # Ctrl-C while the first step runs stops it cleanly (as in the run stage); a plain deploy is not
     # interruptible that way.
     intr = Interrupts()
@@ -117,7 +141,7 @@ def _deploy(
             run.rendered.deploy,
             hosts,
             cancel=intr.fired if step else None,
-            extravars=extravars,
+            extravars=extravars("fast", hosts),
             deadline=deadline,
             done=exec_done if suite_pb is not None else deploy_done,
         )
@@ -131,7 +155,7 @@ def _deploy(
                     suite_pb,
                     lacking,
                     cancel=intr.fired if step else None,
-                    extravars=extravars,
+                    extravars=extravars("suite", lacking),
                     deadline=deadline,
                     done=ends_with(HOSTPREP),
                 ),

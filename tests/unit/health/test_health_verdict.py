@@ -19,11 +19,14 @@ from sb_fleet.config.health_profiles import (
     load_profile_file,
     resolve_profiles,
 )
+from sb_fleet.config.inventory import Host, Inventory
 from sb_fleet.errors import ConfigError
 from sb_fleet.exits import exit_for
 from sb_fleet.outcome import Outcome
 from sb_fleet.plan import ansible_data
+from sb_fleet.plan.host_exec import exec_hosts_doc, health_args
 from sb_fleet.plan.render_health import BOOT, health_payload, health_vars, render_check
+from sb_fleet.plan.run_plan import HostSetup
 from sb_fleet.report.writers.health_section import html, junit_cases, markdown
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -147,44 +150,38 @@ def test_check_playbook_renders_and_its_payload_runs(tmp_path):
     cfg = Config.model_validate(
         {"superbench": {"benchmarks": {}}, "health": {"profile": "h100-sxm-8x-ib400"}}
     )
-    pb = render_check(health_vars(cfg, tmp_path, tmp_path), tmp_path)
+    health = health_vars(cfg, tmp_path, tmp_path)
+    pb = render_check(health, tmp_path)
     play = ansible_data.load(pb.read_text())[0]
     # the checks' own argv, run with the run's host tag (a stop finds them: sb_fleet/fleet/reaper.py)
     assert play["tasks"][0]["ansible.builtin.raw"] == (
         "exec env SB_FLEET_TAG={{ sb_tag | quote }} {{ sb_health_argv | map('quote') | join(' ') }}"
     )
     assert play["vars"]["sb_tag"] == "{{ sb_fleet_run | default('') }}/{{ inventory_hostname }}"
-    # every value is data, the host's workspace and Python from the plan's hosts file (never a template)
+    # every value is data: the host's Python from the plan's hosts file, the checks' arguments built per
+    # host in Python and handed in by the stage (never a template)
     assert play["vars_files"] == [ansible_data.HOSTS_FILE]
-    assert play["vars"]["sb_ws"] == "{{ sb_hosts[inventory_hostname].workspace }}"
     assert play["vars"]["sb_health_argv"] == (
-        "{{ [sb_hosts[inventory_hostname].python, '-c', sb_health_boot, sb_health_payload] + sb_health_args }}"
+        "{{ [sb_hosts[inventory_hostname].python, '-c', sb_health_boot, sb_health_payload]"
+        " + sb_health_args_of[inventory_hostname] }}"
     )
-    assert play["vars"]["sb_health_args"][:2] == ["--json", "--host"]
     unsafe = ansible_data.unsafe_strings(pb.read_text())
-    assert play["vars"]["sb_health_boot"] in unsafe and play["vars"]["sb_health_default_profile"] in unsafe
-    assert play["vars"]["sb_health_default_profile"] == "h100-sxm-8x-ib400"
+    assert play["vars"]["sb_health_boot"] in unsafe
     assert "{{" not in play["vars"]["sb_health_boot"] and "{%" not in play["vars"]["sb_health_boot"]
     m = make_machine(tmp_path / "m", gpus=8, gpu_over={3: {"pcie.link.width.current": 8}})
-    argv = [
-        sys.executable,
-        "-c",
-        BOOT,
-        base64.b64encode(health_payload()).decode(),
-        "--json",
-        "--host",
-        "x",
-        "--sysfs",
-        m["sb_path_sysfs"],
-        "--procfs",
-        m["sb_path_procfs"],
-        "--tool-dir",
-        m["sb_tool_dir"],
-        "--workspace",
-        str(tmp_path),
-        "--expect-b64",
-        play["vars"]["sb_health_expect"]["h100-sxm-8x-ib400"],
-    ]
+    # the arguments as the check stage builds them for a host whose inventory names its roots and tools
+    host_vars = {k: m[k] for k in ("sb_path_sysfs", "sb_path_procfs", "sb_tool_dir")}
+    doc = exec_hosts_doc(
+        {"x": HostSetup(str(tmp_path), sys.executable, sys.executable)},
+        Inventory(("i",), (Host("x", ("all",), host_vars),)),
+        {"install_requirements": "never", "min_free_disk_gb": 0},
+        health,
+        "d",
+        False,
+    )
+    args = health_args(doc, "x")
+    assert args[:3] == ["--json", "--host", "x"] and args[args.index("--sysfs") + 1] == m["sb_path_sysfs"]
+    argv = [sys.executable, "-c", BOOT, base64.b64encode(health_payload()).decode(), *args]
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp)}

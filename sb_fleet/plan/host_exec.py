@@ -1,0 +1,284 @@
+"""Each host's deploy exec and health-check arguments, built here in Python once per host (pure).
+
+validate's nightly path is one SSH exec per host (``deploy.yml``: the suite's ``first_exec`` with a
+base64 JSON spec of the health checks, hostprep and the first step). Building that command in Ansible's
+Jinja, per host (the spec's ``to_json | b64encode`` over every argument), cost the control node 30-40 ms
+of CPU per host, a fifth of the nightly gate's (docs/speed.md). Here it is built once per host in Python
+and reaches Ansible as data (``!unsafe`` extra variables: ``sb_exec``), so the play only looks it up.
+
+Two halves:
+
+* :func:`exec_hosts_doc`, at render time: what each host's exec needs that the plan, the config and the
+  inventory fix (workspace, Python, hostprep's and the checks' arguments, the sysfs root, the health
+  profile), written as ``exec-hosts.json`` beside the playbooks;
+* :func:`fast_commands`, :func:`suite_invocations` and :func:`health_args`, at stage time: the commands
+  for the hosts of this play, with what the stage hands in (the checks first, the plan's first step).
+
+The inventory variables read here (``sb_path_sysfs``, ``sb_path_procfs``, ``sb_tool_dir``,
+``sb_health_profile``) are data, like every ``sb_*`` variable (sb_fleet.config.inventory refuses one
+that holds a template): they are never templated, and every value reaches a shell through
+:func:`shlex.quote` (what Ansible's ``quote`` filter is).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sb_fleet.config.inventory import Inventory
+from sb_fleet.plan.run_plan import HostSetup
+from sb_fleet.plan.tasks import NEED_SUITE, TAG
+
+EXEC_HOSTS_FILE = "exec-hosts.json"
+EXEC_HOSTS_VERSION = 1
+FIRST_EXEC = "suite/sb_bench/host/first_exec.py"
+BOOTSTRAP_NAME = "sb-fleet-deploy"  # $0 of the suite's transfer script
+
+# Run on each host by the deploy task as ``sh -c BOOTSTRAP sb-fleet-deploy WS SUITE_DIR CMD...`` with
+# the suite archive (base64) on stdin: workspace (0700), unpack once per suite version (temp dir, then
+# rename), point ``suite`` at it, then exec the host preparation command.
+DEPLOY_BOOTSTRAP = """set -eu
+ws=$1 suite=$2
+shift 2
+case $ws in "~") ws=$HOME ;; "~/"*) ws=$HOME/${ws#"~/"} ;; esac
+umask 077
+mkdir -p -- "$ws"
+chmod 700 -- "$ws"
+cd -- "$ws"
+if [ -f "$suite/sb_bench/__init__.py" ]; then
+  cat >/dev/null
+else
+  tmp=$(mktemp -d ./.suite.XXXXXX)
+  if ! base64 -d | tar -xzf - -C "$tmp"; then
+    rm -rf -- "$tmp"
+    echo "cannot unpack the benchmark suite into $ws" >&2
+    exit 1
+  fi
+  # Hosts that share the workspace may unpack at once: the first rename wins, the others keep it.
+  if [ -e "$suite" ] && [ ! -f "$suite/sb_bench/__init__.py" ]; then rm -rf -- "$suite"; fi
+  if ! mv -T -- "$tmp/$suite" "$suite" 2>/dev/null && [ ! -f "$suite/sb_bench/__init__.py" ]; then
+    rm -rf -- "$tmp"
+    echo "cannot put the benchmark suite into $ws" >&2
+    exit 1
+  fi
+  rm -rf -- "$tmp"
+fi
+ln -sfn -- "$suite" suite
+exec "$@"
+"""
+
+
+def _var(vars_: Mapping[str, Any], name: str) -> str | None:
+    v = vars_.get(name)
+    return None if v is None else str(v)
+
+
+def prep_args(fleet: Mapping[str, Any], host: str, needs_torch: bool) -> list[str]:
+    """hostprep's arguments (benchmarks/sb_bench/host/hostprep.py)."""
+    args = [
+        "--install",
+        str(fleet["install_requirements"]),
+        "--min-free-gb",
+        str(fleet["min_free_disk_gb"]),
+        "--host",
+        host,
+    ]
+    if fleet.get("venv") and fleet.get("cache"):
+        args += ["--cache", str(fleet["cache"])]
+    if fleet.get("venv"):
+        args.append("--venv")
+    if fleet.get("require_gpu"):
+        args.append("--require-gpu")
+    if not needs_torch:
+        args.append("--no-torch")
+    return args
+
+
+def exec_hosts_doc(
+    setups: Mapping[str, HostSetup],
+    inventory: Inventory,
+    fleet: Mapping[str, Any],
+    health: Mapping[str, Any],
+    suite_digest: str,
+    needs_torch: bool,
+) -> dict[str, Any]:
+    """``exec-hosts.json``: per host what its exec needs (``health``: render_health.health_vars)."""
+    hosts: dict[str, Any] = {}
+    by_name = {x.name: x for x in inventory.hosts}
+    for h, s in setups.items():
+        v = by_name[h].vars if h in by_name else {}
+        hosts[h] = {
+            "workspace": s.workspace,
+            "python": s.base_python,
+            "suite_python": "venv/bin/python" if fleet.get("venv") else s.base_python,
+            "prep": prep_args(fleet, h, needs_torch),
+            "sysfs": _var(v, "sb_path_sysfs"),
+            "procfs": _var(v, "sb_path_procfs"),
+            "tool_dir": _var(v, "sb_tool_dir"),
+            "profile": _var(v, "sb_health_profile"),
+        }
+    return {
+        "version": EXEC_HOSTS_VERSION,
+        "suite_dir": f"suite-{suite_digest}",
+        "health": {
+            "timeout": health["timeout"],
+            "default_profile": health["default_profile"],
+            "expect": dict(health["expect"]),
+        },
+        "hosts": hosts,
+    }
+
+
+def health_args(doc: Mapping[str, Any], host: str) -> list[str]:
+    """The health checks' arguments on ``host`` (sb_bench.health.runner), its profile's expectations
+    included. KeyError: a host the run was not rendered for, or a profile it does not know (the stages
+    check profiles first: check_stage.check_profiles)."""
+    h, health = doc["hosts"][host], doc["health"]
+    profile = h["profile"] if h["profile"] is not None else health["default_profile"]
+    return [
+        "--json",
+        "--host",
+        host,
+        "--sysfs",
+        h["sysfs"] or "/sys",
+        "--procfs",
+        h["procfs"] or "/proc",
+        "--tool-dir",
+        h["tool_dir"] or "",
+        "--workspace",
+        h["workspace"],
+        "--timeout",
+        str(health["timeout"]),
+        "--expect-b64",
+        health["expect"][profile],
+    ]
+
+
+@dataclass(frozen=True)
+class HealthFirst:
+    """The checks open the exec (validate): bounded at ``timeout`` s, SIGKILL ``kill_after`` s later;
+    a host whose checks failed stops after them unless ``go_on``."""
+
+    mark: str
+    timeout: int
+    kill_after: int
+    go_on: bool
+
+
+@dataclass(frozen=True)
+class FirstStep:
+    """The plan's first step starts in the exec (validate): its marker line, its runner's environment
+    (``K=V``) and arguments (``-m sb_bench.host.runner`` first), its timeout."""
+
+    mark: str
+    env: tuple[str, ...]
+    args: tuple[str, ...]
+    timeout: int
+
+
+def exec_spec(doc: Mapping[str, Any], host: str, health: HealthFirst | None, step: FirstStep | None) -> str:
+    """first_exec's ``--spec-b64`` for ``host``: base64 of its JSON spec (data; no shell or template
+    engine reads it)."""
+    h = doc["hosts"][host]
+    spec = {
+        "health": (
+            {
+                "args": health_args(doc, host),
+                "timeout": int(health.timeout),
+                "kill_after": int(health.kill_after),
+                "mark": health.mark,
+                "go_on": bool(health.go_on),
+            }
+            if health is not None
+            else None
+        ),
+        "prep": list(h["prep"]),
+        "step": (
+            {
+                "mark": step.mark,
+                "env": [*step.env, *([f"SB_PATH_SYSFS={h['sysfs']}"] if h["sysfs"] is not None else [])],
+                "python": h["suite_python"],
+                "args": [*step.args, "--host", host],
+            }
+            if step is not None
+            else None
+        ),
+    }
+    return base64.b64encode(json.dumps(spec, separators=(",", ":")).encode()).decode()
+
+
+def exec_timeout(deploy_timeout: int, health: HealthFirst | None, step: FirstStep | None) -> int:
+    """The exec's bound: deploy's, and the checks' and the first step's when they ride with it."""
+    return (
+        int(deploy_timeout)
+        + (int(step.timeout) if step else 0)
+        + ((int(health.timeout) + int(health.kill_after)) if health else 0)
+    )
+
+
+def _cd(ws: str) -> str:
+    """``cd``'s argument as shell text: a workspace under ``~`` is taken from ``$HOME`` on the host."""
+    if ws == "~":
+        return '"$HOME"'
+    if ws.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(ws[2:])
+    return shlex.quote(ws)
+
+
+def fast_commands(
+    doc: Mapping[str, Any],
+    hosts: Iterable[str],
+    run_tag: str,
+    health: HealthFirst | None,
+    step: FirstStep | None,
+) -> dict[str, str]:
+    """deploy.yml's raw command per host: where this suite version is in the workspace, link it and
+    ``exec`` its first_exec with the host's spec; else print the need-suite line only (nothing a cold
+    host would need rides along)."""
+    suite = shlex.quote(doc["suite_dir"])
+    out: dict[str, str] = {}
+    for host in hosts:
+        h = doc["hosts"][host]
+        py = shlex.quote(h["python"])
+        out[host] = (
+            f"{TAG['var']}={shlex.quote(f'{run_tag}/{host}')}; export {TAG['var']}; "
+            f"cd {_cd(h['workspace'])} 2>/dev/null && [ -f {suite}/sb_bench/host/first_exec.py ] "
+            f"&& command -v {py} >/dev/null && ln -sfn -- {suite} suite "
+            f"&& exec {py} {FIRST_EXEC} --spec-b64 {shlex.quote(exec_spec(doc, host, health, step))}; "
+            f"echo {shlex.quote(NEED_SUITE)}"
+        )
+    return out
+
+
+def suite_invocations(
+    doc: Mapping[str, Any],
+    hosts: Iterable[str],
+    run_tag: str,
+    health: HealthFirst | None,
+    step: FirstStep | None,
+) -> dict[str, dict[str, Any]]:
+    """deploy-suite.yml's command per host (``argv``, no shell reads the values: the fixed bootstrap
+    script gets them as arguments) and its process tag (``tag``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        h = doc["hosts"][host]
+        out[host] = {
+            "argv": [
+                "/bin/sh",
+                "-c",
+                DEPLOY_BOOTSTRAP,
+                BOOTSTRAP_NAME,
+                h["workspace"],
+                doc["suite_dir"],
+                h["python"],
+                FIRST_EXEC,
+                "--spec-b64",
+                exec_spec(doc, host, health, step),
+            ],
+            "tag": f"{run_tag}/{host}",
+        }
+    return out
