@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -63,7 +62,7 @@ def constant_command(play: str, raw: str = "ansible.builtin.raw: 'echo hi'\n") -
 
 def echoed_command(play: str) -> str:
     """The play with each host's command (built by sb-fleet) looked up and echoed, not run."""
-    return constant_command(play, "ansible.builtin.raw: \"echo {{ sb_exec[inventory_hostname] | quote }}\"\n")
+    return constant_command(play, 'ansible.builtin.raw: "echo {{ sb_exec[inventory_hostname] | quote }}"\n')
 
 
 def main() -> int:
