@@ -12,6 +12,7 @@ The benchmark reads it as it reads a real counter, through ``SB_PATH_SYSFS``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import threading
@@ -44,12 +45,38 @@ def write_counter(path: Path, uj: int) -> None:
     os.replace(tmp, path)
 
 
-def serve(fifo: Path, watts: float, wrap_uj: int, t0: float) -> None:
-    """Answer every open of ``fifo`` with the counter's value at that moment (P x time since t0)."""
+POLL_S = 0.002  # how often a counter's FIFO looks whether its last reader has gone
+
+
+def serve(fifo: Path, watts: float, wrap_uj: int, t0: float, poll: float = POLL_S) -> None:
+    """Answer every reader of ``fifo`` with the counter's value at that moment (P x time since t0).
+
+    Each answer is written once a reader has the FIFO open (a blocking open for writing returns then),
+    and computed at that moment. Before the next blocking open this process waits, polling with a
+    non-blocking open, until no reader has the FIFO open: a blocking open keeps the pipe alive while it
+    waits, and with it anything in the buffer, so it is entered only once the last reader has gone and
+    the pipe with it. A reader that comes meanwhile (the poll's open succeeds) is answered there."""
     while True:
-        # open blocks until a reader opens the FIFO; the reader takes one line and closes it.
         with contextlib.suppress(BrokenPipeError), open(fifo, "w") as f:
-            f.write(f"{int((time.monotonic() - t0) * watts * 1e6) % wrap_uj}\n")
+            f.write(_value(t0, watts, wrap_uj))
+        while True:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                break  # no reader: the pipe is gone, and anything left in it
+            try:
+                os.write(fd, _value(t0, watts, wrap_uj).encode())
+            except (BrokenPipeError, BlockingIOError):
+                pass
+            finally:
+                os.close(fd)
+            time.sleep(poll)
+
+
+def _value(t0: float, watts: float, wrap_uj: int) -> str:
+    return f"{int((time.monotonic() - t0) * watts * 1e6) % wrap_uj}\n"
 
 
 def run(root: Path, watts: float, wrap_uj: int) -> None:
@@ -59,11 +86,11 @@ def run(root: Path, watts: float, wrap_uj: int) -> None:
     base = root / "class" / "powercap"
     t0 = time.monotonic()
     threads = []
-    for zone in ("intel-rapl:0", "intel-rapl-mmio:0"):
+    for zone, poll in (("intel-rapl:0", POLL_S), ("intel-rapl-mmio:0", POLL_S)):
         fifo = base / zone / "energy_uj"
         fifo.unlink()
         os.mkfifo(fifo, 0o644)
-        threads.append(threading.Thread(target=serve, args=(fifo, watts, wrap_uj, t0), daemon=True))
+        threads.append(threading.Thread(target=serve, args=(fifo, watts, wrap_uj, t0, poll), daemon=True))
     for t in threads:
         t.start()
     (root / "ready").write_text("1\n")

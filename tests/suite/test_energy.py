@@ -113,6 +113,47 @@ def test_wraps_between_polls_are_seen_by_the_thread(tmp_path, monkeypatch):
     assert reading.watts == pytest.approx(40, rel=0.05)
 
 
+def _read_line(path: Path, held: float = 0.0) -> int:
+    """One reading of a counter as the meter takes it (an empty read through the pipe is retried), the
+    file kept open ``held`` seconds after its line."""
+    for _ in range(3):
+        with open(path) as f:
+            line = f.readline()
+            t = time.monotonic()
+            while time.monotonic() - t < held:
+                pass
+        if line.strip():
+            return int(line)
+    raise AssertionError(f"{path}: three empty reads")
+
+
+def test_the_fake_counter_never_answers_with_a_value_from_an_earlier_read(tmp_path):
+    # The fake counter (tests/fleetlib/powercap.py) is the oracle of every energy figure here. CI saw a
+    # window's start read 26 s stale (a 478 W window on a 50 W counter): a reader that stayed open after
+    # its line let the fake write more values, and the fake's blocking open for the next reader, entered
+    # as that reader closed, kept the pipe and those values until the next reader came, who took the
+    # oldest first. Planted here 300 times: a reader holds the FIFO 3 ms after its line, nobody reads for
+    # 20 ms, then one read; at 100 W it must be >= 1 J later (the old fake served 3-5 of 300 stale).
+    root = tmp_path / "sys"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/fleetlib/powercap.py"), str(root), "100"])
+    counter = root / "class" / "powercap" / "intel-rapl:0" / "energy_uj"
+    stale = []
+    try:
+        wait_ready(root)
+        for _ in range(300):
+            first = _read_line(counter, held=0.003)
+            idle = time.monotonic()
+            while time.monotonic() - idle < 0.02:
+                pass
+            second = _read_line(counter)
+            if second - first < 1_000_000:
+                stale.append((first, second))
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait()
+    assert not stale, stale[:5]
+
+
 def test_missing_tree_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("SB_PATH_SYSFS", str(tmp_path / "nothing"))
     meter = energy.meter_for(CPU)

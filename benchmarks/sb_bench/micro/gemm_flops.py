@@ -295,6 +295,9 @@ def shape_problem(prec: str, m: int, n: int, k: int) -> str | None:
     return None
 
 
+PROBES = 3  # probes of the step time before a min_time window (the fastest is taken)
+
+
 def steps_for(seconds_per_step: float, min_time: float, num_steps: int) -> int:
     """Timed steps so the window lasts at least ``min_time`` seconds (and at least ``num_steps``)."""
     if seconds_per_step <= 0 or min_time <= 0:
@@ -433,13 +436,19 @@ class GemmFlops(Benchmark):
             h = harness
             if harness.duration == 0 and self.args["min_time"] > 0:
                 # Warm up, estimate the step time, then time a window of at least min_time seconds.
+                # The estimate is the fastest of PROBES short probes: one probe stalled by the
+                # scheduler (a lost slice on a loaded host) would read the step many times slower and
+                # shrink the window to a few steps, too few samples to show the stall in the figure.
                 for _ in range(max(harness.num_warmup, 1)):
                     case.step()
                 probe = max(harness.num_warmup, 4)
-                with ctx.timer() as t:
-                    for _ in range(probe):
-                        case.step()
-                steps = steps_for(t.seconds / probe, self.args["min_time"], harness.num_steps)
+                fastest = math.inf
+                for _ in range(PROBES):
+                    with ctx.timer() as t:
+                        for _ in range(probe):
+                            case.step()
+                    fastest = min(fastest, t.seconds)
+                steps = steps_for(fastest / probe, self.args["min_time"], harness.num_steps)
                 h = harness.with_steps(steps)
             values.update(h.time_case(ctx, case))
         return values

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -45,6 +46,30 @@ def test_gemm_flops_on_cpu_times_for_min_time_so_one_lost_slice_cannot_make_the_
     assert env["spread"]["fp32_flops"] >= 0 and env["noise"]["fp32_flops"] >= 0
     exact = run_bench("gemm-flops", m=64, precision=["fp32"], **GEMM_SMALL)
     assert len(exact["raw_data"]["fp32_flops"][0]) <= 3  # min_time 0: exactly num_steps
+
+
+def test_gemm_flops_min_time_window_survives_one_stalled_probe(monkeypatch):
+    # CI saw the window shrink to 4 steps: the one probe of the step time was stalled by the scheduler,
+    # read the step ~70 ms long, and min_time 0.2 s then asked for 3 steps. A planted 0.3 s stall in the
+    # first probe (its second step: after one warm-up step) must leave the window as long as ever.
+    real = gf.make_step
+    calls = {"n": 0}
+
+    def stalling(prec, a, b, c):
+        step, product = real(prec, a, b, c)
+
+        def stalls_once():
+            calls["n"] += 1
+            if calls["n"] == 3:
+                time.sleep(0.3)
+            step()
+
+        return stalls_once, product
+
+    monkeypatch.setattr(gf, "make_step", stalling)
+    env = run_bench("gemm-flops", m=64, precision=["fp32"], min_time=0.2, **SMALL)
+    assert env["status"] == "ok", env["reason"]
+    assert calls["n"] > 100 and len(env["raw_data"]["fp32_flops"][0]) >= 6, calls
 
 
 def test_gemm_flops_all_tensor_core_precisions_on_cpu_is_skipped_not_failed():
