@@ -30,7 +30,7 @@ A host can only hurt itself (budgets: the config's ``collect`` section,
 * a listing command that fails (a missing ``find``: exit 127) fails the host.
 
 Every other host is collected as usual. Remote paths are user input (inventory variables): they
-reach the remote shell only through :func:`sh_path`, which quotes them.
+reach the remote shell only through :func:`sh_path` (sb_fleet.plan.host_exec), which quotes them.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from sb_fleet.fleet.progress import RUNNING
 from sb_fleet.fleet.slurm_launch import SrunReach, srun_command
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.host_exec import sh_path
 from sb_fleet.safe_files import ChecksumMismatch, atomic_write_stream, sha256_file
 
 _KH_LOCK = threading.Lock()
@@ -80,15 +81,6 @@ class CollectTarget:
     local_dir: Path
     # ``VAR=value`` exported by every command collect runs on the host (the run's tags: a stop finds them)
     env: tuple[str, ...] = ()
-
-
-def sh_path(path: str) -> str:
-    """A remote path as a shell word: quoted, with a leading ``~/`` kept expandable."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
 
 
 def safe_rel(rel: str) -> str | None:

@@ -27,6 +27,7 @@ import json
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sb_fleet.config.inventory import Inventory
@@ -220,13 +221,19 @@ def exec_timeout(deploy_timeout: int, health: HealthFirst | None, step: FirstSte
     )
 
 
-def _cd(ws: str) -> str:
-    """``cd``'s argument as shell text: a workspace under ``~`` is taken from ``$HOME`` on the host."""
-    if ws == "~":
+def sh_path(path: str) -> str:
+    """A remote path as a shell word: quoted, with a leading ``~/`` kept expandable (``$HOME`` on the
+    host). Used for the deploy exec's ``cd`` and by collect (sb_fleet.fleet.fetch)."""
+    if path == "~":
         return '"$HOME"'
-    if ws.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(ws[2:])
-    return shlex.quote(ws)
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def read_exec_hosts(path: Path | None) -> dict[str, Any] | None:
+    """``exec-hosts.json`` as render wrote it (None: a run directory rendered before it existed)."""
+    return json.loads(path.read_text()) if path is not None else None
 
 
 def fast_commands(
@@ -246,7 +253,7 @@ def fast_commands(
         py = shlex.quote(h["python"])
         out[host] = (
             f"{TAG['var']}={shlex.quote(f'{run_tag}/{host}')}; export {TAG['var']}; "
-            f"cd {_cd(h['workspace'])} 2>/dev/null && [ -f {suite}/sb_bench/host/first_exec.py ] "
+            f"cd {sh_path(h['workspace'])} 2>/dev/null && [ -f {suite}/sb_bench/host/first_exec.py ] "
             f"&& command -v {py} >/dev/null && ln -sfn -- {suite} suite "
             f"&& exec {py} {FIRST_EXEC} --spec-b64 {shlex.quote(exec_spec(doc, host, health, step))}; "
             f"echo {shlex.quote(NEED_SUITE)}"

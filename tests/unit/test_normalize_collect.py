@@ -12,8 +12,9 @@ import pytest
 
 from sb_fleet.errors import RunDirError
 from sb_fleet.exits import exit_for
-from sb_fleet.fleet.fetch import local_digests, missing, parse_listing, safe_rel, sh_path, store_member
+from sb_fleet.fleet.fetch import local_digests, missing, parse_listing, safe_rel, store_member
 from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.plan.host_exec import sh_path
 from sb_fleet.rundir.normalize import HostRecord, benchmark_outcome, reduce_entry, summarize_host
 from sb_fleet.rundir.outcome_table import merge, outcomes_of, save_stage
 from sb_fleet.rundir.rundir import SCHEMA_VERSION, RunDir

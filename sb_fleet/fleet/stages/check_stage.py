@@ -10,14 +10,12 @@ benchmark it (unless --run-unhealthy).
 
 from __future__ import annotations
 
-import json
-
 from sb_fleet.analysis.health_verdict import HealthResult, judge, parse_health
 from sb_fleet.errors import RunDirError, UsageError
 from sb_fleet.fleet.executor import Executor
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import check_deadline
-from sb_fleet.plan.host_exec import health_args
+from sb_fleet.plan.host_exec import health_args, read_exec_hosts
 from sb_fleet.plan.render_health import PROFILES_FILE
 from sb_fleet.plan.tasks import HEALTH, ends_with
 from sb_fleet.rundir.outcome_table import save_stage
@@ -44,10 +42,8 @@ def check(run: RunInputs, ex: Executor, hosts: list[str]) -> tuple[dict[str, Hos
     if pb is None:
         raise RunDirError(f"{run.rd.path}: made before health checks existed (no check.yml); start a new run")
     check_profiles(run, hosts)
-    extravars = None
-    if run.rendered.exec_hosts is not None:  # else a check.yml that builds the arguments in Jinja
-        doc = json.loads(run.rendered.exec_hosts.read_text())
-        extravars = {"sb_health_args_of": {h: health_args(doc, h) for h in hosts}}
+    doc = read_exec_hosts(run.rendered.exec_hosts)  # None: a check.yml that builds them in Jinja
+    extravars = {"sb_health_args_of": {h: health_args(doc, h) for h in hosts}} if doc else None
     with ex.progress.stage("check", hosts):
         res = ex.run(
             "check",

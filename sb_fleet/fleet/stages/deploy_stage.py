@@ -19,7 +19,14 @@ from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import HEALTH_KILL_AFTER_S, deploy_deadline
-from sb_fleet.plan.host_exec import FirstStep, HealthFirst, exec_timeout, fast_commands, suite_invocations
+from sb_fleet.plan.host_exec import (
+    FirstStep,
+    HealthFirst,
+    exec_timeout,
+    fast_commands,
+    read_exec_hosts,
+    suite_invocations,
+)
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS, ends_with
 from sb_fleet.plan.templates import run_env, runner_args
@@ -97,7 +104,7 @@ def _deploy(
         checks_first = HealthFirst(
             HEALTH_DONE, run.config.health.exec_timeout, HEALTH_KILL_AFTER_S, bool(health_go_on)
         )
-    doc = json.loads(run.rendered.exec_hosts.read_text()) if run.rendered.exec_hosts else None
+    doc = read_exec_hosts(run.rendered.exec_hosts)
 
     def extravars(part: str, on: list[str]) -> dict[str, Any] | None:
         """The play's extra variables: each host's command built here (sb_fleet.plan.host_exec), or, for
@@ -105,12 +112,7 @@ def _deploy(
         if doc is None:
             old: dict[str, Any] = {}
             if first is not None:
-                old["sb_first_step"] = {
-                    "mark": first.mark,
-                    "env": list(first.env),
-                    "args": list(first.args),
-                    "timeout": first.timeout,
-                }
+                old["sb_first_step"] = dataclasses.asdict(first)
             if checks_first is not None:
                 old["sb_health_first"] = dataclasses.asdict(checks_first)
             return old or None
