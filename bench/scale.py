@@ -139,6 +139,12 @@ def task_times(run_dir: Path) -> dict[str, dict[str, float]]:
     """Per Ansible stage: wall time of each task, from ansible-runner's job events."""
     out: dict[str, dict[str, float]] = {}
     for stage_dir in sorted((run_dir / "ansible").glob("*")):
+        direct = stage_dir / "direct-exec.json"  # the one-command play over sb-fleet's own ssh clients
+        if direct.exists():
+            d = json.loads(direct.read_text())
+            hosts = d.get("hosts") or []
+            span = round(max((h["end_s"] for h in hosts), default=0.0), 2)
+            out[f"{stage_dir.name} (ssh)"] = {"own ssh clients total": span, str(d.get("task")): span}
         evdir = next(iter(sorted((stage_dir / "artifacts").glob("*/job_events"))), None)
         if evdir is None:
             continue

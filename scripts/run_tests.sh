@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 ART=test-artifacts
 I=tests/integration
-SHARED=(collect_master data_not_code deadlines faults health hostile_hosts prometheus report_html
+SHARED=(collect_master data_not_code deadlines direct_exec faults health hostile_hosts prometheus report_html
   report_inventory run_honesty security slurm validate_rules)
 CONTAINERS=(container docker)
 

@@ -177,6 +177,10 @@ class FleetSettings(_Strict):
     # cheap-first: OpenSSH's own key exchange algorithms, sntrup761x25519 (~65 ms of CPU per new connection on
     # OpenSSH 9.0-9.8) last; openssh: OpenSSH's order as it is (sb_fleet/fleet/ssh.py)
     ssh_kex: Literal["cheap-first", "openssh"] = "cheap-first"
+    # ssh: validate's one exec per host and the suite's transfer run over sb-fleet's own OpenSSH clients
+    # (Ansible's options and master; a host whose inventory needs Ansible's connection still gets it);
+    # ansible: always through Ansible (sb_fleet/fleet/direct_exec.py)
+    exec_via: Literal["ssh", "ansible"] = "ssh"
     collect_timeout: int = Field(
         300, ge=1
     )  # s: the longest stall of one read at collect (per host: collect.host_timeout)

@@ -11,7 +11,6 @@ outcomes and exceptions; nothing above this module sees an ansible-runner type.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import time
@@ -24,24 +23,16 @@ from sb_fleet.config.inventory import Inventory
 from sb_fleet.errors import InfraError
 from sb_fleet.fleet import reaper
 from sb_fleet.fleet.deadline_watch import DeadlineWatch
+from sb_fleet.fleet.direct_exec import ExecTask, direct_reason, run_direct
 from sb_fleet.fleet.progress import RUNNING, Progress
 from sb_fleet.fleet.slurm_launch import CONNECTION, PLUGIN_DIR, SrunReach
 from sb_fleet.fleet.ssh import SshSettings
+from sb_fleet.fleet.task_outcome import TASK_TIMEOUT, classify, one_line
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan import ansible_data
 from sb_fleet.plan.deadlines import Deadline
 from sb_fleet.plan.tasks import HOST_TAG, PLAY_DONE
 from sb_fleet.safe_files import atomic_write_text
-
-HOSTKEY_MARKERS = (
-    "Host key verification failed",
-    "REMOTE HOST IDENTIFICATION HAS CHANGED",
-    "No ED25519 host key is known",
-    "No ECDSA host key is known",
-    "No RSA host key is known",
-    "host key for",
-    "Host key for",
-)
 
 
 @dataclass
@@ -88,44 +79,6 @@ def ansible_env(ssh: SshSettings, python: str) -> dict[str, str]:
     return env
 
 
-def classify(event: str, res: dict[str, Any]) -> tuple[Outcome, str]:
-    """A failed or unreachable event as an outcome and one-line reason."""
-    msg = str(res.get("msg") or "")
-    stderr = str(res.get("stderr") or "")
-    text = f"{msg} {stderr}"
-    if event == "runner_on_unreachable":
-        if any(m in text for m in HOSTKEY_MARKERS):
-            return Outcome.HOSTKEY, (
-                "host key unknown or changed: refused (check the host; if it was "
-                "re-imaged, update known_hosts; first contact: --accept-new-host-keys)"
-            )
-        return Outcome.UNREACHABLE, _one_line(msg or "unreachable")
-    if "timed out" in text.lower() and "task" in text.lower():
-        return Outcome.TIMEOUT, _one_line(msg)
-    reason = msg
-    out = str(res.get("stdout") or "")
-    if out.strip().startswith("{"):
-        # hostprep prints its facts with an "error" key when the host is not ready
-        import json
-
-        try:
-            err = json.loads(out.strip().splitlines()[-1]).get("error")
-            if err:
-                reason = err
-        except ValueError:
-            pass
-    if stderr and reason in ("non-zero return code", ""):
-        reason = f"{reason}: {stderr.strip().splitlines()[-1]}"
-    return Outcome.FAILED, _one_line(reason or "failed")
-
-
-_TASK_TIMEOUT = re.compile(r"[Tt]imed out after (\d+) second")
-
-
-def _one_line(s: str, n: int = 400) -> str:
-    return " ".join(str(s).split())[:n]
-
-
 def python_for_ansible() -> str:
     """The Python Ansible runs its modules with on a local host."""
     return "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
@@ -146,6 +99,9 @@ class Executor:
     # host -> the container runtime's command before its subcommand (fleet.runtime docker/podman): a
     # stop removes the run's containers there and, when the runtime needs root, sweeps root's processes
     containers: Mapping[str, list[str]] = field(default_factory=dict)
+    # fleet.exec_via: ssh: a one-command play (validate's exec, the suite's transfer) runs over sb-fleet's own
+    # ssh clients where a host allows it (sb_fleet.fleet.direct_exec); ansible: always the playbook
+    direct: bool = True
 
     def run(
         self,
@@ -158,13 +114,44 @@ class Executor:
         deadline: Deadline | None = None,
         stop: Callable[[str], str] | None = None,
         done: Callable[[str, dict[str, Any]], bool] | None = None,
+        direct: ExecTask | None = None,
     ) -> StageResult:
         """Run ``playbook`` on ``hosts``; an outcome for every one of them, whatever happens. With a
         ``deadline``, a host past it is stopped (``stop(host)``, else :meth:`stop_host`) and ends
         ``timeout`` while the others go on. A host is done with the play when it reports
         :data:`~sb_fleet.plan.tasks.PLAY_DONE`, or a task result for which ``done(task, result)`` is
-        true (the play's last task for that host: a play that ends so costs no task of its own)."""
-        return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop, done)
+        true (the play's last task for that host: a play that ends so costs no task of its own).
+        ``direct``: the play is this one command per host; the hosts that allow it (:meth:`direct_hosts`)
+        run it over sb-fleet's own ssh clients, the others the playbook."""
+        fast = self.direct_hosts(hosts) if direct is not None else []
+        if not fast:
+            return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop, done)
+        assert direct is not None
+        res = run_direct_stage(self, stage, direct, fast, cancel, deadline, stop)
+        rest = [h for h in hosts if h not in set(fast)]
+        if not rest or res.status == "canceled":
+            for h in rest:  # never started: cut off before
+                res.outcomes[h] = HostOutcome(
+                    h, stage, Outcome.PENDING, "interrupted before the host started"
+                )
+            return res
+        more = run_playbook(self, stage, playbook, rest, cancel, extravars, deadline, stop, done)
+        return StageResult(
+            stage,
+            {**res.outcomes, **more.outcomes},
+            {**res.results, **more.results},
+            more.status,
+            more.rc,
+            res.duration_s + more.duration_s,
+        )
+
+    def direct_hosts(self, hosts: list[str]) -> list[str]:
+        """The hosts whose one command may go over sb-fleet's own ssh client (fleet.exec_via ssh, not under
+        Slurm, an inventory that asks for nothing Ansible's connection would do otherwise)."""
+        if not self.direct or self.srun is not None or self.ssh.control_path() is None:
+            return []
+        by_name = {h.name: h for h in self.inventory.hosts}
+        return [h for h in hosts if h in by_name and direct_reason(by_name[h]) is None]
 
     def stop_host(self, host: str) -> str:
         """End what this run started for ``host``: its processes on the host (a new connection), and
@@ -300,7 +287,7 @@ def run_playbook(
             finished.add(host)
             if watch is not None:
                 if outcome == Outcome.TIMEOUT:  # Ansible's own task timeout: its processes run on
-                    m = _TASK_TIMEOUT.search(reason)
+                    m = TASK_TIMEOUT.search(reason)
                     task_timeouts[host] = int(m.group(1)) if m else None
                     watch.expire(host)
                 watch.finished(host)
@@ -347,7 +334,7 @@ def run_playbook(
     if status in ("failed", "error") and not seen and not reached:
         tail = ""
         try:
-            tail = _one_line((r.stdout.read() if hasattr(r.stdout, "read") else "")[-600:])
+            tail = one_line((r.stdout.read() if hasattr(r.stdout, "read") else "")[-600:])
         except Exception:
             pass
         if rc not in (2, 4):  # 2/4: some host failed/unreachable; anything else is ansible itself
@@ -363,7 +350,7 @@ def run_playbook(
                 n = task_timeouts[h]
                 why = f"no end within its task's timeout{f' of {n} s' if n else ''} ({why})"
             outcomes[h] = HostOutcome(
-                h, stage, Outcome.TIMEOUT, _one_line(f"{deadline.label}: {why}; stopped {stopped[h]}", 600)
+                h, stage, Outcome.TIMEOUT, one_line(f"{deadline.label}: {why}; stopped {stopped[h]}", 600)
             )
             progress(h, Outcome.TIMEOUT, outcomes[h].reason)
         elif h in seen:
@@ -378,6 +365,82 @@ def run_playbook(
         else:
             outcomes[h] = HostOutcome(h, stage, Outcome.UNREACHABLE, "Ansible reported nothing for this host")
     return StageResult(stage, outcomes, results, status, rc, time.monotonic() - t0)
+
+
+def run_direct_stage(
+    ex: Executor,
+    stage: str,
+    task: ExecTask,
+    hosts: list[str],
+    cancel: Callable[[], bool] | None,
+    deadline: Deadline | None,
+    stop: Callable[[str], str] | None,
+) -> StageResult:
+    """:func:`run_playbook`'s contract for a one-command play over sb-fleet's own ssh clients
+    (:mod:`sb_fleet.fleet.direct_exec`): the same deadline watch, stops, cancel and outcomes."""
+    t0 = time.monotonic()
+    by_name = {h.name: h for h in ex.inventory.hosts}
+    watch = (
+        DeadlineWatch(deadline, len(hosts), min(ex.forks, max(len(hosts), 1)), stop or ex.stop_host)
+        if deadline is not None and ex.run_id
+        else None
+    )
+    private_dir = ex.ansible_root / stage
+    private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        got = run_direct(
+            stage,
+            task,
+            [by_name[h] for h in hosts],
+            ex.ssh.exec_command,
+            forks=min(ex.forks, max(len(hosts), 1)),
+            progress=ex.progress.update,
+            cancel=cancel,
+            watch=watch,
+            run_id=ex.run_id,
+            events_file=private_dir / DIRECT_EVENTS,
+        )
+    except BaseException:  # Ctrl-C twice, SIGTERM: nothing of the stage outlives it
+        if ex.run_id:
+            ex.stop_hosts(hosts)
+        if watch is not None:
+            watch.close()
+        raise
+    stopped = watch.close() if watch is not None else {}
+    if watch is not None and watch.over():
+        left = [
+            h
+            for h in hosts
+            if got.outcomes.get(h, HostOutcome(h, stage, Outcome.PENDING)).outcome == Outcome.PENDING
+        ]
+        for h, said in ex.stop_hosts(left).items():
+            now = f"when the stage ran past its bound ({watch.bound} s): {said}"
+            stopped[h] = f"{stopped[h]}; again {now}" if h in stopped else now
+    outcomes: dict[str, HostOutcome] = {}
+    for h in hosts:
+        if h in stopped and deadline is not None:
+            why = f"no end within its deadline of {deadline.seconds} s ({deadline.source})"
+            if (
+                task.timeout != deadline.seconds
+                and got.outcomes.get(h)
+                and got.outcomes[h].outcome == Outcome.TIMEOUT
+            ):
+                why = f"no end within its task's timeout of {task.timeout} s ({why})"
+            outcomes[h] = HostOutcome(
+                h, stage, Outcome.TIMEOUT, one_line(f"{deadline.label}: {why}; stopped {stopped[h]}", 600)
+            )
+            ex.progress.update(h, Outcome.TIMEOUT, outcomes[h].reason)
+            # as a play's task cut off by the stop: no result (what the exec printed before is not a result)
+            got.results.pop(h, None)
+        else:
+            outcomes[h] = got.outcomes.get(h) or HostOutcome(
+                h, stage, Outcome.PENDING, "interrupted before the host started"
+            )
+    status = "canceled" if got.canceled else "successful"
+    return StageResult(stage, outcomes, got.results, status, None, time.monotonic() - t0)
+
+
+DIRECT_EVENTS = "direct-exec.json"  # per stage: each host's start, end, exit status and output size
 
 
 def command_vars(private_dir: Path, extravars: dict[str, Any] | None) -> Path | None:

@@ -197,6 +197,13 @@ class SshSettings:
         for opt in self._trust_options():
             out += ["-o", opt]
         out += ["-o", "LogLevel=ERROR"]
+        named = self._host_options(host)
+        return None if named is None else out + named
+
+    def _host_options(self, host: Host) -> list[str] | None:
+        """The options that name ``host`` as Ansible's ssh connection does (so that ``%C`` is its master's),
+        or None where its extra ssh arguments do not parse."""
+        out: list[str] = []
         port = host.vars.get("ansible_port") or host.vars.get("ansible_ssh_port")
         if port:
             out += ["-o", f"Port={port}"]
@@ -212,6 +219,33 @@ class SshSettings:
                 except ValueError:  # unbalanced quotes: Ansible cannot use them either; no master route
                     return None
         return out
+
+    def exec_command(self, host: Host, command: str) -> list[str] | None:
+        """The ssh client that runs ``command`` (one line for the host's login shell, as Ansible's raw
+        task sends it) on ``host`` the way Ansible's ssh connection would (sb_fleet.fleet.direct_exec):
+        its master made or reused at :meth:`control_path` (ControlPersist, so that collect rides it),
+        this run's host key policy and key exchange, public keys only, never a prompt; None where the
+        path is Ansible's own or the host's extra ssh arguments do not parse."""
+        cp = self.control_path()
+        named = self._host_options(host)
+        if cp is None or named is None:
+            return None
+        out: list[str] = []
+        for opt in (
+            "ControlMaster=auto",
+            "ControlPersist=120s",
+            *self._trust_options(),
+            "ServerAliveInterval=5",
+            "ServerAliveCountMax=3",
+            f"ControlPath={cp}",
+            "BatchMode=yes",
+            "LogLevel=ERROR",
+            "KbdInteractiveAuthentication=no",
+            "PasswordAuthentication=no",
+            "PreferredAuthentications=gssapi-with-mic,gssapi-keyex,hostbased,publickey",
+        ):
+            out += ["-o", opt]
+        return ["ssh", *out, *named, "-T", "--", host.address, command]
 
     def master_command(self, host: Host, command: str) -> list[str] | None:
         """The argv that runs ``command`` (one shell line, as paramiko's exec sends it) on ``host`` over

@@ -108,6 +108,7 @@ def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Execut
         progress=Progress(enabled=opts.progress),
         run_id=run.run_id,
         containers=runtime_commands(run),
+        direct=run.config.fleet.exec_via == "ssh",
     )
     if run.config.fleet.launcher != "slurm":
         yield ex

@@ -289,3 +289,16 @@ def suite_invocations(
             "tag": f"{run_tag}/{host}",
         }
     return out
+
+
+def suite_commands(invocations: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """:func:`suite_invocations` as one line per host for its login shell, for sb-fleet's own ssh client
+    (sb_fleet.fleet.direct_exec), which has no argv of its own to hand over: the process tag exported,
+    then ``exec`` of the same argv, every word quoted (no value is read as shell code)."""
+    return {
+        host: (
+            f"{TAG['var']}={shlex.quote(str(inv['tag']))}; export {TAG['var']}; "
+            f"exec {' '.join(shlex.quote(str(a)) for a in inv['argv'])}"
+        )
+        for host, inv in invocations.items()
+    }

@@ -89,7 +89,8 @@ def test_validate_collects_every_host_and_reports_the_unreachable_one(fleet, fle
     ):
         assert (run_dir / f).exists(), f
     assert any((run_dir / "facts").glob("host001.json"))
-    assert (run_dir / "ansible" / "deploy" / "artifacts").is_dir()
+    # validate's one exec per host ran over sb-fleet's own ssh clients (sb_fleet.fleet.direct_exec)
+    assert (run_dir / "ansible" / "deploy" / "direct-exec.json").is_file()
     assert oct(run_dir.stat().st_mode & 0o777) == "0o700"
 
     # collect again: nothing is fetched twice; report re-runs offline from the directory alone

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sb_fleet.exits import EXIT_FAILED, EXIT_INFRA, exit_for
-from sb_fleet.fleet.executor import classify
+from sb_fleet.fleet.task_outcome import classify
 from sb_fleet.outcome import Outcome
 
 FIXTURES = Path(__file__).parent / "fixtures" / "job_events"

@@ -168,6 +168,44 @@ def test_collect_names_the_same_master_as_ansibles_command_line(monkeypatch, hva
     assert _ssh_G(mine) == want
 
 
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")
+@pytest.mark.parametrize(
+    "hvars",
+    [
+        {"ansible_host": "127.0.31.10", "ansible_port": 40022, "ansible_user": "sbtest"},
+        {"ansible_host": "127.0.31.11", "ansible_ssh_common_args": "-o ProxyJump=jump -o Compression=yes"},
+        {"ansible_ssh_port": "2200", "ansible_ssh_user": "x", "ansible_ssh_private_key_file": "/k/id"},
+    ],
+)
+def test_sb_fleets_own_exec_makes_the_master_collect_finds(monkeypatch, hvars):
+    """validate's exec over sb-fleet's own client (sb_fleet.fleet.direct_exec): ``ssh -G`` gives its
+    command line the master path that collect's names, with a master of its own made and kept
+    (ControlPersist), this run's host key policy first, and never a prompt."""
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/run/user/0/sb-fleet-cp"))
+    host = Host("gpu7", ("gpu",), hvars)
+    argv = SETTINGS.exec_command(host, "echo $HOME; exit 3")
+    assert argv is not None and argv[-4:] == ["-T", "--", host.address, "echo $HOME; exit 3"]
+    ours = SETTINGS.master_control(host)
+    assert ours is not None
+    g = ["ssh", "-G", *argv[1:-4], host.address]
+    assert _ssh_G(g) == _ssh_G(["ssh", "-G", *ours[1 : ours.index("-O")], host.address])
+    r = subprocess.run(
+        g, capture_output=True, text=True, timeout=10, check=True, env={**os.environ, "HOME": "/nonexistent"}
+    )
+    conf = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
+    assert conf["controlmaster"] == "auto" and conf["controlpersist"] == "120"
+    assert conf["stricthostkeychecking"] == "true" and conf["batchmode"] == "yes"
+    assert conf["passwordauthentication"] == "no" and conf["kbdinteractiveauthentication"] == "no"
+
+
+def test_sb_fleets_own_exec_has_no_path_where_collect_has_none(monkeypatch):
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/home/" + "u" * 80 + "/.ansible/cp/sb-fleet"))
+    assert SETTINGS.exec_command(Host("gpu1", ("gpu",), {}), "true") is None
+    monkeypatch.setattr(ssh_mod, "control_dir", lambda: Path("/run/user/0/sb-fleet-cp"))
+    bad = Host("gpu1", ("gpu",), {"ansible_ssh_common_args": "-o 'ProxyJump=unbalanced"})
+    assert SETTINGS.exec_command(bad, "true") is None
+
+
 # -- key exchange order (fleet.ssh_kex) ------------------------------------------------------------------
 OPENSSH_92 = [
     "sntrup761x25519-sha512",

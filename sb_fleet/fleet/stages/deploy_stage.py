@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sb_fleet.fleet.direct_exec import ExecTask, HostExec
 from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.outcome import HostOutcome, Outcome
@@ -25,6 +26,7 @@ from sb_fleet.plan.host_exec import (
     exec_timeout,
     fast_commands,
     read_exec_hosts,
+    suite_commands,
     suite_invocations,
 )
 from sb_fleet.plan.run_plan import Step
@@ -127,6 +129,23 @@ def _deploy(
             "sb_step_mark": f"(?m)^{first.mark}$" if first is not None else "",
         }
 
+    def direct(part: str, on: list[str]) -> ExecTask | None:
+        """The same commands for sb-fleet's own ssh clients (Executor.run's ``direct``), where the run
+        directory has exec-hosts.json: the fast path's raw line, or the transfer's argv as a line with the
+        suite archive on stdin."""
+        if doc is None:
+            return None
+        tag = ex.run_id or ""
+        timeout = exec_timeout(run.config.fleet.deploy_timeout, checks_first, first)
+        ok_mark = f"(?m)^{first.mark}$" if first is not None else ""
+        if part == "fast":
+            lines = fast_commands(doc, on, tag, checks_first, first)
+            return ExecTask(HOSTPREP_FAST, {h: HostExec(c) for h, c in lines.items()}, timeout, ok_mark)
+        archive = run.rendered.suite_archive
+        b64 = archive.with_name(archive.name + ".b64")
+        lines = suite_commands(suite_invocations(doc, on, tag, checks_first, first))
+        return ExecTask(HOSTPREP, {h: HostExec(c, b64) for h, c in lines.items()}, timeout, ok_mark)
+
     # Ctrl-C while the first step runs stops it cleanly (as in the run stage); a plain deploy is not
     # interruptible that way.
     intr = Interrupts()
@@ -146,6 +165,7 @@ def _deploy(
             extravars=extravars("fast", hosts),
             deadline=deadline,
             done=exec_done if suite_pb is not None else deploy_done,
+            direct=direct("fast", hosts) if suite_pb is not None else None,
         )
         stop_unhealthy = health and not health_go_on
         lacking = [h for h in hosts if needs_suite(res, h, stop_unhealthy)] if suite_pb is not None else []
@@ -160,6 +180,7 @@ def _deploy(
                     extravars=extravars("suite", lacking),
                     deadline=deadline,
                     done=ends_with(HOSTPREP),
+                    direct=direct("suite", lacking),
                 ),
             )
     started: dict[str, dict[str, Any]] = {}

@@ -1,0 +1,385 @@
+"""One command per host over sb-fleet's own OpenSSH clients, with no Ansible between: validate's nightly
+exec and the suite's transfer (:mod:`sb_fleet.fleet.stages.deploy_stage`, issue 37).
+
+Ansible cost the control node ~50 ms of CPU per host for a one-task play (a worker forked per host, its
+connection plugin, the result's round trip through the strategy and ansible-runner's events) against
+~10 ms for the ssh client itself (docs/speed.md). For a play that is ONE command per host, built by
+sb-fleet already (:mod:`sb_fleet.plan.host_exec`), sb-fleet starts the clients itself, ``forks`` at a
+time, with the options Ansible's ssh connection would use (:meth:`SshSettings.exec_command`: the same
+host key policy, key exchange and master, so collect rides it) and turns each into the outcome the
+executor gives a task's result, under the same deadline watch. A host whose inventory asks for anything
+this path does not do as Ansible would (a password, privilege escalation, another connection, other
+``ansible_*`` connection variables) goes through the playbook as before (:func:`direct_reason`).
+
+Each host's output is kept up to :data:`KEEP_BYTES` per stream (its head and its tail, the middle cut
+with a line saying how much): one host that prints without end costs its own result, not the control
+node's memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sb_fleet.config.inventory import Host
+from sb_fleet.fleet import reaper
+from sb_fleet.fleet.deadline_watch import DeadlineWatch
+from sb_fleet.fleet.progress import RUNNING
+from sb_fleet.fleet.task_outcome import classify, one_line
+from sb_fleet.outcome import HostOutcome, Outcome
+from sb_fleet.safe_files import atomic_write_text
+
+KEEP_BYTES = 1 << 20  # per stream and host: the first and the last MiB are kept
+READ_CHUNK = 1 << 16
+TICK_S = 0.05  # the longest wait for a pipe; every client's state is looked at every SWEEP_S
+SWEEP_S = 0.25
+STDERR_GRACE_S = 0.5  # after the client's exit: a master it left may hold its stderr open (ControlPersist)
+KILL_GRACE_S = 2.0  # SIGTERM to a client, then SIGKILL
+UNREACHABLE_RC = 255  # ssh's own failure (as Ansible's ssh connection takes it)
+
+# The inventory variables this path honours as Ansible does; any other ansible_* variable of a host sends
+# it through the playbook (a password, become, another shell, executable or ssh setting).
+DIRECT_VARS = frozenset(
+    {
+        "ansible_host",
+        "ansible_port",
+        "ansible_ssh_port",
+        "ansible_user",
+        "ansible_ssh_user",
+        "ansible_ssh_private_key_file",
+        "ansible_private_key_file",
+        "ansible_ssh_common_args",
+        "ansible_ssh_extra_args",
+        "ansible_connection",
+        "ansible_python_interpreter",  # the raw command names its Python itself
+    }
+)
+
+
+def direct_reason(host: Host) -> str | None:
+    """Why ``host``'s exec must go through Ansible, or None where sb-fleet's own client does what
+    Ansible's would."""
+    if host.connection not in ("ssh", "smart"):
+        return f"ansible_connection {host.connection}"
+    if host.has_secrets():
+        return "a secret variable (password) that only Ansible's connection uses"
+    other = sorted(k for k in host.vars if k.startswith("ansible_") and k not in DIRECT_VARS)
+    if other:
+        return f"{other[0]} (an Ansible setting this path does not apply)"
+    return None
+
+
+@dataclass(frozen=True)
+class HostExec:
+    """One host's command: a line for its login shell (every value in it quoted by sb-fleet) and, for
+    the suite's transfer, a file sent on its stdin."""
+
+    command: str
+    stdin: Path | None = None
+
+
+@dataclass(frozen=True)
+class ExecTask:
+    """What a one-task play would say: the task's name (the results are keyed by it), each host's
+    command, the task's timeout, and the line on stdout that makes a non-zero exit no failure (the first
+    step's runner, judged by the run stage)."""
+
+    name: str
+    commands: Mapping[str, HostExec]
+    timeout: int
+    ok_mark: str = ""
+
+
+class _Tail:
+    """A stream's bytes: the first and the last ``keep`` of them."""
+
+    def __init__(self, keep: int = KEEP_BYTES) -> None:
+        self.keep = keep
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.cut = 0
+
+    def add(self, data: bytes) -> None:
+        room = self.keep - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail += data
+        over = len(self.tail) - self.keep
+        if over > 0:
+            del self.tail[:over]
+            self.cut += over
+
+    def text(self) -> str:
+        mid = f"\n[sb-fleet: {self.cut} bytes of this stream not kept]\n".encode() if self.cut else b""
+        return bytes(self.head + mid + self.tail).decode(errors="replace")
+
+
+@dataclass
+class _Job:
+    host: str
+    proc: subprocess.Popen[bytes]
+    t0: float
+    out: _Tail = field(default_factory=_Tail)
+    err: _Tail = field(default_factory=_Tail)
+    open_fds: set[int] = field(default_factory=set)
+    exited_at: float | None = None
+    killed: str = ""  # why sb-fleet ended the client ("timeout", "cancel")
+    kill_t: float = 0.0
+
+
+@dataclass
+class DirectResult:
+    """Per host: the outcome it ended with, and the task's result (``rc``, ``stdout``, ``stderr``,
+    ``msg``, ``failed``) where the command ran."""
+
+    outcomes: dict[str, HostOutcome]
+    results: dict[str, dict[str, Any]]
+    canceled: bool
+    events: list[dict[str, Any]]
+
+
+def _nonblock(f: IO[bytes] | None) -> int:
+    assert f is not None
+    fd = f.fileno()
+    os.set_blocking(fd, False)
+    return fd
+
+
+def _read(fd: int) -> bytes | None:
+    """What the pipe has now; b"" at its end; None when nothing is there yet."""
+    try:
+        return os.read(fd, READ_CHUNK)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+def _signal(job: _Job, sig: int) -> None:
+    try:
+        job.proc.send_signal(sig)
+    except (ProcessLookupError, OSError):
+        pass
+
+
+def run_direct(
+    stage: str,
+    task: ExecTask,
+    hosts: list[Host],
+    argv_of: Callable[[Host, str], list[str] | None],
+    *,
+    forks: int,
+    progress: Callable[[str, str, str], None],
+    cancel: Callable[[], bool] | None = None,
+    watch: DeadlineWatch | None = None,
+    run_id: str = "",
+    events_file: Path | None = None,
+) -> DirectResult:
+    """Run each host's command of ``task`` (``argv_of(host, command)``: the ssh client), ``forks`` at a
+    time; every host ends with an outcome. ``watch``: the stage's deadline watch (it stops a host past
+    its deadline, its local client included); ``cancel``: Ctrl-C/SIGTERM, which ends every client and
+    leaves the hosts' processes to the stage; the watch's stage bound does the same."""
+    env = dict(os.environ)
+    if run_id:  # every client tagged (sb_fleet.fleet.reaper): a stop finds it, by its host's address
+        env[reaper.CONTROL_TAG] = reaper.control_tag(run_id)
+    mark = re.compile(task.ok_mark) if task.ok_mark else None
+    waiting = list(reversed(hosts))
+    jobs: dict[str, _Job] = {}
+    by_fd: dict[int, tuple[_Job, _Tail]] = {}
+    sel = selectors.DefaultSelector()
+    outcomes: dict[str, HostOutcome] = {}
+    results: dict[str, dict[str, Any]] = {}
+    events: list[dict[str, Any]] = []
+    t_start = time.monotonic()
+    canceled = False
+
+    def end(job: _Job) -> None:
+        for fd in list(job.open_fds):
+            sel.unregister(fd)
+            by_fd.pop(fd, None)
+            os.close(fd)
+        job.open_fds.clear()
+        for f in (job.proc.stdout, job.proc.stderr):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        del jobs[job.host]
+        rc = job.proc.returncode
+        out, err = job.out.text(), job.err.text()
+        res: dict[str, Any] = {"rc": rc, "stdout": out, "stderr": err, "changed": False}
+        now = time.monotonic()
+        events.append(
+            {
+                "host": job.host,
+                "start_s": round(job.t0 - t_start, 3),
+                "end_s": round(now - t_start, 3),
+                "rc": rc,
+                "stdout_bytes": len(job.out.head) + len(job.out.tail) + job.out.cut,
+                "stderr_bytes": len(job.err.head) + len(job.err.tail) + job.err.cut,
+                **({"ended_by": job.killed} if job.killed else {}),
+            }
+        )
+        if watch is not None:
+            watch.finished(job.host)
+        if job.killed == "cancel":
+            outcomes[job.host] = HostOutcome(job.host, stage, Outcome.PENDING, f"interrupted in {task.name}")
+            return
+        if job.killed == "timeout":
+            why = f"no end within its task's timeout of {task.timeout} s"
+            outcomes[job.host] = HostOutcome(job.host, stage, Outcome.TIMEOUT, f"{task.name}: {why}")
+            progress(job.host, Outcome.TIMEOUT, why)
+            return
+        if rc == UNREACHABLE_RC:
+            tail = one_line(err, len(err))[-400:]
+            msg = f"Failed to connect to the host via ssh: {tail}"
+            outcome, reason = classify("runner_on_unreachable", {"msg": msg, "unreachable": True})
+            results[job.host] = {task.name: {**res, "msg": msg, "unreachable": True}}
+            outcomes[job.host] = HostOutcome(job.host, stage, outcome, f"{task.name}: {reason}")
+            progress(job.host, outcome, reason)
+            return
+        failed = rc != 0 and not (mark is not None and mark.search(out))
+        if failed:
+            res = {**res, "failed": True, "msg": "non-zero return code"}
+            outcome, reason = classify("runner_on_failed", res)
+            results[job.host] = {task.name: res}
+            outcomes[job.host] = HostOutcome(job.host, stage, outcome, f"{task.name}: {reason}")
+            progress(job.host, outcome, reason)
+            return
+        results[job.host] = {task.name: {**res, "failed": False}}
+        outcomes[job.host] = HostOutcome(job.host, stage, Outcome.OK)
+        progress(job.host, Outcome.OK, "")
+
+    def start(h: Host) -> None:
+        cmd = task.commands[h.name]
+        argv = argv_of(h, cmd.command)
+        if argv is None:  # the caller sends only hosts with a path; should one slip through, say so
+            outcomes[h.name] = HostOutcome(h.name, stage, Outcome.FAILED, "no ssh command for this host")
+            progress(h.name, Outcome.FAILED, outcomes[h.name].reason)
+            return
+        stdin: IO[bytes] | int = subprocess.DEVNULL
+        f = None
+        try:
+            if cmd.stdin is not None:
+                f = stdin = open(cmd.stdin, "rb")  # noqa: SIM115 - the client reads it; closed below
+            proc = subprocess.Popen(
+                argv,
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,  # Ctrl-C at the terminal is sb-fleet's to handle, not each client's
+            )
+        except OSError as exc:
+            outcomes[h.name] = HostOutcome(h.name, stage, Outcome.FAILED, f"ssh could not start: {exc}")
+            progress(h.name, Outcome.FAILED, outcomes[h.name].reason)
+            return
+        finally:
+            if f is not None:
+                f.close()
+        job = _Job(h.name, proc, time.monotonic())
+        for stream, tail in ((proc.stdout, job.out), (proc.stderr, job.err)):
+            fd = _nonblock(stream)
+            sel.register(fd, selectors.EVENT_READ)
+            by_fd[fd] = (job, tail)
+            job.open_fds.add(fd)
+        jobs[h.name] = job
+        if watch is not None:
+            watch.started(h.name)
+        progress(h.name, RUNNING, task.name)
+
+    def kill(job: _Job, why: str) -> None:
+        if not job.killed:
+            job.killed, job.kill_t = why, time.monotonic()
+            _signal(job, signal.SIGTERM)
+
+    def collect_exited(job: _Job, now: float) -> None:
+        """End ``job`` once its client has exited and its stdout is at its end (or STDERR_GRACE_S after
+        the exit: a master the client left may hold a pipe)."""
+        if job.exited_at is None:
+            if job.proc.poll() is None:
+                return
+            job.exited_at = now
+        out_open = job.proc.stdout is not None and job.proc.stdout.fileno() in job.open_fds
+        if out_open and now - job.exited_at < STDERR_GRACE_S:
+            return
+        for fd in list(job.open_fds):  # what is left in the pipes now
+            data = _read(fd)
+            while data:
+                by_fd[fd][1].add(data)
+                data = _read(fd)
+        end(job)
+
+    last_sweep = 0.0
+    at_end: set[str] = set()
+    try:
+        while waiting or jobs:
+            stop_all = (cancel is not None and cancel()) or (watch is not None and watch.over())
+            if stop_all and not canceled:
+                canceled = True
+                waiting.clear()
+                for job in list(jobs.values()):
+                    kill(job, "cancel")
+            while waiting and len(jobs) < forks:
+                start(waiting.pop())
+            if not jobs:
+                continue
+            if by_fd:
+                ready = sel.select(TICK_S)
+            else:
+                time.sleep(TICK_S)
+                ready = []
+            for key, _ in ready:
+                fd = int(key.fd)
+                job, tail = by_fd[fd]
+                data = _read(fd)
+                if data:  # one chunk a turn: a host that floods its pipe is read in turns with the others
+                    tail.add(data)
+                elif data == b"":
+                    sel.unregister(fd)
+                    del by_fd[fd]
+                    os.close(fd)
+                    job.open_fds.discard(fd)
+                    at_end.add(job.host)
+            now = time.monotonic()
+            for h in list(at_end):  # a stream at its end: the client is exiting, looked at every turn
+                if h not in jobs:
+                    at_end.discard(h)
+                else:
+                    collect_exited(jobs[h], now)
+            if now - last_sweep < SWEEP_S:
+                continue
+            last_sweep = now
+            for job in list(jobs.values()):
+                collect_exited(job, now)
+                if job.host not in jobs or job.exited_at is not None:
+                    continue
+                if not job.killed and now - job.t0 > task.timeout:
+                    kill(job, "timeout")
+                    if watch is not None:
+                        watch.expire(job.host)
+                elif job.killed and now - job.kill_t > KILL_GRACE_S:
+                    _signal(job, signal.SIGKILL)
+    except BaseException:
+        for job in list(jobs.values()):
+            _signal(job, signal.SIGKILL)
+            job.proc.wait()
+        raise
+    finally:
+        sel.close()
+        if events_file is not None:
+            atomic_write_text(events_file, json.dumps({"task": task.name, "hosts": events}, indent=1) + "\n")
+    return DirectResult(outcomes, results, canceled, events)
