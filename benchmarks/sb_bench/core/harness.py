@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 import time
-import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -277,6 +276,8 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
                 ReturnCode.OUT_OF_MEMORY,
                 f"out of memory: {(str(exc).splitlines() or [type(exc).__name__])[0][:300]}",
             )
+        import traceback  # here: ~7 ms of imports a rank that succeeds never needs
+
         tb = traceback.extract_tb(exc.__traceback__)
         where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
         return fail(ReturnCode.RUNTIME_EXCEPTION_ERROR, f"{type(exc).__name__}: {exc}{where}")

@@ -3,8 +3,6 @@ workspace, the ``memlock`` limit (RDMA pins memory), the CPU frequency governor,
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import re
 import shutil
@@ -65,8 +63,15 @@ def time_synced(env: Env, timeout: float) -> tuple[bool | None, str]:
     rc, out, _ = env.run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"], timeout)
     if rc == 0 and out.strip() in ("yes", "no"):
         return out.strip() == "yes", "timedatectl"
+    import ctypes  # here: only where timedatectl cannot say
+
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # the process's own symbols hold libc's (no ldconfig run to find it); a static or odd build: by name
+        libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(libc, "adjtimex"):
+            import ctypes.util
+
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         buf = ctypes.create_string_buffer(512)  # struct timex, modes=0: read only
         state = libc.adjtimex(buf)
         if state < 0:

@@ -39,7 +39,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,8 @@ class ForeignResults(Exception):
 
 def last_line(exc: BaseException) -> str:
     """An exception as the last line of its traceback (``ValueError: invalid literal ...``)."""
+    import traceback  # only on a failure: ~7 ms of imports
+
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
     return text[-1] if text else type(exc).__name__
 
@@ -285,6 +286,8 @@ class Runner:
         line = last_line(exc)
         tb_file = self.results / f"runner-error-{self.step}.txt"
         header = "".join(f"{k}: {v}\n" for k, v in self.identity.items())
+        import traceback
+
         tb = traceback.format_exc()
         tb_file.write_text(f"{header}time: {now_iso()}\n\n{tb}")
         say(tb.rstrip("\n"), sys.stderr)
