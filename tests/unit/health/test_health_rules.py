@@ -297,3 +297,18 @@ def test_probe_timeout_and_error_are_records():
     )
     assert v["broken.probe"]["verdict"] == "fail" and "driver said no" in v["broken.probe"]["evidence"]
     assert doc["verdict"] == "fail"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="adjtimex is Linux's")
+def test_the_clock_falls_back_to_the_kernels_word_when_timedatectl_cannot_say(tmp_path):
+    """No systemd (a container, this CI): timedatectl fails and the kernel's adjtimex answers, through
+    libc's symbol in the process itself (no ldconfig run to find libc)."""
+    from sb_bench.health.system import time_synced
+
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    fake = tools / "timedatectl"
+    fake.write_text("#!/bin/sh\necho 'System has not been booted with systemd' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    synced, source = time_synced(Env(Path("/sys"), Path("/proc"), tools, None, {}), 5.0)
+    assert source == "adjtimex" and synced in (True, False)
