@@ -11,7 +11,8 @@ the same run and against the same hosts:
   curve25519), printed beside it;
 * ``sb-fleet validate`` end to end (deploy, run, collect, report), with the
   per-stage wall times from its progress lines and, inside each Ansible
-  stage, the wall time of every task (from ansible-runner's job events);
+  stage, the wall time of every task (from ansible-runner's job events), or, where the stage's one
+  command went over sb-fleet's own ssh clients, their span (``ansible/<stage>/direct-exec.json``, "(ssh)");
 * the CPU seconds the simulated hosts used (every process under their sshd, from /proc) and the control
   node's (sb-fleet and the processes it waited for): on this machine both share the same cores, while
   on a real fleet the hosts' part runs on the hosts, in parallel;
