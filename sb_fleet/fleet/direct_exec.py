@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import selectors
 import signal
 import subprocess
@@ -133,7 +134,8 @@ class _Job:
     t0: float
     out: _Tail = field(default_factory=_Tail)
     err: _Tail = field(default_factory=_Tail)
-    open_fds: set[int] = field(default_factory=set)
+    open_fds: dict[int, IO[bytes]] = field(default_factory=dict)  # fd -> its pipe, until its end
+    out_fd: int = -1
     exited_at: float | None = None
     killed: str = ""  # why sb-fleet ended the client ("timeout", "cancel")
     kill_t: float = 0.0
@@ -148,6 +150,29 @@ class DirectResult:
     results: dict[str, dict[str, Any]]
     canceled: bool
     events: list[dict[str, Any]]
+
+
+FDS_PER_CLIENT = 3  # its stdout and stderr pipes here, and one while it starts (Popen's own error pipe)
+FDS_SPARE = 64  # for everything else the process opens meanwhile (the watch's stops, logs, the run directory)
+
+
+def fd_room() -> int:
+    """How many clients may run at once within this process's open-file limit, its soft limit raised to
+    the hard one first (a default soft limit of 1024 would end a 512-host wave in "Too many open files";
+    Ansible spreads its clients over one worker process each)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        used = 32
+    return max(1, (soft - used - FDS_SPARE) // FDS_PER_CLIENT)
 
 
 def _nonblock(f: IO[bytes] | None) -> int:
@@ -195,6 +220,7 @@ def run_direct(
     if run_id:  # every client tagged (sb_fleet.fleet.reaper): a stop finds it, by its host's address
         env[reaper.CONTROL_TAG] = reaper.control_tag(run_id)
     mark = re.compile(task.ok_mark) if task.ok_mark else None
+    forks = max(1, min(forks, fd_room()))
     waiting = list(reversed(hosts))
     jobs: dict[str, _Job] = {}
     by_fd: dict[int, tuple[_Job, _Tail]] = {}
@@ -205,18 +231,16 @@ def run_direct(
     t_start = time.monotonic()
     canceled = False
 
+    def close_pipe(job: _Job, fd: int) -> None:
+        """Stop watching one of a client's pipes and close it, once: through its file object, which owns
+        the descriptor (a second close by number could close another client's reused one)."""
+        sel.unregister(fd)
+        by_fd.pop(fd, None)
+        job.open_fds.pop(fd).close()
+
     def end(job: _Job) -> None:
         for fd in list(job.open_fds):
-            sel.unregister(fd)
-            by_fd.pop(fd, None)
-            os.close(fd)
-        job.open_fds.clear()
-        for f in (job.proc.stdout, job.proc.stderr):
-            if f is not None:
-                try:
-                    f.close()
-                except OSError:
-                    pass
+            close_pipe(job, fd)
         del jobs[job.host]
         rc = job.proc.returncode
         out, err = job.out.text(), job.err.text()
@@ -295,7 +319,9 @@ def run_direct(
             fd = _nonblock(stream)
             sel.register(fd, selectors.EVENT_READ)
             by_fd[fd] = (job, tail)
-            job.open_fds.add(fd)
+            assert stream is not None
+            job.open_fds[fd] = stream
+        job.out_fd = next(iter(job.open_fds))
         jobs[h.name] = job
         if watch is not None:
             watch.started(h.name)
@@ -313,7 +339,7 @@ def run_direct(
             if job.proc.poll() is None:
                 return
             job.exited_at = now
-        out_open = job.proc.stdout is not None and job.proc.stdout.fileno() in job.open_fds
+        out_open = job.out_fd in job.open_fds
         if out_open and now - job.exited_at < STDERR_GRACE_S:
             return
         for fd in list(job.open_fds):  # what is left in the pipes now
@@ -349,10 +375,7 @@ def run_direct(
                 if data:  # one chunk a turn: a host that floods its pipe is read in turns with the others
                     tail.add(data)
                 elif data == b"":
-                    sel.unregister(fd)
-                    del by_fd[fd]
-                    os.close(fd)
-                    job.open_fds.discard(fd)
+                    close_pipe(job, fd)
                     at_end.add(job.host)
             now = time.monotonic()
             for h in list(at_end):  # a stream at its end: the client is exiting, looked at every turn

@@ -160,3 +160,32 @@ def test_the_stdin_file_reaches_the_command(tmp_path: Path):
 def test_a_host_that_needs_ansibles_connection_goes_through_ansible(hvars, why):
     got = direct_reason(Host("gpu1", ("gpu",), hvars))
     assert (got is None) if why is None else (got is not None and why in got)
+
+
+def test_a_low_open_file_limit_bounds_the_clients_at_once_not_the_hosts_outcomes(tmp_path: Path):
+    """With a limit of 100 open files (soft and hard) and 60 hosts at forks 60, every host still ends ok:
+    fewer clients run at once instead of some failing "Too many open files". In a child process: the
+    limit cannot be raised back there."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100))
+        from sb_fleet.config.inventory import Host
+        from sb_fleet.fleet.direct_exec import ExecTask, HostExec, fd_room, run_direct
+        hosts = [Host(f"h{i}", ()) for i in range(60)]
+        task = ExecTask("t", {h.name: HostExec("sleep 0.2; echo ok") for h in hosts}, 60)
+        got = run_direct("deploy", task, hosts, lambda h, c: ["/bin/sh", "-c", c], forks=60,
+                         progress=lambda *a: None)
+        bad = {h: o.reason for h, o in got.outcomes.items() if o.outcome.value != "ok"}
+        print(fd_room(), len(got.outcomes), bad)
+        sys.exit(1 if bad or len(got.outcomes) != 60 else 0)
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    room = int(r.stdout.split()[0])
+    assert 1 <= room < 60
