@@ -128,7 +128,8 @@ class Executor:
             return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop, done)
         assert direct is not None
         res = run_direct_stage(self, stage, direct, fast, cancel, deadline, stop)
-        rest = [h for h in hosts if h not in set(fast)]
+        chosen = set(fast)
+        rest = [h for h in hosts if h not in chosen]  # through Ansible, after the direct ones
         if not rest or res.status == "canceled":
             for h in rest:  # never started: cut off before
                 res.outcomes[h] = HostOutcome(
