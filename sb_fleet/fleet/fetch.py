@@ -171,18 +171,36 @@ class Listing:
 class ListingParser:
     """``find -printf '%y %s %P\\0'`` output, fed as it streams in: never more than one record held."""
 
-    def __init__(self, max_files: int):
+    def __init__(self, max_files: int, split_at_empty: bool = False):
         self.max_files = max_files
         self.listing = Listing()
         self._rest = b""
+        self.split_at_empty = split_at_empty
+        self.ended = False  # split_at_empty: the empty record came
 
-    def feed(self, data: bytes) -> None:
-        parts = (self._rest + data).split(b"\0")
+    def feed(self, data: bytes) -> bytes | None:
+        """Parse ``data``. With ``split_at_empty``, the listing ends at its first empty record (find never
+        prints one): what follows is not the listing's and is returned, and from then on every chunk fed
+        as it is; None while the listing goes on."""
+        if self.ended:
+            return data
+        buf = self._rest + data
+        end = -1
+        if self.split_at_empty:
+            i = 0 if buf.startswith(b"\0") else buf.find(b"\0\0")
+            end = i if i <= 0 else i + 1  # the empty record's NUL
+        if end >= 0:
+            self._rest, self.ended = b"", True
+            for rec in buf[:end].split(b"\0")[:-1]:
+                self._record(rec)
+            return buf[end + 1 :]
+        parts = buf.split(b"\0")
         self._rest = parts.pop()
         if len(self._rest) > MAX_RECORD:
             raise HostRefused(f"a listing entry longer than {MAX_RECORD} bytes: the listing is not find's")
         for rec in parts:
             self._record(rec)
+        return None
 
     def close(self) -> Listing:
         if self._rest:
@@ -198,6 +216,30 @@ class ListingParser:
             raise HostRefused(f"a malformed listing entry {rec[:80]!r}: the listing is not find's")
         name = path.decode(errors="surrogateescape")
         self.listing.add(kind.decode(errors="replace"), int(size), name, self.max_files)
+
+
+class SumsParser:
+    """``sha256sum`` output as it streams in: {relative path: digest}; a line longer than any path's is
+    not sha256sum's (the host fails)."""
+
+    MAX_LINE = 2 * MAX_RECORD + 80  # the digest, two spaces and a path with every byte escaped
+
+    def __init__(self) -> None:
+        self.sums: dict[str, str] = {}
+        self._rest = b""
+
+    def feed(self, data: bytes) -> None:
+        lines = (self._rest + data).split(b"\n")
+        self._rest = lines.pop()
+        if len(self._rest) > self.MAX_LINE:
+            raise HostRefused("a checksum line longer than any path: the checksums are not sha256sum's")
+        if lines:
+            self.sums.update(parse_listing(b"\n".join(lines).decode(errors="replace")))
+
+    def close(self) -> dict[str, str]:
+        self.sums.update(parse_listing(self._rest.decode(errors="replace")))
+        self._rest = b""
+        return self.sums
 
 
 def parse_find_listing(data: bytes, max_files: int) -> Listing:
@@ -337,11 +379,16 @@ def _exec(client, command: str, timeout: float) -> tuple[int, bytes, bytes]:  # 
     return stdout.channel.recv_exit_status(), out, err
 
 
-def listing_command(remote_dir: str) -> str:
-    """Type, size and path of every entry of the results directory (hidden ones pruned), NUL-ended."""
+def listing_sums_command(remote_dir: str, max_file_bytes: int) -> str:
+    """Type, size and path of every entry of the results directory (hidden ones pruned), NUL-ended; an
+    empty record; then ``sha256sum``'s line for every regular file of at most ``max_file_bytes`` bytes:
+    one session for both (a session is an ssh client and a login on the host); the exit status is the
+    listing's (3: no such directory)."""
     return (
         f"cd {sh_path(remote_dir)} 2>/dev/null || exit 3; "
-        "exec find . -mindepth 1 -name '.*' -prune -o -printf '%y %s %P\\0'"
+        "find . -mindepth 1 -name '.*' -prune -o -printf '%y %s %P\\0'; rc=$?; printf '\\0'; "
+        f"find . -mindepth 1 -name '.*' -prune -o -type f -size -{int(max_file_bytes) + 1}c "
+        "-exec sha256sum -- {} + 2>/dev/null; exit $rc"
     )
 
 
@@ -540,10 +587,16 @@ def _collect_on(opener: Opener, t: CollectTarget, timeout: float, budgets: Colle
     d = sh_path(t.remote_dir)
     opener = tagged_opener(opener, t.env)
     # 1. The listing, parsed as it streams in.
-    ls = opener(listing_command(t.remote_dir), timeout, budgets.max_files * MAX_RECORD, "the listing")
-    parser = ListingParser(budgets.max_files)
+    # 1. The listing and 2. the checksums of its regular files, in one session, parsed as they stream in
+    # (the checksums of files not fetched after all, over a budget, cost the host's time only).
+    limit = budgets.max_files * (MAX_RECORD + SumsParser.MAX_LINE)
+    ls = opener(listing_sums_command(t.remote_dir, budgets.max_file_bytes), timeout, limit, "the listing")
+    parser = ListingParser(budgets.max_files, split_at_empty=True)
+    sums = SumsParser()
     for chunk in ls.chunks():
-        parser.feed(chunk)
+        after = parser.feed(chunk)
+        if after:
+            sums.feed(after)
     rc, err = ls.exit_status()
     if rc == 3:
         raise FileNotFoundError(f"no results on the host ({t.remote_dir} does not exist)")
@@ -551,16 +604,8 @@ def _collect_on(opener: Opener, t: CollectTarget, timeout: float, budgets: Colle
         raise HostRefused(f"the listing command failed (exit {rc}){': ' + err if err else ''}")
     listing = parser.close()
     sizes = plan_fetch(listing, t.local_dir, budgets)
-    # 2. Checksums of the files that may be fetched.
-    remote: dict[str, str] = {}
-    prefix = f"cd {d} && exec sha256sum -- "
-    for batch in _command_batches(prefix, sorted(sizes)):
-        limit = sum(2 * len(p) + 80 for p in batch) + 4096
-        ch = opener(prefix + " ".join(shlex.quote(p) for p in batch), timeout, limit, "checksums")
-        out = b"".join(ch.chunks())
-        ch.exit_status()  # a file gone since the listing has no checksum: reported below
-        got = parse_listing(out.decode(errors="replace"))
-        remote.update({rel: got[rel] for rel in batch if rel in got})
+    got = sums.close()
+    remote = {rel: got[rel] for rel in sizes if rel in got}
     unsummed = [rel for rel in sizes if rel not in remote]
     if unsummed:
         listing.problem(f"{unsummed[0]}: no checksum from the host (gone since the listing?): not fetched")
