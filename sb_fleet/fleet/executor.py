@@ -328,10 +328,7 @@ def run_playbook(
     status, rc = r.status, r.rc
     stopped = watch.close() if watch is not None else {}
     if watch is not None and watch.over() and status == "canceled":  # over the stage's bound
-        left = [h for h in hosts if h not in finished]  # a stopped host still there: again
-        for h, said in ex.stop_hosts(left).items():
-            now = f"when the stage ran past its bound ({watch.bound} s): {said}"
-            stopped[h] = f"{stopped[h]}; again {now}" if h in stopped else now
+        stop_again(ex, watch, [h for h in hosts if h not in finished], stopped)  # a stopped host still there
     if status in ("failed", "error") and not seen and not reached:
         tail = ""
         try:
@@ -346,12 +343,8 @@ def run_playbook(
     outcomes: dict[str, HostOutcome] = dict(left_out)
     for h in hosts:
         if h in stopped and deadline is not None:
-            why = f"no end within its deadline of {deadline.seconds} s ({deadline.source})"
-            if h in task_timeouts and task_timeouts[h] != deadline.seconds:  # a task's part of it
-                n = task_timeouts[h]
-                why = f"no end within its task's timeout{f' of {n} s' if n else ''} ({why})"
-            outcomes[h] = HostOutcome(
-                h, stage, Outcome.TIMEOUT, one_line(f"{deadline.label}: {why}; stopped {stopped[h]}", 600)
+            outcomes[h] = deadline_outcome(
+                h, stage, deadline, stopped[h], h in task_timeouts, task_timeouts.get(h)
             )
             progress(h, Outcome.TIMEOUT, outcomes[h].reason)
         elif h in seen:
@@ -409,27 +402,13 @@ def run_direct_stage(
         raise
     stopped = watch.close() if watch is not None else {}
     if watch is not None and watch.over():
-        left = [
-            h
-            for h in hosts
-            if got.outcomes.get(h, HostOutcome(h, stage, Outcome.PENDING)).outcome == Outcome.PENDING
-        ]
-        for h, said in ex.stop_hosts(left).items():
-            now = f"when the stage ran past its bound ({watch.bound} s): {said}"
-            stopped[h] = f"{stopped[h]}; again {now}" if h in stopped else now
+        left = [h for h in hosts if h not in got.outcomes or got.outcomes[h].outcome == Outcome.PENDING]
+        stop_again(ex, watch, left, stopped)
     outcomes: dict[str, HostOutcome] = {}
     for h in hosts:
         if h in stopped and deadline is not None:
-            why = f"no end within its deadline of {deadline.seconds} s ({deadline.source})"
-            if (
-                task.timeout != deadline.seconds
-                and got.outcomes.get(h)
-                and got.outcomes[h].outcome == Outcome.TIMEOUT
-            ):
-                why = f"no end within its task's timeout of {task.timeout} s ({why})"
-            outcomes[h] = HostOutcome(
-                h, stage, Outcome.TIMEOUT, one_line(f"{deadline.label}: {why}; stopped {stopped[h]}", 600)
-            )
+            by_task = h in got.outcomes and got.outcomes[h].outcome == Outcome.TIMEOUT
+            outcomes[h] = deadline_outcome(h, stage, deadline, stopped[h], by_task, task.timeout)
             ex.progress.update(h, Outcome.TIMEOUT, outcomes[h].reason)
             # as a play's task cut off by the stop: no result (what the exec printed before is not a result)
             got.results.pop(h, None)
@@ -439,6 +418,27 @@ def run_direct_stage(
             )
     status = "canceled" if got.canceled else "successful"
     return StageResult(stage, outcomes, got.results, status, None, time.monotonic() - t0)
+
+
+def stop_again(ex: Executor, watch: DeadlineWatch, left: list[str], stopped: dict[str, str]) -> None:
+    """A stage past its bound: the hosts it left unfinished are stopped (again); what that did joins
+    ``stopped`` (host -> what stopping it did)."""
+    for h, said in ex.stop_hosts(left).items():
+        now = f"when the stage ran past its bound ({watch.bound} s): {said}"
+        stopped[h] = f"{stopped[h]}; again {now}" if h in stopped else now
+
+
+def deadline_outcome(
+    host: str, stage: str, deadline: Deadline, said: str, by_task: bool = False, task_s: int | None = None
+) -> HostOutcome:
+    """A host stopped past its deadline (``said``: what the stop did); ``by_task``: its task's own timeout
+    (``task_s``, where known) ended it first, when that is not the deadline itself."""
+    why = f"no end within its deadline of {deadline.seconds} s ({deadline.source})"
+    if by_task and task_s != deadline.seconds:
+        why = f"no end within its task's timeout{f' of {task_s} s' if task_s else ''} ({why})"
+    return HostOutcome(
+        host, stage, Outcome.TIMEOUT, one_line(f"{deadline.label}: {why}; stopped {said}", 600)
+    )
 
 
 DIRECT_EVENTS = "direct-exec.json"  # per stage: each host's start, end, exit status and output size

@@ -118,6 +118,12 @@ def check_rendered(paths: list[Path]) -> None:
         ansible_data.load(p.read_text())
 
 
+def suite_b64_path(archive: Path) -> Path:
+    """The suite archive in base64, beside it: what the suite's transfer sends on the host's stdin
+    (deploy-suite.yml's lookup, sb-fleet's own ssh client's stdin)."""
+    return archive.with_name(archive.name + ".b64")
+
+
 def render_playbooks(
     plan: Plan, config: Config, inventory: Inventory, run_id: str, out: Path, config_dir: Path | None = None
 ) -> Rendered:
@@ -130,7 +136,7 @@ def render_playbooks(
     archive = out / f"suite-{digest}.tar.gz"
     if not archive.exists():
         atomic_write_bytes(archive, data, 0o644)
-    b64 = out / f"suite-{digest}.tar.gz.b64"  # the deploy task sends it on stdin
+    b64 = suite_b64_path(archive)  # the deploy task sends it on stdin
     if not b64.exists():
         atomic_write_bytes(b64, base64.b64encode(data), 0o644)
     fleet = config.fleet.model_dump()

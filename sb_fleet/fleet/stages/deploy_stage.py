@@ -29,6 +29,7 @@ from sb_fleet.plan.host_exec import (
     suite_commands,
     suite_invocations,
 )
+from sb_fleet.plan.render import suite_b64_path
 from sb_fleet.plan.run_plan import Step
 from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS, ends_with
 from sb_fleet.plan.templates import run_env, runner_args
@@ -108,43 +109,33 @@ def _deploy(
         )
     doc = read_exec_hosts(run.rendered.exec_hosts)
 
-    def extravars(part: str, on: list[str]) -> dict[str, Any] | None:
-        """The play's extra variables: each host's command built here (sb_fleet.plan.host_exec), or, for
-        a run directory rendered before that, what its deploy.yml builds them from in Jinja."""
+    tag = ex.run_id or ""
+    timeout = exec_timeout(run.config.fleet.deploy_timeout, checks_first, first)
+    ok_mark = f"(?m)^{first.mark}$" if first is not None else ""
+
+    def commands(part: str, on: list[str]) -> tuple[dict[str, Any] | None, ExecTask | None]:
+        """Each host's command, built once (sb_fleet.plan.host_exec): as the play's extra variables, and
+        for sb-fleet's own ssh clients (Executor.run's ``direct``: the fast path's raw line, or the
+        transfer's argv as a line with the suite archive on stdin). A run directory rendered before
+        exec-hosts.json gets what its deploy.yml builds them from in Jinja, and no direct path."""
         if doc is None:
             old: dict[str, Any] = {}
             if first is not None:
                 old["sb_first_step"] = dataclasses.asdict(first)
             if checks_first is not None:
                 old["sb_health_first"] = dataclasses.asdict(checks_first)
-            return old or None
-        tag = ex.run_id or ""
-        return {
-            "sb_exec": (
-                fast_commands(doc, on, tag, checks_first, first)
-                if part == "fast"
-                else suite_invocations(doc, on, tag, checks_first, first)
-            ),
-            "sb_exec_timeout": exec_timeout(run.config.fleet.deploy_timeout, checks_first, first),
-            "sb_step_mark": f"(?m)^{first.mark}$" if first is not None else "",
-        }
-
-    def direct(part: str, on: list[str]) -> ExecTask | None:
-        """The same commands for sb-fleet's own ssh clients (Executor.run's ``direct``), where the run
-        directory has exec-hosts.json: the fast path's raw line, or the transfer's argv as a line with the
-        suite archive on stdin."""
-        if doc is None:
-            return None
-        tag = ex.run_id or ""
-        timeout = exec_timeout(run.config.fleet.deploy_timeout, checks_first, first)
-        ok_mark = f"(?m)^{first.mark}$" if first is not None else ""
+            return old or None, None
+        sb_exec: dict[str, Any]
         if part == "fast":
-            lines = fast_commands(doc, on, tag, checks_first, first)
-            return ExecTask(HOSTPREP_FAST, {h: HostExec(c) for h, c in lines.items()}, timeout, ok_mark)
-        archive = run.rendered.suite_archive
-        b64 = archive.with_name(archive.name + ".b64")
-        lines = suite_commands(suite_invocations(doc, on, tag, checks_first, first))
-        return ExecTask(HOSTPREP, {h: HostExec(c, b64) for h, c in lines.items()}, timeout, ok_mark)
+            sb_exec = lines = fast_commands(doc, on, tag, checks_first, first)
+            task = ExecTask(HOSTPREP_FAST, {h: HostExec(c) for h, c in lines.items()}, timeout, ok_mark)
+        else:
+            sb_exec = suite_invocations(doc, on, tag, checks_first, first)
+            b64 = suite_b64_path(run.rendered.suite_archive)
+            task = ExecTask(
+                HOSTPREP, {h: HostExec(c, b64) for h, c in suite_commands(sb_exec).items()}, timeout, ok_mark
+            )
+        return {"sb_exec": sb_exec, "sb_exec_timeout": timeout, "sb_step_mark": ok_mark}, task
 
     # Ctrl-C while the first step runs stops it cleanly (as in the run stage); a plain deploy is not
     # interruptible that way.
@@ -157,19 +148,21 @@ def _deploy(
         # the suite's transfer ends in the same exec as the fast path (checks, hostprep, first step):
         # the same variables and the same deadline
         deadline = deploy_deadline(run.config, step.timeout if step else 0, health)
+        fast_vars, fast_task = commands("fast", hosts)
         res = ex.run(
             "deploy",
             run.rendered.deploy,
             hosts,
             cancel=intr.fired if step else None,
-            extravars=extravars("fast", hosts),
+            extravars=fast_vars,
             deadline=deadline,
             done=exec_done if suite_pb is not None else deploy_done,
-            direct=direct("fast", hosts) if suite_pb is not None else None,
+            direct=fast_task if suite_pb is not None else None,
         )
         stop_unhealthy = health and not health_go_on
         lacking = [h for h in hosts if needs_suite(res, h, stop_unhealthy)] if suite_pb is not None else []
         if suite_pb is not None and lacking and not (step and intr.fired()):
+            suite_vars, suite_task = commands("suite", lacking)
             res = with_suite(
                 res,
                 ex.run(
@@ -177,10 +170,10 @@ def _deploy(
                     suite_pb,
                     lacking,
                     cancel=intr.fired if step else None,
-                    extravars=extravars("suite", lacking),
+                    extravars=suite_vars,
                     deadline=deadline,
                     done=ends_with(HOSTPREP),
-                    direct=direct("suite", lacking),
+                    direct=suite_task,
                 ),
             )
     started: dict[str, dict[str, Any]] = {}
