@@ -343,6 +343,15 @@ class _AcceptNew:  # a paramiko.MissingHostKeyPolicy (paramiko is imported late)
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
+class KeyMismatch(Exception):
+    """paramiko's BadHostKeyException, raised where paramiko is imported: the host's key is not the one
+    known."""
+
+
+class SshFailed(Exception):
+    """paramiko's SSHException (its words), raised where paramiko is imported."""
+
+
 def connect(host: Host, ssh: SshSettings):  # noqa: ANN201 - paramiko.SSHClient
     import paramiko
 
@@ -527,16 +536,23 @@ def collect_remote(
         except MasterGone:
             pass  # the master ended since the check: a connection of collect's own, as without one
     route["via"] = "paramiko"
-    client = connect(t.host, ssh)
-    client.get_transport().set_keepalive(15)
-    left = budgets.host_timeout - (time.monotonic() - t0)
+    import paramiko  # here, not for every host: ~0.2 s of CPU that every collect thread would wait for
 
-    def opener(command: str, stall: float, limit: int, what: str) -> Channel:
-        return SshChannel(client, command, stall, limit, what)
+    try:
+        client = connect(t.host, ssh)
+        client.get_transport().set_keepalive(15)
+        left = budgets.host_timeout - (time.monotonic() - t0)
 
-    return _watched(
-        client.close, left, lambda: _collect_on(opener, t, timeout, budgets), budgets.host_timeout
-    )
+        def opener(command: str, stall: float, limit: int, what: str) -> Channel:
+            return SshChannel(client, command, stall, limit, what)
+
+        return _watched(
+            client.close, left, lambda: _collect_on(opener, t, timeout, budgets), budgets.host_timeout
+        )
+    except paramiko.BadHostKeyException:
+        raise KeyMismatch() from None
+    except paramiko.SSHException as exc:
+        raise SshFailed(str(exc)) from None
 
 
 def master_alive(host: Host, ssh: SshSettings) -> bool:
@@ -704,8 +720,6 @@ def collect_host(
     srun: SrunReach | None = None,
 ) -> HostOutcome:
     """Collect one host and say how it went; never raises for a host's own trouble."""
-    import paramiko
-
     t0 = time.monotonic()
     name = t.host.name
     route: dict[str, Any] = {}  # how an SSH host was reached: {"via": "master" | "paramiko"}
@@ -746,7 +760,7 @@ def collect_host(
             round(time.monotonic() - t0, 3),
             {**_kept(t.local_dir), **route, "refused": str(exc), CUT_OFF: True},
         )
-    except paramiko.BadHostKeyException:
+    except KeyMismatch:
         return HostOutcome(
             name,
             "collect",
@@ -755,7 +769,7 @@ def collect_host(
             f"({ssh.known_hosts}): refused; if the host was re-imaged, remove its old key "
             f"(ssh-keygen -R) and re-run",
         )
-    except paramiko.SSHException as exc:
+    except SshFailed as exc:
         text = str(exc)
         if "not found in known_hosts" in text:
             return HostOutcome(

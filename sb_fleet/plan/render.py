@@ -87,7 +87,11 @@ def suite_archive_bytes(src: Path | None = None) -> tuple[bytes, str]:
     buf = io.BytesIO()
     import gzip
 
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+    # Level 6, not 9: 2.5x less CPU on every run's start for <1% more bytes (the digest is of the contents).
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=6) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
         for p in files:
             info = tar.gettarinfo(str(p), arcname=f"suite-{digest}/{p.relative_to(src)}")
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""

@@ -12,7 +12,6 @@ import argparse
 import base64
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -161,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.workspace) if a.workspace else None,
         expect if isinstance(expect, dict) else {},
     )
-    doc = {"host": a.host or socket.gethostname(), **run_checks(env, a.timeout)}
+    doc = {"host": a.host or os.uname().nodename, **run_checks(env, a.timeout)}
     if a.json:
         print(json.dumps(doc, sort_keys=True, default=str))
     else:

@@ -28,11 +28,10 @@ import argparse
 import contextlib
 import errno
 import fcntl
+import functools
 import glob
-import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -46,11 +45,35 @@ REQUIRED_IMPORTS = {"torch": "torch", "torchvision": "torchvision", "transformer
 
 
 def run(cmd: list[str], timeout: float = 30) -> str:
+    """``cmd``'s stdout when it succeeds, else "" (a tool the host lacks is looked up once, not spawned)."""
+    if "/" not in cmd[0] and not _on_path(cmd[0]):
+        return ""  # what the spawn would give (FileNotFoundError), without a process per missing tool
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
+
+
+@functools.cache
+def _on_path(tool: str) -> bool:
+    return shutil.which(tool) is not None
+
+
+def os_name() -> str:
+    """``platform.platform()``'s words on a glibc Linux (``Linux-<release>-<machine>-with-glibc<version>``)
+    without its costs: ``uname -p`` in a child process and a scan of the interpreter's binary for the libc
+    version (~10 ms of a host's CPU each night); elsewhere platform's own answer."""
+    u = os.uname()
+    try:
+        libc, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
+    except (AttributeError, ValueError, OSError):
+        libc = version = ""
+    if u.sysname != "Linux" or libc != "glibc" or not version:
+        import platform
+
+        return platform.platform()
+    return f"{u.sysname}-{u.release}-{u.machine}-with-glibc{version}"
 
 
 def cpu_facts() -> dict:
@@ -70,11 +93,17 @@ def cpu_facts() -> dict:
     except OSError:
         pass
     return {
-        "cpu_model": model or platform.processor(),
+        "cpu_model": model or _processor(),
         "cpu_count": os.cpu_count(),
         "memory_gb": round(mem_kb / 1024 / 1024, 2),
         **cpu_peak_facts(),
     }
+
+
+def _processor() -> str:
+    import platform
+
+    return platform.processor()
 
 
 # The CPU flags that decide a nominal FLOPS peak (sb_fleet.analysis.figures.peaks): SIMD width and FMA units.
@@ -373,7 +402,7 @@ def claim_workspace(ws: Path, host: str) -> None:
                 f"marker if {other} no longer uses it"
             )
         if not other:
-            data = {"host": host, "hostname": platform.node(), "since": _now()}
+            data = {"host": host, "hostname": os.uname().nodename, "since": _now()}
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(data) + "\n").encode(), 0)
             os.fsync(fd)
@@ -390,6 +419,8 @@ def _now() -> str:
 def venv_key(base: str, requirements: Path) -> str:
     """The shared venv's name: the requirements' digest, with what a venv is bound to (the base
     interpreter's path and version, the machine)."""
+    import hashlib  # here: only a shared venv needs it (~5 ms of imports: OpenSSL's library)
+
     h = hashlib.sha256()
     try:
         h.update(requirements.read_bytes())
@@ -397,7 +428,7 @@ def venv_key(base: str, requirements: Path) -> str:
         h.update(b"no requirements")
     # The path as given, not resolved: a venv and its base interpreter resolve to one binary, yet
     # their packages differ (the shared venv links the base's site-packages).
-    for part in (os.path.abspath(base), sys.prefix, sys.version, platform.machine()):
+    for part in (os.path.abspath(base), sys.prefix, sys.version, os.uname().machine):
         h.update(b"\0" + part.encode())
     return h.hexdigest()[:16]
 
@@ -620,8 +651,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(done))
         return 1 if done.get("error") else 0
     facts: dict = {
-        "hostname": platform.node(),
-        "os": platform.platform(),
+        "hostname": os.uname().nodename,
+        "os": os_name(),
         "python": sys.version.split()[0],
         "base_python": sys.executable,
         "workspace": os.getcwd(),
