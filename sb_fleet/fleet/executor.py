@@ -102,6 +102,9 @@ class Executor:
     # fleet.exec_via: ssh: a one-command play (validate's exec, the suite's transfer) runs over sb-fleet's own
     # ssh clients where a host allows it (sb_fleet.fleet.direct_exec); ansible: always the playbook
     direct: bool = True
+    # host -> when (time.monotonic()) sb-fleet's own ssh client to it ended, having logged in: its
+    # ControlPersist master is then known to be there for a while (collect rides it without asking first)
+    masters: dict[str, float] = field(default_factory=dict)
 
     def run(
         self,
@@ -416,6 +419,8 @@ def run_direct_stage(
             outcomes[h] = got.outcomes.get(h) or HostOutcome(
                 h, stage, Outcome.PENDING, "interrupted before the host started"
             )
+            if outcomes[h].outcome in (Outcome.OK, Outcome.FAILED):  # logged in: ssh's 255 is unreachable
+                ex.masters[h] = time.monotonic()
     status = "canceled" if got.canceled else "successful"
     return StageResult(stage, outcomes, got.results, status, None, time.monotonic() - t0)
 

@@ -43,7 +43,7 @@ import subprocess
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -55,7 +55,7 @@ from sb_fleet.errors import InfraError
 from sb_fleet.fleet.channels import Channel, HostRefused, MasterGone, MasterNode, SrunNode, SshChannel
 from sb_fleet.fleet.progress import RUNNING
 from sb_fleet.fleet.slurm_launch import SrunReach, srun_command
-from sb_fleet.fleet.ssh import SshSettings
+from sb_fleet.fleet.ssh import CONTROL_PERSIST_S, SshSettings
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.host_exec import sh_path
 from sb_fleet.safe_files import ChecksumMismatch, atomic_write_stream, sha256_file
@@ -503,22 +503,36 @@ def _watched(
     return result
 
 
+# A master that this process's own client left behind is taken as there (no ``ssh -O check``: ~8 ms
+# of CPU a host) this long after that client ended: ControlPersist less a margin for a slow collect.
+MASTER_TRUSTED_S = CONTROL_PERSIST_S - 30
+
+
+def master_known(ended: float | None, now: float) -> bool:
+    """Whether a master made by sb-fleet's own client, whose last session ended at ``ended`` (monotonic;
+    None: none), is still to be there at ``now``."""
+    return ended is not None and 0 <= now - ended < MASTER_TRUSTED_S
+
+
 def collect_remote(
     t: CollectTarget,
     ssh: SshSettings,
     timeout: float,
     budgets: CollectBudgets | None = None,
     route: dict[str, Any] | None = None,
+    master_ended: float | None = None,
 ) -> Fetched:
     """Fetch what is missing from one SSH host within the budgets: over the host's live OpenSSH master
     where there is one, else (or should it end on the way) over a paramiko connection of its own, by the
-    same rules. ``route["via"]`` says which ("master" | "paramiko") as soon as it is known. Raises on
+    same rules. ``master_ended``: when this process's own ssh client to the host ended (its master is
+    then ridden without asking; should it be gone after all, ssh connects by itself under the same
+    host key policy). ``route["via"]`` says which ("master" | "paramiko") as soon as it is known. Raises on
     failure (:class:`HostRefused` for a budget or what cannot be taken, ``FileNotFoundError`` for no
     results directory, connection errors as they come)."""
     budgets = budgets or default_budgets()
     route = {} if route is None else route
     t0 = time.monotonic()
-    if master_alive(t.host, ssh):
+    if master_known(master_ended, t0) or master_alive(t.host, ssh):
         route["via"] = "master"
         node = MasterNode(lambda command: _master_command(ssh, t.host, command, budgets.host_timeout))
 
@@ -718,6 +732,7 @@ def collect_host(
     timeout: float,
     budgets: CollectBudgets | None = None,
     srun: SrunReach | None = None,
+    master_ended: float | None = None,
 ) -> HostOutcome:
     """Collect one host and say how it went; never raises for a host's own trouble."""
     t0 = time.monotonic()
@@ -729,7 +744,7 @@ def collect_host(
         elif t.host.is_local:
             r = collect_local(t, budgets)
         else:
-            r = collect_remote(t, ssh, timeout, budgets, route)
+            r = collect_remote(t, ssh, timeout, budgets, route, master_ended)
         details: dict[str, Any] = {"fetched": r.fetched, "listed": r.listed, **route}
         if r.problems:
             details["problems"] = r.problems[:20]
@@ -831,8 +846,10 @@ def collect_all(
     progress: Callable[[str, Outcome | str, str], None] | None = None,
     budgets: CollectBudgets | None = None,
     srun: SrunReach | None = None,
+    masters: Mapping[str, float] | None = None,
 ) -> dict[str, HostOutcome]:
-    """Collect every target in parallel (bounded); one outcome per host.
+    """Collect every target in parallel (bounded); one outcome per host. ``masters``: host -> when this
+    process's own ssh client to it ended (:attr:`sb_fleet.fleet.executor.Executor.masters`).
 
     A host's own trouble (unreachable, refused key, connection lost) is its outcome; trouble of the
     control node itself (its disk is full) stops the whole collect with :class:`CollectAborted`.
@@ -850,7 +867,7 @@ def collect_all(
         if progress:
             progress(name, RUNNING, "collect")
         try:
-            o = collect_host(t, ssh, timeout, budgets, srun)
+            o = collect_host(t, ssh, timeout, budgets, srun, (masters or {}).get(name))
         except InfraError as exc:
             abort.append(exc)
             o = HostOutcome(

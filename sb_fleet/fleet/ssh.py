@@ -42,6 +42,8 @@ CONTROL_DIR_FIX = (
 # A unix socket's path, its NUL included, fits in sockaddr_un.sun_path: 108 bytes on Linux, 104 on the BSDs
 # and macOS. OpenSSH first binds a new master at the path plus "." and 16 random characters, then renames
 # it into place; %C expands to a SHA-1 in hex.
+# How long a master outlives its last session (ControlPersist), on every client sb-fleet or Ansible starts.
+CONTROL_PERSIST_S = 120
 SUN_PATH = 108 if sys.platform.startswith("linux") else 104
 MASTER_TEMP_SUFFIX = 17
 CONNECTION_HASH = 40
@@ -165,7 +167,7 @@ class SshSettings:
         ]
 
     def openssh_args(self) -> str:
-        opts = ["ControlMaster=auto", "ControlPersist=120s", *self._trust_options()]
+        opts = ["ControlMaster=auto", f"ControlPersist={CONTROL_PERSIST_S}s", *self._trust_options()]
         opts += ["ServerAliveInterval=5", "ServerAliveCountMax=3"]
         cp = self.control_path()
         if cp is not None:  # Ansible then adds no ControlPath of its own
@@ -233,7 +235,7 @@ class SshSettings:
         out: list[str] = []
         for opt in (
             "ControlMaster=auto",
-            "ControlPersist=120s",
+            f"ControlPersist={CONTROL_PERSIST_S}s",
             *self._trust_options(),
             "ServerAliveInterval=5",
             "ServerAliveCountMax=3",

@@ -280,3 +280,25 @@ def test_opensshs_own_list_is_read_from_ssh_g():
     have = ssh_mod.openssh_kex()
     assert have and all("," not in a and " " not in a for a in have)
     assert any(a.startswith("curve25519") for a in have)
+
+
+def test_a_master_of_sb_fleets_own_client_is_ridden_without_asking_while_it_persists():
+    """Collect skips ``ssh -O check`` for a host whose exec client (ControlMaster=auto, ControlPersist)
+    ended moments ago in this process, and asks again once the master may have gone."""
+    from sb_fleet.fleet.fetch import MASTER_TRUSTED_S, master_known
+
+    assert 0 < MASTER_TRUSTED_S < ssh_mod.CONTROL_PERSIST_S
+    assert not master_known(None, 1000.0)  # no client of ours reached the host: ask ssh
+    assert master_known(1000.0, 1000.0)
+    assert master_known(1000.0, 1000.0 + MASTER_TRUSTED_S - 0.5)
+    assert not master_known(1000.0, 1000.0 + MASTER_TRUSTED_S)  # it may have timed out: ask ssh
+    assert not master_known(1000.0, 999.0)  # a clock that went back proves nothing
+
+
+def test_the_exec_client_persists_its_master_as_long_as_collect_assumes():
+    settings = SshSettings(Path("/etc/kh"), "strict", 7)
+    argv = settings.exec_command(Host("h1", ("gpu",), {"ansible_host": "10.0.0.1"}), "true")
+    if argv is None:
+        pytest.skip("no control path on this machine")
+    assert f"ControlPersist={ssh_mod.CONTROL_PERSIST_S}s" in argv
+    assert "ControlMaster=auto" in argv

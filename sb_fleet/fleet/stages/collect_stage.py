@@ -62,6 +62,7 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
                     ex.progress.update,
                     run.config.collect,
                     ex.srun,
+                    ex.masters,
                 )
             )
     except CollectAborted as exc:
