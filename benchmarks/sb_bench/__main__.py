@@ -112,18 +112,29 @@ def main(argv: list[str] | None = None) -> int:
         from sb_bench.health.runner import main as health_main
 
         return health_main(args_in[1:])
+    if args_in[:1] == ["exec"]:  # every rank's start: its parser alone (each parser costs gettext lookups)
+        p = argparse.ArgumentParser(prog="python -m sb_bench exec", description=EXEC_HELP)
+        _exec_arguments(p)
+        return cmd_exec(p.parse_args(args_in[1:]))
     ap = argparse.ArgumentParser(prog="python -m sb_bench", description="sb-fleet's on-host benchmark suite")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="list benchmarks, parameters and metrics")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
-    p = sub.add_parser("exec", help="run one benchmark on this rank")
-    p.add_argument("name")
-    p.add_argument("--params", help="parameters as a JSON object")
-    p.add_argument("--out", help="directory for rank<N>.json (default: print)")
+    p = sub.add_parser("exec", help=EXEC_HELP)
+    _exec_arguments(p)
     p.set_defaults(func=cmd_exec)
     args = ap.parse_args(argv)
     return args.func(args)
+
+
+EXEC_HELP = "run one benchmark on this rank"
+
+
+def _exec_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    p.add_argument("--params", help="parameters as a JSON object")
+    p.add_argument("--out", help="directory for rank<N>.json (default: print)")
 
 
 if __name__ == "__main__":

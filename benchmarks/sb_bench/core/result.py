@@ -18,7 +18,6 @@ import enum
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -143,12 +142,25 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new file ``.<name>.<random>.tmp`` beside ``path``, created exclusively, mode 0600: what
+    ``tempfile.mkstemp`` gives, without importing tempfile (with random and shutil, ~6 ms of every rank's
+    start)."""
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 def write_result(path: str | os.PathLike, env: dict) -> Path:
     """Write an envelope atomically (temp file, fsync, rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(_json_safe(env), indent=1, allow_nan=False).encode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
