@@ -46,6 +46,12 @@ SWEEP_S = 0.25
 STDERR_GRACE_S = 0.5  # after the client's exit: a master it left may hold its stderr open (ControlPersist)
 KILL_GRACE_S = 2.0  # SIGTERM to a client, then SIGKILL
 UNREACHABLE_RC = 255  # ssh's own failure (as Ansible's ssh connection takes it)
+# ssh's words for a server that took the connection but did not get as far as its banner: an sshd too
+# busy to answer within ConnectTimeout (hundreds of logins at once), or one that dropped the connection
+# before the key exchange (MaxStartups). No session was opened, so the command never ran: the client is
+# started again, after the others of the wave, up to CONNECT_RETRIES times, before the host is unreachable.
+NOT_STARTED = re.compile(r"timed out during banner exchange|kex_exchange_identification: ")
+CONNECT_RETRIES = 2
 
 # The inventory variables this path honours as Ansible does; any other ansible_* variable of a host sends
 # it through the playbook (a password, become, another shell, executable or ssh setting).
@@ -222,6 +228,8 @@ def run_direct(
     mark = re.compile(task.ok_mark) if task.ok_mark else None
     forks = max(1, min(forks, fd_room()))
     waiting = list(reversed(hosts))
+    by_name = {h.name: h for h in hosts}
+    attempts: dict[str, int] = {}  # host -> clients started for it (a retry: NOT_STARTED)
     jobs: dict[str, _Job] = {}
     by_fd: dict[int, tuple[_Job, _Tail]] = {}
     sel = selectors.DefaultSelector()
@@ -252,11 +260,20 @@ def run_direct(
                 "start_s": round(job.t0 - t_start, 3),
                 "end_s": round(now - t_start, 3),
                 "rc": rc,
+                **({"attempt": attempts[job.host]} if attempts.get(job.host, 1) > 1 else {}),
                 "stdout_bytes": len(job.out.head) + len(job.out.tail) + job.out.cut,
                 "stderr_bytes": len(job.err.head) + len(job.err.tail) + job.err.cut,
                 **({"ended_by": job.killed} if job.killed else {}),
             }
         )
+        if (
+            not job.killed
+            and rc == UNREACHABLE_RC
+            and not out
+            and NOT_STARTED.search(err)
+            and again(job.host)
+        ):
+            return  # started again later: no session was opened, nothing of the command ran
         if watch is not None:
             watch.finished(job.host)
         if job.killed == "cancel":
@@ -287,7 +304,16 @@ def run_direct(
         outcomes[job.host] = HostOutcome(job.host, stage, Outcome.OK)
         progress(job.host, Outcome.OK, "")
 
+    def again(host: str) -> bool:
+        """Queue ``host``'s client to start again, after the hosts still waiting; False once it has had
+        its CONNECT_RETRIES, or when the stage is being stopped."""
+        if canceled or attempts.get(host, 1) > CONNECT_RETRIES:
+            return False
+        waiting.insert(0, by_name[host])  # started last (waiting is popped from its end)
+        return True
+
     def start(h: Host) -> None:
+        attempts[h.name] = attempts.get(h.name, 0) + 1
         cmd = task.commands[h.name]
         argv = argv_of(h, cmd.command)
         if argv is None:  # the caller sends only hosts with a path; should one slip through, say so
@@ -323,7 +349,7 @@ def run_direct(
             job.open_fds[fd] = stream
         job.out_fd = next(iter(job.open_fds))
         jobs[h.name] = job
-        if watch is not None:
+        if watch is not None and attempts[h.name] == 1:
             watch.started(h.name)
         progress(h.name, RUNNING, task.name)
 

@@ -189,3 +189,49 @@ def test_a_low_open_file_limit_bounds_the_clients_at_once_not_the_hosts_outcomes
     assert r.returncode == 0, r.stdout + r.stderr
     room = int(r.stdout.split()[0])
     assert 1 <= room < 60
+
+
+BANNER = "echo 'Connection timed out during banner exchange' >&2; echo 'Connection to 10.0.0.5 port 22 timed out' >&2"
+
+
+def test_a_login_that_never_reached_the_banner_is_tried_again_after_the_wave(tmp_path: Path):
+    """sshd too busy to send its banner within ConnectTimeout (hundreds of logins at once on one host's
+    sshd, 256 simulated hosts on 2 cores): no session was opened, so the command is started again, after
+    the hosts still waiting, at most CONNECT_RETRIES times; any other failure of ssh is not retried."""
+    from sb_fleet.fleet.direct_exec import CONNECT_RETRIES
+
+    count = tmp_path / "tries"
+    flaky = f"echo x >> {count}; [ $(wc -l < {count}) -ge 2 ] || {{ {BANNER}; exit 255; }}; echo ran"
+    got, seen = _run(
+        {
+            "flaky": flaky,
+            "busy": f"{BANNER}; exit 255",
+            "dropped": "echo 'kex_exchange_identification: read: Connection reset by peer' >&2; exit 255",
+            "refused": "echo 'ssh: connect to host 10.0.0.9 port 22: Connection refused' >&2; exit 255",
+            "late": f"echo partial; {BANNER}; exit 255",  # it printed: the command ran, nothing is re-run
+        },
+        forks=2,
+    )
+    assert got.outcomes["flaky"].outcome == Outcome.OK
+    assert got.results["flaky"]["the task"]["stdout"] == "ran\n"
+    assert count.read_text().count("x") == 2
+    tries = {}
+    for e in got.events:
+        tries[e["host"]] = tries.get(e["host"], 0) + 1
+    assert tries == {
+        "flaky": 2,
+        "busy": 1 + CONNECT_RETRIES,
+        "dropped": 1 + CONNECT_RETRIES,
+        "refused": 1,
+        "late": 1,
+    }
+    assert max(e.get("attempt", 1) for e in got.events if e["host"] == "busy") == 1 + CONNECT_RETRIES
+    for h in ("busy", "dropped", "refused", "late"):
+        assert got.outcomes[h].outcome == Outcome.UNREACHABLE, h
+    assert "banner exchange" in got.outcomes["busy"].reason
+    # each host said once how it ended (a retry is no end)
+    ends = [h for h, o, _ in seen if o != "running"]
+    assert sorted(ends) == sorted(["flaky", "busy", "dropped", "refused", "late"])
+    # the retries came after the first wave: the first five starts were the five hosts, once each
+    starts = [h for h, o, _ in seen if o == "running"]
+    assert sorted(starts[:5]) == sorted(["flaky", "busy", "dropped", "refused", "late"])
