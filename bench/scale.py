@@ -71,6 +71,11 @@ superbench:
       parameters: {{num_warmup: 0, num_steps: 1}}
 gates:
   fleet: {{enabled: false}}   # noop's step time is scheduler noise, not a host property
+health:
+  # Each probe's bound on a host (default 10 s, for a hung driver or tool). Here 256 hosts' checks share
+  # 2 cores with everything else: a probe waits for a CPU, not for a tool, and at 256 on a slow machine
+  # 1-3 hosts a run passed 10 s (host.probe). The checks and their work are the same.
+  timeout: 60
 """
 
 
