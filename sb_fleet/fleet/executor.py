@@ -311,7 +311,9 @@ def run_playbook(
             quiet=True,
             event_handler=handler,
             cancel_callback=cancelled if (cancel is not None or watch is not None) else None,
-            extravars=str(vars_file) if vars_file else None,
+            # absolute: ansible-runner looks a relative path up under private_data_dir (a run directory
+            # given relative, as the default runs/<id> is, lost every extra variable)
+            extravars=str(vars_file.resolve()) if vars_file else None,
             # ansible-runner would otherwise write envvars/extravars into env/ once and read them back
             # on every later run of the stage: validate's first step came back in a plain deploy.
             suppress_env_files=True,

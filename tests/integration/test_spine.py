@@ -290,3 +290,30 @@ def test_collective_across_two_hosts_with_torchrun(fleet, tmp_path):
             ).read_text()
         )
         assert ranks["world_size"] == 2
+
+
+def test_a_run_directory_given_relative_keeps_the_plays_extra_variables(tmp_path):
+    """``make demo``'s case: the default fleet (localhost, ansible_connection=local: Ansible's playbook,
+    not sb-fleet's own ssh) and the default run directory, ``runs/<id>``, relative to the working
+    directory. ansible-runner looks a relative extra-vars file up under its private data dir: every
+    extra variable was lost ('sb_exec_timeout' is undefined) until the file went by its absolute path."""
+    import shutil
+
+    cfg = tmp_path / "noop.yaml"
+    cfg.write_text(
+        "version: v0.4\n"
+        "fleet: {venv: false, install_requirements: never, min_free_disk_gb: 0}\n"
+        "superbench:\n"
+        "  benchmarks:\n"
+        "    noop: {enable: true, timeout: 60, modes: [{name: local, proc_num: 1, parallel: no}],\n"
+        "           parameters: {num_warmup: 0, num_steps: 1}}\n"
+        "gates: {fleet: {enabled: false}}\n"
+    )
+    rel = f"runs/test-relative-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        r = sb_fleet("validate", "-i", "inventories/default.ini", "-c", str(cfg), "--run-dir", rel)
+        out = json.loads((Path(__file__).resolve().parents[2] / rel / "outcomes.json").read_text())
+        assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+        assert out["hosts"]["localhost"]["outcome"] == "ok", out
+    finally:
+        shutil.rmtree(Path(__file__).resolve().parents[2] / rel, ignore_errors=True)
