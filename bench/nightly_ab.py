@@ -42,16 +42,14 @@ def main() -> int:
     code = 0
     try:
         for i, r in enumerate(roots):
-            scale.ROOT = r
-            c = scale.time_validate(fleet, fleet.dir / f"run-cold-{i}", args.forks, "cheap-first")
+            c = scale.time_validate(fleet, fleet.dir / f"run-cold-{i}", args.forks, "cheap-first", r)
             print(
                 f"cold    {r}: validate {c['validate_s']:.2f} s, ratio {c['ratio']:.2f}, ok {c['hosts_ok']}"
             )
         for n in range(args.rounds):
             for i, r in sorted(enumerate(roots), reverse=n % 2 == 1):
-                scale.ROOT = r
                 scale.close_masters()
-                v = scale.time_validate(fleet, fleet.dir / f"run-{n}-{i}", args.forks, "cheap-first")
+                v = scale.time_validate(fleet, fleet.dir / f"run-{n}-{i}", args.forks, "cheap-first", r)
                 code = max(code, v["exit_code"])
                 stages = " ".join(f"{k} {x['s']:.1f}" for k, x in v["stages"].items())
                 ratios[r].append(v["ratio"])

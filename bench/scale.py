@@ -227,8 +227,9 @@ def tree_cpu_s(roots: list[int]) -> float:
     return total / TICK
 
 
-def time_validate(fleet: SshFleet, run_dir: Path, forks: int, ssh_kex: str) -> dict:
-    """One ``sb-fleet validate`` on the fleet, with an SSH round timed just before it (ratio in one run)."""
+def time_validate(fleet: SshFleet, run_dir: Path, forks: int, ssh_kex: str, root: Path = ROOT) -> dict:
+    """One ``sb-fleet validate`` on the fleet, with an SSH round timed just before it (ratio in one run);
+    ``root``: the checkout whose sb-fleet runs (the working directory comes first on sys.path)."""
     waited = wait_quiet()
     ssh_round(fleet)  # the first login of a fresh sshd/user pays one-off costs; time the next round
     ssh_s = ssh_round(fleet)  # OpenSSH's own settings: the issue's yardstick
@@ -259,7 +260,7 @@ def time_validate(fleet: SshFleet, run_dir: Path, forks: int, ssh_kex: str) -> d
         ],
         capture_output=True,
         text=True,
-        cwd=str(ROOT),
+        cwd=str(root),
         env={**os.environ, "COLUMNS": "200"},
     )
     val_s = time.monotonic() - t0

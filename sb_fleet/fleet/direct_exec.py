@@ -260,7 +260,7 @@ def run_direct(
                 "start_s": round(job.t0 - t_start, 3),
                 "end_s": round(now - t_start, 3),
                 "rc": rc,
-                **({"attempt": attempts[job.host]} if attempts.get(job.host, 1) > 1 else {}),
+                **({"attempt": attempts[job.host]} if attempts[job.host] > 1 else {}),
                 "stdout_bytes": len(job.out.head) + len(job.out.tail) + job.out.cut,
                 "stderr_bytes": len(job.err.head) + len(job.err.tail) + job.err.cut,
                 **({"ended_by": job.killed} if job.killed else {}),
@@ -307,7 +307,7 @@ def run_direct(
     def again(host: str) -> bool:
         """Queue ``host``'s client to start again, after the hosts still waiting; False once it has had
         its CONNECT_RETRIES, or when the stage is being stopped."""
-        if canceled or attempts.get(host, 1) > CONNECT_RETRIES:
+        if canceled or attempts[host] > CONNECT_RETRIES:
             return False
         waiting.insert(0, by_name[host])  # started last (waiting is popped from its end)
         return True

@@ -616,7 +616,6 @@ def tagged_opener(opener: Opener, env: tuple[str, ...]) -> Opener:
 def _collect_on(opener: Opener, t: CollectTarget, timeout: float, budgets: CollectBudgets) -> Fetched:
     d = sh_path(t.remote_dir)
     opener = tagged_opener(opener, t.env)
-    # 1. The listing, parsed as it streams in.
     # 1. The listing and 2. the checksums of its regular files, in one session, parsed as they stream in
     # (the checksums of files not fetched after all, over a budget, cost the host's time only).
     limit = budgets.max_files * (MAX_RECORD + SumsParser.MAX_LINE)

@@ -39,11 +39,11 @@ CONTROL_DIR_FIX = (
     "directory of your own (mode 0700)"
 )
 
+# How long a master outlives its last session (ControlPersist), on every client sb-fleet or Ansible starts.
+CONTROL_PERSIST_S = 120
 # A unix socket's path, its NUL included, fits in sockaddr_un.sun_path: 108 bytes on Linux, 104 on the BSDs
 # and macOS. OpenSSH first binds a new master at the path plus "." and 16 random characters, then renames
 # it into place; %C expands to a SHA-1 in hex.
-# How long a master outlives its last session (ControlPersist), on every client sb-fleet or Ansible starts.
-CONTROL_PERSIST_S = 120
 SUN_PATH = 108 if sys.platform.startswith("linux") else 104
 MASTER_TEMP_SUFFIX = 17
 CONNECTION_HASH = 40
