@@ -75,6 +75,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
     params = json.loads(args.params) if args.params else {}
     env = run_benchmark(args.name, params)
+    host, run_id = os.environ.get("SB_HOST"), os.environ.get("SB_RUN_ID")
+    if host and run_id:  # the runner's names (its stamp then finds them and leaves the file as it is)
+        env = {**env, "host": host, "run_id": run_id}
     if args.out:
         write_result(rank_file(args.out, int(os.environ.get("SB_RESULT_RANK", _rank()))), env)
     else:
@@ -138,4 +141,8 @@ def _exec_arguments(p: argparse.ArgumentParser) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sb_bench.core.process_end import end_process
+
+    # no finalisation where it would run nobody's code (~15 ms of a rank's CPU); torch's exit handlers
+    # (distributed, CUDA) and a benchmark's own run as they always do
+    end_process(main())

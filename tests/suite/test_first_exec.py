@@ -158,6 +158,24 @@ def test_hostprep_failure_is_the_exit_status_and_the_step_never_starts(ws):
     assert STEP_MARK not in p.stdout and "GB free" in json.loads(p.stdout.splitlines()[-1])["error"]
 
 
+def test_the_runners_status_and_last_lines_survive_the_exits_quick_end(ws):
+    """first_exec ends without the interpreter's finalisation (end_process): the runner's status is still the
+    exit status, and its last lines, written to a pipe (block-buffered), still arrive."""
+    args = step_args("R2")
+    spec_doc = json.loads(base64.b64decode(args[3]))
+    spec_doc["entries"][0]["benchmark"] = "no-such-benchmark"
+    args[3] = b64(spec_doc)
+    spec = {
+        "health": None,
+        "prep": PREP,
+        "step": {"mark": STEP_MARK, "env": ["PYTHONPATH=suite"], "python": sys.executable, "args": args},
+    }
+    p = run_exec(ws, spec)
+    assert p.returncode == 1, p.stdout + p.stderr  # an entry failed: the runner's status
+    rec = json.loads(p.stdout.splitlines()[-1][len(RECORD_PREFIX) :])
+    assert rec["entries"]["noop"]["status"] == "failed", rec
+
+
 @pytest.mark.parametrize(
     "bad",
     ["not base64!", b64({"prep": "x"}), b64({"prep": [], "step": {"args": ["rm", "-rf"]}}), b64([1])],

@@ -90,6 +90,26 @@ def test_every_file_names_its_host_and_run(tmp_path):
     assert json.loads((res / "runner.lock").read_text())["host"] == "node7"
 
 
+def test_a_rank_names_its_host_and_run_itself(tmp_path):
+    """The rank writes the names the runner gives it (SB_HOST, SB_RUN_ID) into its own result: the
+    runner's stamp finds them and rewrites nothing (one synced write per rank file less)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    params = json.dumps({"num_steps": 1, "num_warmup": 0})
+    argv = [sys.executable, "-m", "sb_bench", "exec", "noop", "--params", params, "--out", str(out)]
+    env = bench_env(SB_HOST="node7", SB_RUN_ID="R9", SB_RESULT_RANK="3")
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    d = json.loads((out / "rank3.json").read_text())
+    assert (d["host"], d["run_id"], d["status"]) == ("node7", "R9", "ok")
+    env = bench_env(SB_RESULT_RANK="4")  # run by hand: nothing to name it by, nothing made up
+    env.pop("SB_HOST", None), env.pop("SB_RUN_ID", None)
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "host" not in json.loads((out / "rank4.json").read_text()), p.stderr
+
+
 def test_a_crash_is_recorded_as_one(tmp_path):
     # The runner itself fails on entry b: a file stands where its results directory must go.
     s = spec(tmp_path / "s.json", [noop("a"), noop("b"), noop("c")])

@@ -423,12 +423,18 @@ def read_gpus(env: Env, nvml_loader: Callable[[], Any] | None = None, timeout: f
     # a tool directory that holds nvidia-smi stands in for this machine's GPUs (a test host, a wrapper)
     if env.tool_dir is not None and (env.tool_dir / "nvidia-smi").is_file():
         return _smi_read(env, timeout, problems)
-    loader = nvml_loader or _import_pynvml
-    try:
-        nvml = loader()
-    except Exception as exc:
-        nvml = None
-        problems.append(f"NVML: {type(exc).__name__}: {exc}")
+    nvml = None
+    driver = env.proc("driver/nvidia")
+    if nvml_loader is None and not driver.exists():
+        # NVML answers only through the NVIDIA kernel driver, which makes this directory when it loads (a
+        # container given GPUs gets it mounted): without it, no NVML import and load (~20 ms of a host's
+        # CPU where pynvml is installed) for the same failure, and a plainer reason
+        problems.append(f"NVML: no NVIDIA driver loaded ({driver} absent)")
+    else:
+        try:
+            nvml = (nvml_loader or _import_pynvml)()
+        except Exception as exc:
+            problems.append(f"NVML: {type(exc).__name__}: {exc}")
     if nvml is not None:
         try:
             return NvmlSource(nvml).read()

@@ -57,13 +57,28 @@ def parse_os_release(text: str) -> str | None:
     )
 
 
-def time_synced(env: Env, timeout: float) -> tuple[bool | None, str]:
-    """Whether the clock is synchronised: ``timedatectl`` (tool dir first), else the kernel's own word
-    (adjtimex: TIME_ERROR, 5, means unsynchronised)."""
-    rc, out, _ = env.run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"], timeout)
-    if rc == 0 and out.strip() in ("yes", "no"):
-        return out.strip() == "yes", "timedatectl"
-    import ctypes  # here: only where timedatectl cannot say
+# systemd's own rule for ``NTPSynchronized`` (timedated's property, time-util.c ``ntp_synced``): the
+# kernel's maximum error below 16 s (NTP's phase limit); STA_UNSYNC is ignored, as systemd ignores it.
+MAX_SYNCED_ERROR_US = 16_000_000
+
+
+def synced_by_maxerror(maxerror_us: int) -> bool:
+    """Whether the kernel's clock counts as synchronised, by systemd's rule (see MAX_SYNCED_ERROR_US)."""
+    return maxerror_us < MAX_SYNCED_ERROR_US
+
+
+def kernel_maxerror() -> tuple[int | None, str]:
+    """The kernel clock's maximum error in microseconds (``adjtimex(2)``, read only), or None and why."""
+    import ctypes
+
+    class Timex(ctypes.Structure):  # the head of struct timex (sys/timex.h); the rest is room
+        _fields_ = [
+            ("modes", ctypes.c_uint),
+            ("offset", ctypes.c_long),
+            ("freq", ctypes.c_long),
+            ("maxerror", ctypes.c_long),
+            ("rest", ctypes.c_char * 256),
+        ]
 
     try:
         # the process's own symbols hold libc's (no ldconfig run to find it); a static or odd build: by name
@@ -72,13 +87,29 @@ def time_synced(env: Env, timeout: float) -> tuple[bool | None, str]:
             import ctypes.util
 
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        buf = ctypes.create_string_buffer(512)  # struct timex, modes=0: read only
-        state = libc.adjtimex(buf)
-        if state < 0:
+        tx = Timex()  # modes 0: nothing is set
+        if libc.adjtimex(ctypes.byref(tx)) < 0:
             return None, f"adjtimex: errno {ctypes.get_errno()}"
-        return state != 5, "adjtimex"
+        return int(tx.maxerror), "adjtimex"
     except (OSError, AttributeError) as exc:
         return None, f"adjtimex: {exc}"
+
+
+def time_synced(env: Env, timeout: float) -> tuple[bool | None, str]:
+    """Whether the clock is synchronised, as ``timedatectl show -p NTPSynchronized`` would say: a
+    ``timedatectl`` in the tool directory answers (the operator's choice); else the kernel's word by
+    systemd's own rule (adjtimex: no process, no D-Bus call to systemd-timedated, and it answers in a
+    container without systemd too); ``timedatectl`` on PATH only where the kernel cannot say."""
+    own = env.tool_dir is not None and env.tool("timedatectl") == str(env.tool_dir / "timedatectl")
+    maxerror, src = kernel_maxerror() if not own else (None, "")
+    if maxerror is not None:
+        return synced_by_maxerror(maxerror), src
+    rc, out, _ = env.run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"], timeout)
+    if rc == 0 and out.strip() in ("yes", "no"):
+        return out.strip() == "yes", "timedatectl"
+    if own:  # the tool directory's timedatectl could not say: the kernel's word
+        maxerror, src = kernel_maxerror()
+    return (None if maxerror is None else synced_by_maxerror(maxerror)), src
 
 
 def system_records(env: Env, timeout: float = 10.0) -> tuple[list[Record], dict[str, Any]]:

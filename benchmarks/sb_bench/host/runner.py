@@ -718,4 +718,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sb_bench.core.process_end import end_process
+
+    end_process(main())  # every process it started is waited for, every file synced: no finalisation

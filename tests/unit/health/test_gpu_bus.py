@@ -374,3 +374,26 @@ def test_unreadable_pci_tree_is_said(tmp_path):
     assert r.verdict == "pass" and r.value == 0 and "PCI bus not read: PCI devices unreadable" in r.evidence
     r = count_record(GpuState("", problem="nvidia-smi: not found"), Env(expect=H100), bus)
     assert r.verdict == "fail" and r.evidence.startswith("0 GPU(s) found, 8 expected (nvidia-smi: not found)")
+
+
+def test_without_the_nvidia_driver_nvml_is_not_loaded_and_the_reason_says_so(tmp_path, monkeypatch):
+    """NVML answers only through the NVIDIA kernel driver, which makes ``/proc/driver/nvidia``: where that
+    is absent, pynvml is not imported (~20 ms of a host's CPU) and the evidence names the missing driver;
+    where it is there, NVML is asked as before."""
+    from sb_bench.health import gpu_source
+
+    calls: list[str] = []
+
+    def no_driver_nvml():
+        calls.append("loaded")
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    monkeypatch.setattr(gpu_source, "_import_pynvml", no_driver_nvml)
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    st = read_gpus(Env(procfs=procfs, tool_dir=tmp_path / "empty"))
+    assert calls == []
+    assert st.problem.startswith(f"NVML: no NVIDIA driver loaded ({procfs / 'driver/nvidia'} absent)")
+    (procfs / "driver" / "nvidia").mkdir(parents=True)
+    st = read_gpus(Env(procfs=procfs, tool_dir=tmp_path / "empty"))
+    assert calls == ["loaded"] and "NVML Shared Library Not Found" in st.problem

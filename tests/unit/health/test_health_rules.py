@@ -312,3 +312,46 @@ def test_the_clock_falls_back_to_the_kernels_word_when_timedatectl_cannot_say(tm
     fake.chmod(0o755)
     synced, source = time_synced(Env(Path("/sys"), Path("/proc"), tools, None, {}), 5.0)
     assert source == "adjtimex" and synced in (True, False)
+
+
+def test_the_kernels_clock_counts_as_synchronised_by_systemds_rule():
+    """timedated's NTPSynchronized (systemd time-util.c ``ntp_synced``): the kernel's maximum error below
+    16 s, NTP's phase limit, at which an unsynchronised kernel clock's error stops growing."""
+    from sb_bench.health.system import synced_by_maxerror
+
+    assert synced_by_maxerror(0) and synced_by_maxerror(15_999_999)
+    assert not synced_by_maxerror(16_000_000) and not synced_by_maxerror(2**40)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="adjtimex is Linux's")
+def test_the_clock_check_starts_no_timedatectl_where_the_kernel_answers(tmp_path, monkeypatch):
+    """No tool directory of its own: the kernel's word, read in the process; a ``timedatectl`` on PATH
+    (here one that leaves a mark, and would say "yes") is not started (a process and a D-Bus call to
+    systemd-timedated on every host, for the value the kernel already holds)."""
+    from sb_bench.health.system import kernel_maxerror, synced_by_maxerror, time_synced
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    mark = tmp_path / "started"
+    fake = bin_dir / "timedatectl"
+    fake.write_text(f"#!/bin/sh\ntouch {mark}\necho yes\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
+    synced, source = time_synced(Env(Path("/sys"), Path("/proc"), None, None, {}), 5.0)
+    maxerror, _ = kernel_maxerror()
+    assert maxerror is not None and maxerror >= 0
+    assert (synced, source) == (synced_by_maxerror(maxerror), "adjtimex")
+    assert not mark.exists()
+
+
+def test_a_timedatectl_in_the_tool_directory_answers_first(tmp_path):
+    """The operator's tool directory comes first, as for every tool the checks run."""
+    from sb_bench.health.system import time_synced
+
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for word, want in (("yes", True), ("no", False)):
+        fake = tools / "timedatectl"
+        fake.write_text(f"#!/bin/sh\necho {word}\n")
+        fake.chmod(0o755)
+        assert time_synced(Env(Path("/sys"), Path("/proc"), tools, None, {}), 5.0) == (want, "timedatectl")
