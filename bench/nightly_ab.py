@@ -32,13 +32,14 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--forks", type=int, default=256)
+    ap.add_argument("--host-python", choices=scale.HOST_PYTHONS, default="bare", help="as bench/scale.py's")
     args = ap.parse_args()
     roots = [p.resolve() for p in args.checkouts]
     for r in roots:
         if not (r / "sb_fleet").is_dir() or not (r / "benchmarks").is_dir():
             ap.error(f"{r}: not a checkout of sb-fleet (no sb_fleet/ and benchmarks/ in it)")
     ratios: dict[Path, list[float]] = {r: [] for r in roots}
-    fleet = scale.shared_fleet(args.hosts, "127.0.6", "sbf-ab-")
+    fleet = scale.shared_fleet(args.hosts, "127.0.6", "sbf-ab-", scale.host_python(args.host_python))
     code = 0
     try:
         for i, r in enumerate(roots):

@@ -336,8 +336,32 @@ def close_masters() -> int:
     return len(socks)
 
 
-def shared_fleet(n: int, subnet: str, prefix: str) -> SshFleet:
-    """``n`` simulated hosts on ``subnet``, one sshd answering every address, started."""
+# The simulated hosts' interpreter (--host-python). "bare": a venv of this Python's base interpreter
+# with nothing installed, as a host's Python is (the suite's own venv, or the system's): the noop plan
+# needs no package on the host. "dev-venv": this development venv itself, as the bench ran until the tenth
+# session; its site runs the editable installs' path hooks of sb_fleet and sb_fleet_bench (setuptools'
+# finders) at every start, 20-26 ms of CPU a process that no host pays, twice a host per nightly run.
+HOST_PYTHONS = ("bare", "dev-venv")
+BARE_VENV = Path(tempfile.gettempdir()) / f"sbf-bench-host-python-{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def host_python(kind: str) -> str:
+    """The simulated hosts' interpreter for ``kind`` (HOST_PYTHONS); the bare venv is made once."""
+    if kind == "dev-venv":
+        return sys.executable
+    py = BARE_VENV / "bin" / "python"
+    if not py.exists():
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", "--without-pip", str(BARE_VENV)], check=True)
+        for d in (BARE_VENV, *BARE_VENV.rglob("*")):
+            if d.is_dir():
+                os.chmod(d, 0o755)  # the fleet's user runs it
+    return str(py)
+
+
+def shared_fleet(n: int, subnet: str, prefix: str, python: str | None = None) -> SshFleet:
+    """``n`` simulated hosts on ``subnet``, one sshd answering every address, started; ``python``: the
+    hosts' interpreter (default: host_python("bare"))."""
     fleet = SshFleet(
         n,
         base=1,
@@ -345,18 +369,21 @@ def shared_fleet(n: int, subnet: str, prefix: str) -> SshFleet:
         subnet=subnet,
         check_torch=False,
         root=Path(tempfile.mkdtemp(prefix=prefix)),
+        python=python or host_python("bare"),
     )
     fleet.start()
     return fleet
 
 
-def one_size(n: int, forks: int, keep: bool, ssh_kex: str = "cheap-first", repeat: int = 1) -> dict:
+def one_size(
+    n: int, forks: int, keep: bool, ssh_kex: str = "cheap-first", repeat: int = 1, host_py: str = "bare"
+) -> dict:
     """Cold: the first validate of a fresh fleet (the suite travels to every host). Nightly (``repeat``
     times, the masters closed before each): the same fleet validated again with a new run (the nightly
     gate's case: the suite is already in place). Warm: once more at once, the masters still open."""
     wait_quiet()
     load_before = os.getloadavg()[0]  # the machine before this size's fleet exists (others' work)
-    fleet = shared_fleet(n, "127.0.6", "sbf-scale-")
+    fleet = shared_fleet(n, "127.0.6", "sbf-scale-", host_python(host_py))
     try:
         cold = time_validate(fleet, fleet.dir / "run-cold", forks, ssh_kex)
         nightlies = []
@@ -376,6 +403,7 @@ def one_size(n: int, forks: int, keep: bool, ssh_kex: str = "cheap-first", repea
             "hosts": n,
             "forks": forks,
             "ssh_kex": ssh_kex,
+            "host_python": host_py,
             "load_before": load_before,
             "load_after": os.getloadavg()[0],
             "peak_rss_mib_largest_process": round(peak_mib, 1),
@@ -408,10 +436,18 @@ def main() -> int:
         help="nightly runs per size (each with the masters closed first); the median ratio's run is "
         "printed, with every run's ratio (two runs of the same code differ by ~5%% on a 2-core machine)",
     )
+    ap.add_argument(
+        "--host-python",
+        choices=HOST_PYTHONS,
+        default="bare",
+        help="the simulated hosts' interpreter: a venv with nothing installed, as a host has (bare), or "
+        "this development venv, whose editable installs cost every start 20-26 ms (dev-venv: the "
+        "figures before the tenth session)",
+    )
     args = ap.parse_args()
     rows = []
     for n in args.hosts:
-        row = one_size(n, args.forks, args.keep, args.ssh_kex, args.repeat)
+        row = one_size(n, args.forks, args.keep, args.ssh_kex, args.repeat, args.host_python)
         rows.append(row)
         for kind in ("cold", "nightly", "warm"):
             v = row[kind]
@@ -445,7 +481,7 @@ def main() -> int:
             if v["exit_code"] != 0:
                 print(v.get("stderr_tail", ""), flush=True)
         print(
-            f"       peak RSS {row['peak_rss_mib_largest_process']:.0f} MiB, "
+            f"       the hosts' Python: {row['host_python']}; peak RSS {row['peak_rss_mib_largest_process']:.0f} MiB, "
             f"load before {row['load_before']:.1f}, after {row['load_after']:.1f}"
         )
     if args.json:
