@@ -9,14 +9,16 @@ python -m sb_bench.micro.gemm_flops --help  any benchmark module standalone
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sb_bench.core import registry
 from sb_bench.core.result import rank_file, write_result
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def describe(name: str) -> dict[str, Any]:
@@ -71,15 +73,45 @@ def _rank() -> int:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
+    return run_exec(args.name, args.params, args.out)
+
+
+def plain_exec_args(args: list[str]) -> tuple[str, str | None, str | None] | None:
+    """``exec``'s arguments as the runner writes them: NAME, then ``--params V`` and ``--out V``, each at
+    most once (``--opt=V`` too), no value starting with ``-``: (name, params, out). None for anything
+    else (help, an option before NAME, an unknown, abbreviated or repeated option, a missing value),
+    which argparse then parses and answers as it always did. Every rank starts here: argparse with its
+    help formatter (gettext, locale, shutil) is ~13 ms of a rank's CPU."""
+    if not args or args[0].startswith("-"):
+        return None
+    got: dict[str, str] = {}
+    i = 1
+    while i < len(args):
+        opt, eq, value = args[i].partition("=")
+        if opt not in ("--params", "--out") or opt in got:
+            return None
+        if not eq:
+            if i + 1 >= len(args):
+                return None
+            i += 1
+            value = args[i]
+        if value.startswith("-"):
+            return None
+        got[opt] = value
+        i += 1
+    return args[0], got.get("--params"), got.get("--out")
+
+
+def run_exec(name: str, params_json: str | None, out: str | None) -> int:
     from sb_bench.core.harness import run_benchmark
 
-    params = json.loads(args.params) if args.params else {}
-    env = run_benchmark(args.name, params)
+    params = json.loads(params_json) if params_json else {}
+    env = run_benchmark(name, params)
     host, run_id = os.environ.get("SB_HOST"), os.environ.get("SB_RUN_ID")
     if host and run_id:  # the runner's names (its stamp then finds them and leaves the file as it is)
         env = {**env, "host": host, "run_id": run_id}
-    if args.out:
-        write_result(rank_file(args.out, int(os.environ.get("SB_RESULT_RANK", _rank()))), env)
+    if out:
+        write_result(rank_file(out, int(os.environ.get("SB_RESULT_RANK", _rank()))), env)
     else:
         print(json.dumps(env, indent=1))
     return 0 if env["return_code"] == 0 else 1
@@ -87,6 +119,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def standalone_main(name: str, argv: list[str] | None = None) -> int:
     """``python -m <module>``: parameters as flags, the result envelope printed or written to --out."""
+    import argparse
+
     from sb_bench.core.harness import run_benchmark
 
     cls = registry.get(name)
@@ -115,7 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         from sb_bench.health.runner import main as health_main
 
         return health_main(args_in[1:])
-    if args_in[:1] == ["exec"]:  # every rank's start: its parser alone (each parser costs gettext lookups)
+    if args_in[:1] == ["exec"]:  # every rank's start: the runner's own arguments without argparse
+        plain = plain_exec_args(args_in[1:])
+        if plain is not None:
+            return run_exec(*plain)
+    import argparse
+
+    if args_in[:1] == ["exec"]:  # anything else: its parser alone (each parser costs gettext lookups)
         p = argparse.ArgumentParser(prog="python -m sb_bench exec", description=EXEC_HELP)
         _exec_arguments(p)
         return cmd_exec(p.parse_args(args_in[1:]))

@@ -24,7 +24,6 @@ samples a whole step until it is stopped or ``--duration`` runs out, printing th
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -497,6 +496,8 @@ def from_env(ngpus: int = 1) -> Monitor | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # here: every rank imports this module (harness), and argparse is ~10 ms of its start
+
     ap = argparse.ArgumentParser(prog="python -m sb_bench.host.monitor", description=__doc__.splitlines()[0])
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     ap.add_argument(
