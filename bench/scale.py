@@ -353,9 +353,9 @@ def host_python(kind: str) -> str:
     if not py.exists():
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", "--without-pip", str(BARE_VENV)], check=True)
-        for d in (BARE_VENV, *BARE_VENV.rglob("*")):
-            if d.is_dir():
-                os.chmod(d, 0o755)  # the fleet's user runs it
+        for f in (BARE_VENV, *BARE_VENV.rglob("*")):  # the fleet's user runs it, whatever the umask
+            if not f.is_symlink():
+                os.chmod(f, f.stat().st_mode | (0o055 if f.is_dir() else 0o044))
     return str(py)
 
 
