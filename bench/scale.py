@@ -37,6 +37,8 @@ import json
 import os
 import re
 import resource
+import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -349,14 +351,23 @@ def host_python(kind: str) -> str:
     """The simulated hosts' interpreter for ``kind`` (HOST_PYTHONS); the bare venv is made once."""
     if kind == "dev-venv":
         return sys.executable
-    py = BARE_VENV / "bin" / "python"
-    if not py.exists():
+    if not BARE_VENV.exists():  # made beside it, then renamed into place: never seen half made
+        tmp = Path(tempfile.mkdtemp(prefix=f"{BARE_VENV.name}-", dir=BARE_VENV.parent))
         base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", "--without-pip", str(BARE_VENV)], check=True)
-        for f in (BARE_VENV, *BARE_VENV.rglob("*")):  # the fleet's user runs it, whatever the umask
+        subprocess.run([base, "-m", "venv", "--without-pip", str(tmp)], check=True)
+        for f in (tmp, *tmp.rglob("*")):  # the fleet's user runs it, whatever the umask
             if not f.is_symlink():
                 os.chmod(f, f.stat().st_mode | (0o055 if f.is_dir() else 0o044))
-    return str(py)
+        try:
+            tmp.rename(BARE_VENV)
+        except OSError:  # another bench made it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    st = (
+        BARE_VENV.lstat()
+    )  # a fixed name in a shared directory: only one this user made, writable by none else
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise RuntimeError(f"{BARE_VENV} is not a directory of this user's, writable by it alone: remove it")
+    return str(BARE_VENV / "bin" / "python")
 
 
 def shared_fleet(n: int, subnet: str, prefix: str, python: str | None = None) -> SshFleet:

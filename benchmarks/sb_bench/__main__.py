@@ -149,16 +149,17 @@ def main(argv: list[str] | None = None) -> int:
         from sb_bench.health.runner import main as health_main
 
         return health_main(args_in[1:])
-    if args_in[:1] == ["exec"]:  # every rank's start: the runner's own arguments without argparse
+    if args_in[:1] == ["exec"]:
         plain = plain_exec_args(args_in[1:])
-        if plain is not None:
+        if plain is not None:  # every rank's start: the runner's own arguments, without argparse
             return run_exec(*plain)
-    import argparse
+        import argparse  # anything else: exec's parser alone (each parser costs gettext lookups)
 
-    if args_in[:1] == ["exec"]:  # anything else: its parser alone (each parser costs gettext lookups)
         p = argparse.ArgumentParser(prog="python -m sb_bench exec", description=EXEC_HELP)
         _exec_arguments(p)
         return cmd_exec(p.parse_args(args_in[1:]))
+    import argparse
+
     ap = argparse.ArgumentParser(prog="python -m sb_bench", description="sb-fleet's on-host benchmark suite")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="list benchmarks, parameters and metrics")

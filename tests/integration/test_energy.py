@@ -119,19 +119,16 @@ def test_a_host_drawing_30_percent_more_for_the_same_work_is_flagged(efleet, tmp
     # an efficiency finding is its throughput's noise even when the throughput itself stayed just inside
     # its bound (CI, 11-28: a good host flagged on fp64_flops_per_watt alone, its fp64_power 50.02 W).
     def _noise(found: set[str]) -> set[str]:
-        names = {m.split(":")[0] for m in found}
-        flops = {m for m in found if m.split(":")[0].endswith("_flops")}
-        bases = {m.split(":")[0] for m in flops}
-        return (
-            flops
-            | {m for m in found if m.split(":")[0].removesuffix("_per_watt") in bases}
-            | {
-                m
-                for m in found
-                if m.split(":")[0].endswith("_flops_per_watt")
-                and m.split(":")[0].replace("_flops_per_watt", "_power") not in names
-            }
-        )
+        name = {m: m.split(":")[0] for m in found}
+        bases = {n for n in name.values() if n.endswith("_flops")}  # flagged throughputs
+        names = set(name.values())
+        return {
+            m
+            for m, n in name.items()
+            if n in bases
+            or n.removesuffix("_per_watt") in bases
+            or (n.endswith("_flops_per_watt") and n.replace("_flops_per_watt", "_power") not in names)
+        }
 
     noise = {h: _noise(issues[h]) for h in hosts}
     assert verdicts[hungry] == "fail", (r.stdout[-3000:], r.stderr[-3000:], issues)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FLEET_CONFIG, sb_fleet
+from .conftest import FLEET_CONFIG, ROOT, sb_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -310,10 +310,11 @@ def test_a_run_directory_given_relative_keeps_the_plays_extra_variables(tmp_path
         "gates: {fleet: {enabled: false}}\n"
     )
     rel = f"runs/test-relative-{os.getpid()}-{time.monotonic_ns()}"
+    run_dir = ROOT / rel  # sb_fleet() runs in the checkout's root
     try:
         r = sb_fleet("validate", "-i", "inventories/default.ini", "-c", str(cfg), "--run-dir", rel)
-        out = json.loads((Path(__file__).resolve().parents[2] / rel / "outcomes.json").read_text())
         assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+        out = json.loads((run_dir / "outcomes.json").read_text())
         assert out["hosts"]["localhost"]["outcome"] == "ok", out
     finally:
-        shutil.rmtree(Path(__file__).resolve().parents[2] / rel, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)

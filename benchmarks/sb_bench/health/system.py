@@ -101,9 +101,10 @@ def time_synced(env: Env, timeout: float) -> tuple[bool | None, str]:
     systemd's own rule (adjtimex: no process, no D-Bus call to systemd-timedated, and it answers in a
     container without systemd too); ``timedatectl`` on PATH only where the kernel cannot say."""
     own = env.tool_dir is not None and env.tool("timedatectl") == str(env.tool_dir / "timedatectl")
-    maxerror, src = kernel_maxerror() if not own else (None, "")
-    if maxerror is not None:
-        return synced_by_maxerror(maxerror), src
+    if not own:
+        maxerror, src = kernel_maxerror()
+        if maxerror is not None:
+            return synced_by_maxerror(maxerror), src
     rc, out, _ = env.run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"], timeout)
     if rc == 0 and out.strip() in ("yes", "no"):
         return out.strip() == "yes", "timedatectl"
