@@ -13,7 +13,9 @@ this path does not do as Ansible would (a password, privilege escalation, anothe
 
 Each host's output is kept up to :data:`KEEP_BYTES` per stream (its head and its tail, the middle cut
 with a line saying how much): one host that prints without end costs its own result, not the control
-node's memory.
+node's memory. A task that asks for the hosts' results on stdout (``ExecTask.ship``: validate's nightly
+exec) has what follows its marker line spooled to a private file per host, bounded
+(:mod:`sb_fleet.fleet.exec_results`), for collect to read.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ from typing import IO, Any
 from sb_fleet.config.inventory import Host
 from sb_fleet.fleet import reaper
 from sb_fleet.fleet.deadline_watch import DeadlineWatch
+from sb_fleet.fleet.exec_results import ResultsSplit, Sink
 from sb_fleet.fleet.progress import RUNNING
 from sb_fleet.fleet.task_outcome import classify, one_line
 from sb_fleet.outcome import HostOutcome, Outcome
-from sb_fleet.safe_files import atomic_write_text
+from sb_fleet.safe_files import atomic_write_text, safe_name
 
 KEEP_BYTES = 1 << 20  # per stream and host: the first and the last MiB are kept
 READ_CHUNK = 1 << 16
@@ -104,6 +107,10 @@ class ExecTask:
     commands: Mapping[str, HostExec]
     timeout: int
     ok_mark: str = ""
+    # the line after which a host's exec sends its results directory (sb_bench.host.ship_results), and the
+    # most bytes taken after it; "": none is looked for
+    ship: str = ""
+    ship_cap: int = 0
 
 
 class _Tail:
@@ -145,6 +152,7 @@ class _Job:
     exited_at: float | None = None
     killed: str = ""  # why sb-fleet ended the client ("timeout", "cancel")
     kill_t: float = 0.0
+    split: ResultsSplit | None = None  # stdout's reader where the task ships results
 
 
 @dataclass
@@ -156,6 +164,7 @@ class DirectResult:
     results: dict[str, dict[str, Any]]
     canceled: bool
     events: list[dict[str, Any]]
+    shipped: dict[str, Path] = field(default_factory=dict)  # host -> its results, spooled (ExecTask.ship)
 
 
 FDS_PER_CLIENT = 3  # its stdout and stderr pipes here, and one while it starts (Popen's own error pipe)
@@ -217,11 +226,13 @@ def run_direct(
     watch: DeadlineWatch | None = None,
     run_id: str = "",
     events_file: Path | None = None,
+    spool_dir: Path | None = None,
 ) -> DirectResult:
     """Run each host's command of ``task`` (``argv_of(host, command)``: the ssh client), ``forks`` at a
     time; every host ends with an outcome. ``watch``: the stage's deadline watch (it stops a host past
     its deadline, its local client included); ``cancel``: Ctrl-C/SIGTERM, which ends every client and
-    leaves the hosts' processes to the stage; the watch's stage bound does the same."""
+    leaves the hosts' processes to the stage; the watch's stage bound does the same. ``spool_dir``: a
+    private directory for the results a host ships (``task.ship``), else none are looked for."""
     env = dict(os.environ)
     if run_id:  # every client tagged (sb_fleet.fleet.reaper): a stop finds it, by its host's address
         env[reaper.CONTROL_TAG] = reaper.control_tag(run_id)
@@ -231,11 +242,12 @@ def run_direct(
     by_name = {h.name: h for h in hosts}
     attempts: dict[str, int] = {}  # host -> clients started for it (a retry: NOT_STARTED)
     jobs: dict[str, _Job] = {}
-    by_fd: dict[int, tuple[_Job, _Tail]] = {}
+    by_fd: dict[int, tuple[_Job, Sink]] = {}
     sel = selectors.DefaultSelector()
     outcomes: dict[str, HostOutcome] = {}
     results: dict[str, dict[str, Any]] = {}
     events: list[dict[str, Any]] = []
+    shipped: dict[str, Path] = {}
     t_start = time.monotonic()
     canceled = False
 
@@ -251,6 +263,10 @@ def run_direct(
             close_pipe(job, fd)
         del jobs[job.host]
         rc = job.proc.returncode
+        if job.split is not None:
+            spool = job.split.finish(keep=not job.killed and rc not in (None, UNREACHABLE_RC))
+            if spool is not None:
+                shipped[job.host] = spool
         out, err = job.out.text(), job.err.text()
         res: dict[str, Any] = {"rc": rc, "stdout": out, "stderr": err, "changed": False}
         now = time.monotonic()
@@ -264,6 +280,7 @@ def run_direct(
                 "stdout_bytes": len(job.out.head) + len(job.out.tail) + job.out.cut,
                 "stderr_bytes": len(job.err.head) + len(job.err.tail) + job.err.cut,
                 **({"ended_by": job.killed} if job.killed else {}),
+                **({"shipped_bytes": job.split.size} if job.split is not None and job.split.found else {}),
             }
         )
         if (
@@ -341,10 +358,16 @@ def run_direct(
             if f is not None:
                 f.close()
         job = _Job(h.name, proc, time.monotonic())
-        for stream, tail in ((proc.stdout, job.out), (proc.stderr, job.err)):
+        out_sink: Sink = job.out
+        if task.ship and spool_dir is not None:
+            spool = spool_dir / f"{safe_name(h.name)}.{attempts[h.name]}.spool"
+            spool.unlink(missing_ok=True)  # a run before this one's, killed
+            job.split = ResultsSplit(job.out, task.ship.encode(), spool, task.ship_cap)
+            out_sink = job.split
+        for stream, sink in ((proc.stdout, out_sink), (proc.stderr, job.err)):
             fd = _nonblock(stream)
             sel.register(fd, selectors.EVENT_READ)
-            by_fd[fd] = (job, tail)
+            by_fd[fd] = (job, sink)
             assert stream is not None
             job.open_fds[fd] = stream
         job.out_fd = next(iter(job.open_fds))
@@ -426,9 +449,13 @@ def run_direct(
         for job in list(jobs.values()):
             _signal(job, signal.SIGKILL)
             job.proc.wait()
+            if job.split is not None:
+                job.split.finish(keep=False)
+        for spool in shipped.values():
+            spool.unlink(missing_ok=True)
         raise
     finally:
         sel.close()
         if events_file is not None:
             atomic_write_text(events_file, json.dumps({"task": task.name, "hosts": events}, indent=1) + "\n")
-    return DirectResult(outcomes, results, canceled, events)
+    return DirectResult(outcomes, results, canceled, events, shipped)

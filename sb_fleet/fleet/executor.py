@@ -105,6 +105,8 @@ class Executor:
     # host -> when (time.monotonic()) sb-fleet's own ssh client to it ended, having logged in: its
     # ControlPersist master is then known to be there for a while (collect rides it without asking first)
     masters: dict[str, float] = field(default_factory=dict)
+    # host -> its results as its exec sent them (ExecTask.ship), spooled: collect reads them from there
+    shipped: dict[str, Path] = field(default_factory=dict)
 
     def run(
         self,
@@ -386,6 +388,10 @@ def run_direct_stage(
     )
     private_dir = ex.ansible_root / stage
     private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    spool_dir = None
+    if task.ship:
+        spool_dir = private_dir / SPOOL_DIR
+        spool_dir.mkdir(exist_ok=True, mode=0o700)
     try:
         got = run_direct(
             stage,
@@ -398,6 +404,7 @@ def run_direct_stage(
             watch=watch,
             run_id=ex.run_id,
             events_file=private_dir / DIRECT_EVENTS,
+            spool_dir=spool_dir,
         )
     except BaseException:  # Ctrl-C twice, SIGTERM: nothing of the stage outlives it
         if ex.run_id:
@@ -423,6 +430,11 @@ def run_direct_stage(
             )
             if outcomes[h].outcome in (Outcome.OK, Outcome.FAILED):  # logged in: ssh's 255 is unreachable
                 ex.masters[h] = time.monotonic()
+    for h, spool in got.shipped.items():  # a host stopped at its deadline: what it sent is not taken
+        if h in stopped or outcomes[h].outcome not in (Outcome.OK, Outcome.FAILED):
+            spool.unlink(missing_ok=True)
+        else:
+            ex.shipped[h] = spool
     status = "canceled" if got.canceled else "successful"
     return StageResult(stage, outcomes, got.results, status, None, time.monotonic() - t0)
 
@@ -449,6 +461,7 @@ def deadline_outcome(
 
 
 DIRECT_EVENTS = "direct-exec.json"  # per stage: each host's start, end, exit status and output size
+SPOOL_DIR = ".shipped"  # per stage: the results each host's exec sent, until collect has read them
 
 
 def command_vars(private_dir: Path, extravars: dict[str, Any] | None) -> Path | None:

@@ -31,6 +31,11 @@ A host can only hurt itself (budgets: the config's ``collect`` section,
 
 Every other host is collected as usual. Remote paths are user input (inventory variables): they
 reach the remote shell only through :func:`sh_path` (sb_fleet.plan.host_exec), which quotes them.
+
+A host whose validate exec sent its results after its step (sb_fleet.fleet.exec_results) is collected
+from that spool first, by the same parsers, budgets and checks (``via: exec``); should anything in it
+be wrong or refused, the host is collected over SSH as above, which says what it refuses in its own
+words (``details.shipped`` says why the spool was not enough).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from sb_fleet.config.collect_budgets import CollectBudgets, default_budgets
 from sb_fleet.config.inventory import Host
 from sb_fleet.errors import InfraError
 from sb_fleet.fleet.channels import Channel, HostRefused, MasterGone, MasterNode, SrunNode, SshChannel
+from sb_fleet.fleet.exec_results import Spool, SpoolError
 from sb_fleet.fleet.progress import RUNNING
 from sb_fleet.fleet.slurm_launch import SrunReach, srun_command
 from sb_fleet.fleet.ssh import CONTROL_PERSIST_S, SshSettings
@@ -450,6 +456,8 @@ def _tar_limit(sizes: Iterable[int]) -> int:
 
 
 Opener = Callable[[str, float, int, str], Channel]
+LISTING = "the listing"  # what an opener is asked for (its ``what``): the listing and checksums, or
+TAR = "the tar stream"  # a tar of some of the files
 
 
 # The close() of every host being collected now: an interrupt (Ctrl-C, SIGTERM) ends their reads at once.
@@ -619,7 +627,7 @@ def _collect_on(opener: Opener, t: CollectTarget, timeout: float, budgets: Colle
     # 1. The listing and 2. the checksums of its regular files, in one session, parsed as they stream in
     # (the checksums of files not fetched after all, over a budget, cost the host's time only).
     limit = budgets.max_files * (MAX_RECORD + SumsParser.MAX_LINE)
-    ls = opener(listing_sums_command(t.remote_dir, budgets.max_file_bytes), timeout, limit, "the listing")
+    ls = opener(listing_sums_command(t.remote_dir, budgets.max_file_bytes), timeout, limit, LISTING)
     parser = ListingParser(budgets.max_files, split_at_empty=True)
     sums = SumsParser()
     for chunk in ls.chunks():
@@ -646,7 +654,7 @@ def _collect_on(opener: Opener, t: CollectTarget, timeout: float, budgets: Colle
     for batch in _command_batches(tprefix, todo):
         wanted = set(batch)
         cmd = tprefix + " ".join(shlex.quote(p) for p in batch)
-        stream = opener(cmd, timeout, _tar_limit(sizes[p] for p in batch), "the tar stream")
+        stream = opener(cmd, timeout, _tar_limit(sizes[p] for p in batch), TAR)
         with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as tar:  # type: ignore[call-overload]
             for m in tar:
                 rel = safe_rel(m.name)
@@ -661,6 +669,24 @@ def _collect_on(opener: Opener, t: CollectTarget, timeout: float, budgets: Colle
     if bad:
         listing.problem(f"{bad[0]}: not received whole (changed since the listing?){_more(bad)}")
     return Fetched(fetched, len(listing.files), _problems(listing))
+
+
+def collect_shipped(t: CollectTarget, spool: Path, budgets: CollectBudgets) -> tuple[Fetched | None, str]:
+    """The host's results from what its exec sent (``spool``), by the same rules as over SSH: (what was
+    fetched, "") where every listed file arrived whole and nothing was refused, else (None, why): the
+    caller then collects the host over SSH, which keeps what arrived whole here and fetches the rest."""
+    try:
+        spooled = Spool(spool)
+
+        def opener(command: str, stall: float, limit: int, what: str) -> Channel:
+            return spooled.listing(limit, what) if what == LISTING else spooled.tar(limit, what)
+
+        r = _collect_on(opener, t, 0.0, budgets)
+    except (HostRefused, SpoolError, OSError, EOFError, ValueError, tarfile.TarError) as exc:
+        return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+    if r.problems:
+        return None, r.problems[0][:200]
+    return r, ""
 
 
 def _problems(listing: Listing) -> list[str]:
@@ -732,8 +758,10 @@ def collect_host(
     budgets: CollectBudgets | None = None,
     srun: SrunReach | None = None,
     master_ended: float | None = None,
+    shipped: Path | None = None,
 ) -> HostOutcome:
-    """Collect one host and say how it went; never raises for a host's own trouble."""
+    """Collect one host and say how it went; never raises for a host's own trouble. ``shipped``: the
+    results its exec sent, spooled (read first, then removed)."""
     t0 = time.monotonic()
     name = t.host.name
     route: dict[str, Any] = {}  # how an SSH host was reached: {"via": "master" | "paramiko"}
@@ -743,7 +771,13 @@ def collect_host(
         elif t.host.is_local:
             r = collect_local(t, budgets)
         else:
-            r = collect_remote(t, ssh, timeout, budgets, route, master_ended)
+            got, why = collect_shipped(t, shipped, budgets or default_budgets()) if shipped else (None, "")
+            if got is not None:
+                r, route["via"] = got, "exec"
+            else:
+                if why:
+                    route["shipped"] = f"not taken: {why}"
+                r = collect_remote(t, ssh, timeout, budgets, route, master_ended)
         details: dict[str, Any] = {"fetched": r.fetched, "listed": r.listed, **route}
         if r.problems:
             details["problems"] = r.problems[:20]
@@ -846,9 +880,12 @@ def collect_all(
     budgets: CollectBudgets | None = None,
     srun: SrunReach | None = None,
     masters: Mapping[str, float] | None = None,
+    shipped: Mapping[str, Path] | None = None,
 ) -> dict[str, HostOutcome]:
     """Collect every target in parallel (bounded); one outcome per host. ``masters``: host -> when this
-    process's own ssh client to it ended (:attr:`sb_fleet.fleet.executor.Executor.masters`).
+    process's own ssh client to it ended (:attr:`sb_fleet.fleet.executor.Executor.masters`);
+    ``shipped``: host -> the results its exec sent (:attr:`~sb_fleet.fleet.executor.Executor.shipped`),
+    each removed once read.
 
     A host's own trouble (unreachable, refused key, connection lost) is its outcome; trouble of the
     control node itself (its disk is full) stops the whole collect with :class:`CollectAborted`.
@@ -865,13 +902,17 @@ def collect_all(
             return HostOutcome(name, "collect", Outcome.PENDING, f"not collected: {abort[0]}")
         if progress:
             progress(name, RUNNING, "collect")
+        spool = (shipped or {}).get(name)
         try:
-            o = collect_host(t, ssh, timeout, budgets, srun, (masters or {}).get(name))
+            o = collect_host(t, ssh, timeout, budgets, srun, (masters or {}).get(name), spool)
         except InfraError as exc:
             abort.append(exc)
             o = HostOutcome(
                 name, "collect", Outcome.PENDING, f"collect stopped: {exc}", details=_kept(t.local_dir)
             )
+        finally:
+            if spool is not None:
+                spool.unlink(missing_ok=True)
         if progress:
             progress(name, o.outcome, o.reason)
         return o

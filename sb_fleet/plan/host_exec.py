@@ -181,7 +181,27 @@ class FirstStep:
     timeout: int
 
 
-def exec_spec(doc: Mapping[str, Any], host: str, health: HealthFirst | None, step: FirstStep | None) -> str:
+@dataclass(frozen=True)
+class ShipResults:
+    """After the first step, the exec sends the host's results directory on its stdout after the line
+    ``mark`` (sb_bench.host.ship_results), within these bounds; only on ``hosts`` (those whose exec goes
+    over sb-fleet's own ssh client, which reads it: a playbook's task result would hold it as text)."""
+
+    mark: str
+    dirs: Mapping[str, str]  # host -> its results directory (may start with ~/)
+    hosts: frozenset[str]
+    max_files: int
+    max_file_bytes: int
+    max_bytes: int
+
+
+def exec_spec(
+    doc: Mapping[str, Any],
+    host: str,
+    health: HealthFirst | None,
+    step: FirstStep | None,
+    ship: ShipResults | None = None,
+) -> str:
     """first_exec's ``--spec-b64`` for ``host``: base64 of its JSON spec (data; no shell or template
     engine reads it)."""
     h = doc["hosts"][host]
@@ -209,6 +229,14 @@ def exec_spec(doc: Mapping[str, Any], host: str, health: HealthFirst | None, ste
             else None
         ),
     }
+    if ship is not None and step is not None and host in ship.hosts:
+        spec["ship"] = {
+            "dir": ship.dirs[host],
+            "mark": ship.mark,
+            "max_files": int(ship.max_files),
+            "max_file_bytes": int(ship.max_file_bytes),
+            "max_bytes": int(ship.max_bytes),
+        }
     return base64.b64encode(json.dumps(spec, separators=(",", ":")).encode()).decode()
 
 
@@ -242,6 +270,7 @@ def fast_commands(
     run_tag: str,
     health: HealthFirst | None,
     step: FirstStep | None,
+    ship: ShipResults | None = None,
 ) -> dict[str, str]:
     """deploy.yml's raw command per host: where this suite version is in the workspace, link it and
     ``exec`` its first_exec with the host's spec; else print the need-suite line only (nothing a cold
@@ -255,7 +284,7 @@ def fast_commands(
             f"{TAG['var']}={shlex.quote(f'{run_tag}/{host}')}; export {TAG['var']}; "
             f"cd {sh_path(h['workspace'])} 2>/dev/null && [ -f {suite}/sb_bench/host/first_exec.py ] "
             f"&& command -v {py} >/dev/null && ln -sfn -- {suite} suite "
-            f"&& exec {py} {FIRST_EXEC} --spec-b64 {shlex.quote(exec_spec(doc, host, health, step))}; "
+            f"&& exec {py} {FIRST_EXEC} --spec-b64 {shlex.quote(exec_spec(doc, host, health, step, ship))}; "
             f"echo {shlex.quote(NEED_SUITE)}"
         )
     return out
@@ -267,6 +296,7 @@ def suite_invocations(
     run_tag: str,
     health: HealthFirst | None,
     step: FirstStep | None,
+    ship: ShipResults | None = None,
 ) -> dict[str, dict[str, Any]]:
     """deploy-suite.yml's command per host (``argv``, no shell reads the values: the fixed bootstrap
     script gets them as arguments) and its process tag (``tag``)."""
@@ -284,7 +314,7 @@ def suite_invocations(
                 h["python"],
                 FIRST_EXEC,
                 "--spec-b64",
-                exec_spec(doc, host, health, step),
+                exec_spec(doc, host, health, step, ship),
             ],
             "tag": f"{run_tag}/{host}",
         }

@@ -3,8 +3,10 @@ real loopback fleet (three hosts and one that never answers, one shared sshd, 12
 Ansible beside it.
 
 A host whose inventory asks for an Ansible setting the direct path does not apply goes through the
-playbook in the same stage; the hosts that allow it never start Ansible; the master each exec leaves is
-the one collect rides (``via: master``), cold and at night (every master closed first); a host that
+playbook in the same stage; the hosts that allow it never start Ansible; their execs send their results
+after the step (``via: exec``: collect opens no session there), cold and at night (every master closed
+first), byte for byte the hosts' files; the playbook's host is collected over the master its play left
+(``via: master``); a host that
 never answers ends unreachable, and the stage does not wait for it beyond its connect timeout;
 ``fleet.exec_via: ansible`` sends every host through the playbook.
 """
@@ -79,6 +81,17 @@ def _via(run_dir: Path) -> dict[str, str]:
     return {o["host"]: o.get("details", {}).get("via", "") for o in col if o["host"] != "ghost"}
 
 
+def _same_files(fleet, run_dir: Path) -> None:
+    """Every host's collected results are its own files, byte for byte, and all of them."""
+    run_id = json.loads((run_dir / "manifest.json").read_text())["run_id"]
+    for h in fleet.hosts:
+        remote = Path(h.workspace) / "runs" / run_id / "results"
+        local = run_dir / "raw" / h.name / "results"
+        want = {str(p.relative_to(remote)): p.read_bytes() for p in remote.rglob("*") if p.is_file()}
+        got = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+        assert want and got == want, (h.name, sorted(want), sorted(got))
+
+
 def test_own_clients_where_a_host_allows_and_ansible_where_it_asks(xfleet, tmp_path):
     h1, h2, h3 = (h.name for h in xfleet.hosts)
     # host 3 asks for an Ansible setting (harmless here): the playbook, not sb-fleet's own client
@@ -100,9 +113,11 @@ def test_own_clients_where_a_host_allows_and_ansible_where_it_asks(xfleet, tmp_p
     # cold: the suite's transfer too (its archive on the client's stdin)
     assert _direct_hosts(cold, "deploy-suite") == {h1, h2}
     assert _ansible_hosts(cold, "deploy-suite") == {h3}
-    assert _via(cold) == {h1: "master", h2: "master", h3: "master"}
+    assert _via(cold) == {h1: "exec", h2: "exec", h3: "master"}
     for h in (h1, h2, h3):
         assert (cold / "raw" / h).is_dir(), h
+    _same_files(xfleet, cold)
+    assert not list((cold / "ansible").glob("*/.shipped/*")), "the spools are removed once read"
 
     # the nightly case: every master closed, the suite in place, one exec per host, collect on its master
     assert close_masters(inv, xfleet.known_hosts) == 3
@@ -113,7 +128,10 @@ def test_own_clients_where_a_host_allows_and_ansible_where_it_asks(xfleet, tmp_p
     assert all(oc[h]["outcome"] == "ok" for h in (h1, h2, h3)), oc
     assert not (night / "ansible" / "deploy-suite").exists()
     assert _direct_hosts(night, "deploy") == {h1, h2, "ghost"}
-    assert _via(night) == {h1: "master", h2: "master", h3: "master"}
+    assert _via(night) == {h1: "exec", h2: "exec", h3: "master"}
+    _same_files(xfleet, night)
+    shipped = json.loads((night / "ansible" / "deploy" / "direct-exec.json").read_text())["hosts"]
+    assert all(e["shipped_bytes"] > 0 for e in shipped if e["host"] != "ghost"), shipped
     facts = json.loads((night / "facts" / f"{h1}.json").read_text())
     assert facts["host"] == h1
 

@@ -20,9 +20,12 @@ The spec is base64 of a JSON object (data: no template engine or shell reads it)
 
     {"health": {"args": [...], "timeout": 30, "kill_after": 5, "mark": "...", "go_on": false} | null,
      "prep": [...hostprep's arguments],
-     "step": {"mark": "...", "env": ["K=V", ...], "python": "venv/bin/python", "args": [...]} | null}
+     "step": {"mark": "...", "env": ["K=V", ...], "python": "venv/bin/python", "args": [...]} | null,
+     "ship": {"dir": "...", "mark": "...", "max_files": N, "max_file_bytes": N, "max_bytes": N} | absent}
 
 ``step.args`` are the runner's (``-m sb_bench.host.runner`` first, as the run stage passes them).
+``ship``: after the step, its results directory follows on stdout, after the marker line
+(:mod:`sb_bench.host.ship_results`): collect then needs no session of its own on this host.
 """
 
 from __future__ import annotations
@@ -74,6 +77,13 @@ def load_spec(text: str) -> dict[str, Any]:
         and isinstance(step.get("python"), str)
     ):
         raise SpecError(f"--spec-b64: 'step' must have mark, env, python and args starting {RUNNER_MODULE}")
+    ship = spec.get("ship")
+    if ship is not None and not (
+        isinstance(ship, dict)
+        and all(isinstance(ship.get(k), str) and ship[k] for k in ("dir", "mark"))
+        and all(type(ship.get(k)) is int for k in ("max_files", "max_file_bytes", "max_bytes"))
+    ):
+        raise SpecError("--spec-b64: 'ship' must have dir, mark, max_files, max_file_bytes and max_bytes")
     return spec
 
 
@@ -229,7 +239,17 @@ def main(argv: list[str] | None = None) -> int:
     if step is None:
         return 0
     mark(step["mark"])
-    return run_step(step)
+    cwd = os.getcwd()  # the workspace: the results directory may be relative to it
+    rc = run_step(step)
+    ship = spec.get("ship")
+    if ship is not None:
+        from sb_bench.host.ship_results import ship as ship_results
+
+        sys.stdout.flush()
+        said = ship_results(sys.stdout.buffer, ship, cwd)
+        if said != "sent":
+            print(f"sb_bench.host.first_exec: results {said}; collect fetches them", file=sys.stderr)
+    return rc
 
 
 if __name__ == "__main__":

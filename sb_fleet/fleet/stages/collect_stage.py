@@ -20,7 +20,7 @@ from sb_fleet.errors import InfraError
 from sb_fleet.fleet import reaper
 from sb_fleet.fleet.executor import Executor
 from sb_fleet.fleet.fetch import CUT_OFF, CollectAborted, CollectTarget, collect_all, remove_partials
-from sb_fleet.fleet.stages.run_stage import remote_results
+from sb_fleet.fleet.stages.stage_common import remote_results
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.tasks import HOST_TAG
 from sb_fleet.rundir.normalize import INVALID_VALUES, NOISE_SUMMARY, benchmark_outcome, summarize_host
@@ -63,6 +63,7 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
                     run.config.collect,
                     ex.srun,
                     ex.masters,
+                    ex.shipped,
                 )
             )
     except CollectAborted as exc:
@@ -74,6 +75,10 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
     except BaseException:  # Ctrl-C, SIGTERM: the reads are closed; collect's commands on the hosts end too
         ex.stop_hosts(fetch, collect_only=True)
         raise
+    finally:  # what the hosts' execs sent and no host's collect read (a host not collected): not kept
+        for spool in ex.shipped.values():
+            spool.unlink(missing_ok=True)
+        ex.shipped.clear()
     ex.stop_hosts([h for h in fetch if h in outcomes and outcomes[h].details.get(CUT_OFF)], collect_only=True)
     save_stage(run.rd, "collect", outcomes)
     expected = list(dict.fromkeys(base_key(e.key) for e in run.plan.entries()))  # a pattern's rounds: one key

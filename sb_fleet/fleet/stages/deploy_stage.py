@@ -12,17 +12,20 @@ import contextlib
 import dataclasses
 import json
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from sb_fleet.fleet.direct_exec import ExecTask, HostExec
 from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.interrupts import Interrupts
+from sb_fleet.fleet.stages.stage_common import remote_results
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.deadlines import HEALTH_KILL_AFTER_S, deploy_deadline
 from sb_fleet.plan.host_exec import (
     FirstStep,
     HealthFirst,
+    ShipResults,
     exec_timeout,
     fast_commands,
     read_exec_hosts,
@@ -38,6 +41,13 @@ from sb_fleet.rundir.runinputs import RunInputs
 from sb_fleet.safe_files import safe_name
 
 _MARK = re.compile(rf"^{RUN_FOLLOWS}\n?", re.MULTILINE)
+SHIP_MARK = "sb-fleet: the results follow"  # and the run's random token, on one line
+# The most a host's exec sends of its results (past these, collect fetches them over SSH as before): a
+# nightly run's results are a few files of JSON and logs a host.
+SHIP_MAX_FILES = 2000
+SHIP_MAX_BYTES = 64 << 20
+# What may follow the marker: the files, and per entry a listing record, a checksum line and tar headers
+SHIP_PER_FILE = 16 << 10
 
 
 def deploy(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOutcome]:
@@ -112,6 +122,8 @@ def _deploy(
     tag = ex.run_id or ""
     timeout = exec_timeout(run.config.fleet.deploy_timeout, checks_first, first)
     ok_mark = f"(?m)^{first.mark}$" if first is not None else ""
+    ship = ship_results(run, ex, hosts) if first is not None else None
+    ship_cap = ship.max_bytes + ship.max_files * SHIP_PER_FILE + (1 << 20) if ship is not None else 0
 
     def commands(part: str, on: list[str]) -> tuple[dict[str, Any] | None, ExecTask | None]:
         """Each host's command, built once (sb_fleet.plan.host_exec): as the play's extra variables, and
@@ -126,14 +138,22 @@ def _deploy(
                 old["sb_health_first"] = dataclasses.asdict(checks_first)
             return old or None, None
         sb_exec: dict[str, Any]
+        mark = ship.mark if ship is not None else ""
         if part == "fast":
-            sb_exec = lines = fast_commands(doc, on, tag, checks_first, first)
-            task = ExecTask(HOSTPREP_FAST, {h: HostExec(c) for h, c in lines.items()}, timeout, ok_mark)
+            sb_exec = lines = fast_commands(doc, on, tag, checks_first, first, ship)
+            task = ExecTask(
+                HOSTPREP_FAST, {h: HostExec(c) for h, c in lines.items()}, timeout, ok_mark, mark, ship_cap
+            )
         else:
-            sb_exec = suite_invocations(doc, on, tag, checks_first, first)
+            sb_exec = suite_invocations(doc, on, tag, checks_first, first, ship)
             b64 = suite_b64_path(run.rendered.suite_archive)
             task = ExecTask(
-                HOSTPREP, {h: HostExec(c, b64) for h, c in suite_commands(sb_exec).items()}, timeout, ok_mark
+                HOSTPREP,
+                {h: HostExec(c, b64) for h, c in suite_commands(sb_exec).items()},
+                timeout,
+                ok_mark,
+                mark,
+                ship_cap,
             )
         return {"sb_exec": sb_exec, "sb_exec_timeout": timeout, "sb_step_mark": ok_mark}, task
 
@@ -198,6 +218,24 @@ def _deploy(
     save_stage(run.rd, "deploy", res.outcomes)
     unfinished = tuple(h for h, o in res.outcomes.items() if o.outcome == Outcome.PENDING)
     return res.outcomes, Started(step.id if step else "", started, intr.signal, unfinished), checked
+
+
+def ship_results(run: RunInputs, ex: Executor, hosts: list[str]) -> ShipResults | None:
+    """Where the exec's first step is the plan's only one (its results are the run's, whole, when it
+    ends): each host that goes over sb-fleet's own ssh client sends them after it, within collect's budgets
+    and this path's own (:data:`SHIP_MAX_FILES`, :data:`SHIP_MAX_BYTES`); None otherwise."""
+    direct = frozenset(ex.direct_hosts(hosts))
+    if len(run.plan.steps) != 1 or not direct:
+        return None
+    budgets = run.config.collect
+    return ShipResults(
+        f"{SHIP_MARK} {secrets.token_hex(16)}",
+        {h: remote_results(run, h) for h in direct},
+        direct,
+        min(budgets.max_files, SHIP_MAX_FILES),
+        budgets.max_file_bytes,
+        min(budgets.max_host_bytes, SHIP_MAX_BYTES),
+    )
 
 
 @dataclass(frozen=True)

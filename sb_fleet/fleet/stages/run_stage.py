@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.fetch import CollectTarget, stop_runners
 from sb_fleet.fleet.interrupts import Interrupts
-from sb_fleet.fleet.stages.stage_common import container_vars, eligible
+from sb_fleet.fleet.stages.stage_common import container_vars, eligible, remote_results
 from sb_fleet.outcome import HostOutcome, Outcome
 from sb_fleet.plan.container_commands import interrupt_argv, record_digests, step_container_name
 from sb_fleet.plan.deadlines import step_deadline
@@ -37,11 +37,6 @@ class RunResult:
 
 def steps_done(o: HostOutcome | None) -> set[str]:
     return set((o.details or {}).get("steps_done", [])) if o is not None else set()
-
-
-def remote_results(run: RunInputs, host: str) -> str:
-    """Where the runner of this run writes its results on ``host``."""
-    return f"{run.plan.host_setup[host].workspace.rstrip('/')}/runs/{run.run_id}/results"
 
 
 def run(

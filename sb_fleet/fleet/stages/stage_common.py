@@ -43,3 +43,8 @@ def container_vars(run: RunInputs, hosts: list[str]) -> dict[str, Any]:
     facts = {h: run.rd.read_json(f"facts/{safe_name(h)}.json", {}) for h in hosts}
     facts = {h: f if isinstance(f, dict) else {} for h, f in facts.items()}
     return device_vars(runtime, settings(run.config), facts)
+
+
+def remote_results(run: RunInputs, host: str) -> str:
+    """Where the runner of this run writes its results on ``host``."""
+    return f"{run.plan.host_setup[host].workspace.rstrip('/')}/runs/{run.run_id}/results"
