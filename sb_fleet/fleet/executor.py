@@ -151,6 +151,12 @@ class Executor:
             res.duration_s + more.duration_s,
         )
 
+    def drop_shipped(self) -> None:
+        """Remove the results the hosts' execs sent that no collect has read (an interrupted run)."""
+        for spool in self.shipped.values():
+            spool.unlink(missing_ok=True)
+        self.shipped.clear()
+
     def direct_hosts(self, hosts: list[str]) -> list[str]:
         """The hosts whose one command may go over sb-fleet's own ssh client (fleet.exec_via ssh, not under
         Slurm, an inventory that asks for nothing Ansible's connection would do otherwise)."""

@@ -355,6 +355,7 @@ def validate(opts: Options) -> tuple[int, RunInputs]:
                 deploy_all(run, ex, hosts)
                 result = run_stage(run, ex, hosts, resume=opts.resume)
             if result.interrupted:
+                ex.drop_shipped()
                 return finish(run, opts, start, hosts), run
             collect_stage(run, ex, hosts)
             merge(run.rd, list(run.plan.hosts))

@@ -235,3 +235,31 @@ def test_a_login_that_never_reached_the_banner_is_tried_again_after_the_wave(tmp
     # the retries came after the first wave: the first five starts were the five hosts, once each
     starts = [h for h, o, _ in seen if o == "running"]
     assert sorted(starts[:5]) == sorted(["flaky", "busy", "dropped", "refused", "late"])
+
+
+def test_what_follows_the_results_marker_is_spooled_not_kept_as_output(tmp_path: Path):
+    mark = "sb-fleet: the results follow abc123"
+    flood = "head -c 3000000 /dev/zero"
+    cmds = {
+        "ships": f"echo before; printf '\\n{mark}\\n'; printf 'SPOOLED'",
+        "floods": f"echo before; printf '\\n{mark}\\n'; {flood}",  # past the cap: dropped
+        "killed": f"echo before; printf '\\n{mark}\\n'; sleep 60",  # cut off: dropped
+        "plain": "echo no marker here",
+    }
+    task = ExecTask("the task", {h: HostExec(c) for h, c in cmds.items()}, 3, ship=mark, ship_cap=1 << 20)
+    got = run_direct(
+        "deploy",
+        task,
+        [Host(h, ()) for h in cmds],
+        _local,
+        forks=8,
+        progress=lambda h, o, r: None,
+        spool_dir=tmp_path,
+    )
+    assert set(got.shipped) == {"ships"}
+    assert got.shipped["ships"].read_bytes() == b"SPOOLED"
+    assert got.results["ships"]["the task"]["stdout"] == "before\n"
+    assert got.results["floods"]["the task"]["stdout"] == "before\n"
+    assert got.results["plain"]["the task"]["stdout"] == "no marker here\n"
+    assert got.outcomes["killed"].outcome == Outcome.TIMEOUT
+    assert sorted(p.name for p in tmp_path.iterdir()) == [got.shipped["ships"].name]

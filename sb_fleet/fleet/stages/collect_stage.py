@@ -76,9 +76,7 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
         ex.stop_hosts(fetch, collect_only=True)
         raise
     finally:  # what the hosts' execs sent and no host's collect read (a host not collected): not kept
-        for spool in ex.shipped.values():
-            spool.unlink(missing_ok=True)
-        ex.shipped.clear()
+        ex.drop_shipped()
     ex.stop_hosts([h for h in fetch if h in outcomes and outcomes[h].details.get(CUT_OFF)], collect_only=True)
     save_stage(run.rd, "collect", outcomes)
     expected = list(dict.fromkeys(base_key(e.key) for e in run.plan.entries()))  # a pattern's rounds: one key
