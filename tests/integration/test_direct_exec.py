@@ -146,3 +146,21 @@ def test_exec_via_ansible_sends_every_host_through_the_playbook(xfleet, tmp_path
     assert _direct_hosts(run_dir, "deploy") == set()
     assert _ansible_hosts(run_dir, "deploy") == names
     assert all(o["outcome"] == "ok" for o in _outcomes(run_dir).values())
+
+
+def test_results_past_a_budget_are_not_sent_and_collect_refuses_them_over_ssh(xfleet, tmp_path):
+    """A budget the results pass (a rank's file over collect.max_file_bytes): the exec sends nothing, and
+    collect over the master fails each host for that budget, in its own words, as before the shortcut."""
+    inv = xfleet.inventory(name="inv-budget.ini")
+    body = CONFIG.format(via="ssh").replace("gates:", "collect:\n  max_file_bytes: 64\ngates:")
+    cfg = xfleet.config(body, "cfg-budget.yaml")
+    run_dir = tmp_path / "r"
+    r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    col = {o["host"]: o for o in json.loads((run_dir / "outcomes" / "collect.json").read_text())["hosts"]}
+    for h in xfleet.hosts:
+        o = col[h.name]
+        assert o["outcome"] == "failed" and "collect.max_file_bytes" in o["reason"], o
+        assert o["details"]["via"] == "master" and "shipped" not in o["details"], o
+    events = json.loads((run_dir / "ansible" / "deploy" / "direct-exec.json").read_text())["hosts"]
+    assert events and not any("shipped_bytes" in e for e in events), events
