@@ -26,7 +26,7 @@ class Channel(Protocol):
     def exit_status(self) -> tuple[int, str]: ...
 
 
-class _Bounded:
+class BoundedStream:
     """A remote command's stdout counted against its byte limit, read in chunks."""
 
     limit: int
@@ -50,7 +50,7 @@ class _Bounded:
             yield data
 
 
-class SshChannel(_Bounded):
+class SshChannel(BoundedStream):
     """One remote command's stdout as a bounded stream: at most ``limit`` bytes (else :class:`HostRefused`),
     each read waiting at most the channel's stall timeout; stderr kept to its first 2,000 bytes."""
 
@@ -86,7 +86,7 @@ class SshChannel(_Bounded):
         return rc, " ".join(self.err.decode(errors="replace").split())[:300]
 
 
-class ProcessChannel(_Bounded):
+class ProcessChannel(BoundedStream):
     """One local process's stdout as a bounded stream (a command on a host through srun or ssh): read in
     chunks, each read waiting at most ``stall`` seconds, at most ``limit`` bytes; stderr kept to its first
     2,000 bytes. The process runs in a session of its own, which :meth:`kill` ends."""

@@ -15,9 +15,10 @@ command's output), then a tar stream to the end.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
+
+from sb_fleet.fleet.channels import BoundedStream
 
 HEAD_DIGITS = 20  # the length line: at most this many digits
 
@@ -102,12 +103,12 @@ class SpoolError(Exception):
     """The spool is not what an exec's results are (collect fetches over SSH)."""
 
 
-class _Section:
-    """Bytes ``start`` to ``end`` of a file, read as a collect channel: ``read``, ``chunks``,
-    ``exit_status`` (0: a whole spool is a finished command), at most ``limit`` bytes."""
+class _Section(BoundedStream):
+    """Bytes ``start`` to ``end`` of a file, read as a collect channel (at most ``limit`` bytes, else
+    HostRefused, as from a host); ``exit_status`` 0: a whole spool is a finished command."""
 
     def __init__(self, path: Path, start: int, end: int | None, limit: int, what: str):
-        self.f = open(path, "rb")  # noqa: SIM115 - closed at its end or by the reader's close
+        self.f = open(path, "rb")  # noqa: SIM115 - closed at its end or by exit_status
         self.f.seek(start)
         self.left = (end - start) if end is not None else None
         self.limit, self.what, self.total = limit, what, 0
@@ -119,19 +120,9 @@ class _Section:
         data = self.f.read(want) if want > 0 else b""
         if self.left is not None:
             self.left -= len(data)
-        self.total += len(data)
-        if self.total > self.limit:
-            raise SpoolError(f"more than {self.limit} bytes for {self.what}")
         if not data:
             self.f.close()
-        return data
-
-    def chunks(self) -> Iterator[bytes]:
-        while True:
-            data = self.read()
-            if not data:
-                return
-            yield data
+        return self.counted(data)
 
     def exit_status(self) -> tuple[int, str]:
         self.f.close()
