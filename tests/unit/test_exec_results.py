@@ -147,6 +147,18 @@ def test_split_at_any_chunking_then_collected_byte_for_byte(tmp_path: Path, chun
     assert _files(local) == _files(root)
 
 
+def test_a_relative_results_directory_is_under_home_as_collects_cd_takes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _results(tmp_path / "ws" / "results")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path / "ws")  # the exec's own directory is the workspace: not where it looks
+    data, said = _stream(Path("ws/results"))
+    assert said == "sent" and data
+    data, said = _stream(Path("results"))
+    assert said.startswith("not sent") and data == b""
+
+
 def test_no_marker_leaves_the_text_whole(tmp_path: Path) -> None:
     data = b"line\n" * 100 + b"\n" + MARK.encode()[:-1]  # almost the marker, at the very end
     text, spool = _split(data, tmp_path, 13)

@@ -239,14 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     if step is None:
         return 0
     mark(step["mark"])
-    cwd = os.getcwd()  # the workspace: the results directory may be relative to it
     rc = run_step(step)
     ship = spec.get("ship")
     if ship is not None:
         from sb_bench.host.ship_results import ship as ship_results
 
         sys.stdout.flush()
-        said = ship_results(sys.stdout.buffer, ship, cwd)
+        said = ship_results(sys.stdout.buffer, ship)
         if said != "sent":
             print(f"sb_bench.host.first_exec: results {said}; collect fetches them", file=sys.stderr)
     return rc

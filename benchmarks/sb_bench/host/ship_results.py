@@ -112,12 +112,13 @@ def write_tar(out: BinaryIO, root: str, files: list[tuple[str, int]]) -> None:
                 tar.addfile(info, f)
 
 
-def ship(out: BinaryIO, spec: dict, cwd: str | None = None) -> str:
+def ship(out: BinaryIO, spec: dict) -> str:
     """Write the results directory of ``spec`` (``dir``, ``mark``, ``max_files``, ``max_file_bytes``,
-    ``max_bytes``) on ``out`` after its marker line; what happened, in words ("sent", or why not)."""
+    ``max_bytes``) on ``out`` after its marker line; what happened, in words ("sent", or why not). A
+    relative ``dir`` is the login shell's, as collect's ``cd`` takes it: under the home directory."""
     root = os.path.expanduser(str(spec["dir"]))
-    if cwd is not None and not os.path.isabs(root):
-        root = os.path.join(cwd, root)
+    if not os.path.isabs(root):
+        root = os.path.join(os.path.expanduser("~"), root)
     try:
         head, files = plain_listing(
             root, int(spec["max_files"]), int(spec["max_file_bytes"]), int(spec["max_bytes"])
