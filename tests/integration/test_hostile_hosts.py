@@ -150,6 +150,9 @@ def test_a_hostile_host_can_only_hurt_itself(hfleet, tmp_path):
     run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
     r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+    # validate's own collect took each host's results as its exec sent them (no find there to lie)
+    col0 = _stage(run_dir, "collect")
+    assert {h: o["details"].get("via") for h, o in col0.items()} == dict.fromkeys(col0, "exec"), col0
     _make_hostile(hfleet, run_dir)
     shutil.rmtree(run_dir / "raw")  # collect everything again, with the hostile hosts among them
 
