@@ -362,9 +362,8 @@ def host_python(kind: str) -> str:
             tmp.rename(BARE_VENV)
         except OSError:  # another bench made it meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
-    st = (
-        BARE_VENV.lstat()
-    )  # a fixed name in a shared directory: only one this user made, writable by none else
+    # a fixed name in a shared directory: only one this user made, writable by none else
+    st = BARE_VENV.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
         raise RuntimeError(f"{BARE_VENV} is not a directory of this user's, writable by it alone: remove it")
     return str(BARE_VENV / "bin" / "python")

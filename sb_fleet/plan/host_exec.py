@@ -181,18 +181,28 @@ class FirstStep:
     timeout: int
 
 
+# What may follow the results' marker line per entry, beyond the files' bytes: a listing record, a
+# checksum line and tar headers (a long name's included)
+SHIP_PER_ENTRY = 16 << 10
+
+
 @dataclass(frozen=True)
 class ShipResults:
     """After the first step, the exec sends the host's results directory on its stdout after the line
-    ``mark`` (sb_bench.host.ship_results), within these bounds; only on ``hosts`` (those whose exec goes
-    over sb-fleet's own ssh client, which reads it: a playbook's task result would hold it as text)."""
+    ``mark`` (sb_bench.host.ship_results), within these bounds; only on the hosts of ``dirs`` (those whose
+    exec goes over sb-fleet's own ssh client, which reads it: a playbook's task result would hold it as
+    text)."""
 
     mark: str
     dirs: Mapping[str, str]  # host -> its results directory (may start with ~/)
-    hosts: frozenset[str]
     max_files: int
     max_file_bytes: int
     max_bytes: int
+
+    @property
+    def cap(self) -> int:
+        """The most bytes a host may send after the marker line within these bounds (a MiB to spare)."""
+        return self.max_bytes + self.max_files * SHIP_PER_ENTRY + (1 << 20)
 
 
 def exec_spec(
@@ -229,7 +239,7 @@ def exec_spec(
             else None
         ),
     }
-    if ship is not None and step is not None and host in ship.hosts:
+    if ship is not None and step is not None and host in ship.dirs:
         spec["ship"] = {
             "dir": ship.dirs[host],
             "mark": ship.mark,

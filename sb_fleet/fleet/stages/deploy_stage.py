@@ -46,8 +46,6 @@ SHIP_MARK = "sb-fleet: the results follow"  # and the run's random token, on one
 # nightly run's results are a few files of JSON and logs a host.
 SHIP_MAX_FILES = 2000
 SHIP_MAX_BYTES = 64 << 20
-# What may follow the marker: the files, and per entry a listing record, a checksum line and tar headers
-SHIP_PER_FILE = 16 << 10
 
 
 def deploy(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOutcome]:
@@ -123,7 +121,7 @@ def _deploy(
     timeout = exec_timeout(run.config.fleet.deploy_timeout, checks_first, first)
     ok_mark = f"(?m)^{first.mark}$" if first is not None else ""
     ship = ship_results(run, ex, hosts) if first is not None else None
-    ship_cap = ship.max_bytes + ship.max_files * SHIP_PER_FILE + (1 << 20) if ship is not None else 0
+    mark, ship_cap = (ship.mark, ship.cap) if ship is not None else ("", 0)
 
     def commands(part: str, on: list[str]) -> tuple[dict[str, Any] | None, ExecTask | None]:
         """Each host's command, built once (sb_fleet.plan.host_exec): as the play's extra variables, and
@@ -138,7 +136,6 @@ def _deploy(
                 old["sb_health_first"] = dataclasses.asdict(checks_first)
             return old or None, None
         sb_exec: dict[str, Any]
-        mark = ship.mark if ship is not None else ""
         if part == "fast":
             sb_exec = lines = fast_commands(doc, on, tag, checks_first, first, ship)
             task = ExecTask(
@@ -224,14 +221,13 @@ def ship_results(run: RunInputs, ex: Executor, hosts: list[str]) -> ShipResults 
     """Where the exec's first step is the plan's only one (its results are the run's, whole, when it
     ends): each host that goes over sb-fleet's own ssh client sends them after it, within collect's budgets
     and this path's own (:data:`SHIP_MAX_FILES`, :data:`SHIP_MAX_BYTES`); None otherwise."""
-    direct = frozenset(ex.direct_hosts(hosts))
+    direct = ex.direct_hosts(hosts)
     if len(run.plan.steps) != 1 or not direct:
         return None
     budgets = run.config.collect
     return ShipResults(
         f"{SHIP_MARK} {secrets.token_hex(16)}",
         {h: remote_results(run, h) for h in direct},
-        direct,
         min(budgets.max_files, SHIP_MAX_FILES),
         budgets.max_file_bytes,
         min(budgets.max_host_bytes, SHIP_MAX_BYTES),
