@@ -8,6 +8,9 @@
   did not report, a metric is missing, or the run's spine recorded a bad
   outcome (failed, timeout, unreachable, ...) for the host.
 - ``pass``: everything else.
+- ``flaky`` (validate's confirmation run only): a failed host none of whose
+  findings showed again; a host that is also incomplete stays incomplete
+  (the re-run clears its findings, not what it failed to report).
 
 ``outcome`` is the spine's word for the host when the run directory has
 one; otherwise ``ok`` for a host that reported and ``unknown`` for one that
@@ -16,7 +19,7 @@ did not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sb_fleet.analysis.issues import FAIL, INCOMPLETE, Issue
 from sb_fleet.outcome import Outcome
@@ -125,3 +128,19 @@ def judge(
         gpu_model=gpu_model,
         reported=True,
     )
+
+
+def after_confirmation(h: HostReport, flaky: bool, note: str) -> HostReport:
+    """A failed host's verdict once validate re-ran its findings (``note`` says how it went).
+
+    Not reproduced: ``flaky``, or ``incomplete`` where the host also has an
+    incomplete issue (a benchmark that failed, a metric it never reported, a
+    bad outcome), which the re-run of its findings does not clear.
+    """
+    if h.verdict != FAILV:
+        return h
+    if not flaky:
+        return replace(h, reason=f"{h.reason}; {note}" if h.reason else note)
+    if any(i.severity == INCOMPLETE for i in h.issues):
+        return replace(h, verdict=INCOMPLETEV, reason=f"{h.reason}; {note}" if h.reason else note)
+    return replace(h, verdict=FLAKY, reason=note)

@@ -26,7 +26,7 @@ from sb_fleet.analysis.power_limits import load_power_limit_issues
 from sb_fleet.analysis.sku_reference import check_sku
 from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import column_stats
-from sb_fleet.analysis.verdict import FAILV, FLAKY, HostReport, judge
+from sb_fleet.analysis.verdict import FLAKY, HostReport, after_confirmation, judge
 from sb_fleet.config.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
 from sb_fleet.errors import ResultsError
 from sb_fleet.report.report_result import ReportResult
@@ -443,12 +443,7 @@ def _rechecked(inc: Inconsistency, checks: Mapping[str, tuple[bool, str]] | None
 
 
 def _confirmed(h: HostReport, c: Confirmation | None) -> HostReport:
-    if c is None or h.verdict != FAILV:
-        return h
-    note = c.sentence()
-    if c.result == FLAKY:
-        return dataclasses.replace(h, verdict=FLAKY, reason=note)
-    return dataclasses.replace(h, reason=f"{h.reason}; {note}" if h.reason else note)
+    return h if c is None else after_confirmation(h, c.result == FLAKY, c.sentence())
 
 
 def _traits(info: HostInfo | None) -> tuple[tuple[str, str], ...]:

@@ -140,7 +140,9 @@ def test_a_host_drawing_30_percent_more_for_the_same_work_is_flagged(efleet, tmp
     for h in hosts:
         if h not in (hungry, bare):  # a good host passes, or fails on throughput noise alone
             real = {m for m in issues[h] - noise[h] if not m.startswith("gemm-flops/*")}
-            assert not real and verdicts[h] == ("fail" if noise[h] else "pass"), (
+            # (validate re-runs a host failed on fleet statistics alone: noise that did not show again is
+            # flaky; CI, 11-28)
+            assert not real and verdicts[h] in (("fail", "flaky") if noise[h] else ("pass",)), (
                 h,
                 issues[h],
                 r.stdout[-3000:],
@@ -149,7 +151,9 @@ def test_a_host_drawing_30_percent_more_for_the_same_work_is_flagged(efleet, tmp
     # (failed only where its throughput was also out of line, which the noise above allows).
     missing = {m.split(":")[0] for m in issues[bare] - noise[bare] if not m.startswith("gemm-flops/*")}
     assert missing and all(m.endswith(("_power", "_per_watt")) for m in missing), issues[bare]
-    assert verdicts[bare] == ("fail" if noise[bare] else "incomplete"), (issues[bare], r.stdout[-3000:])
+    # (noise that did not show again in the confirmation run leaves it incomplete, never flaky)
+    want = ("fail", "incomplete") if noise[bare] else ("incomplete",)
+    assert verdicts[bare] in want, (issues[bare], r.stdout[-3000:])
     # The measured power is the planted one (the counters advance at a known rate).
     summary = [json.loads(line) for line in (run_dir / "results-summary.jsonl").read_text().splitlines()]
     by_node = {row["node"]: row for row in summary}

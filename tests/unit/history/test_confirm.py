@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sb_fleet.analysis.issues import INCOMPLETE, Issue
-from sb_fleet.analysis.verdict import judge
+from sb_fleet.analysis.verdict import after_confirmation, judge
 from sb_fleet.history.confirm import (
     CONFIRMED,
     FLAKY,
@@ -79,6 +79,31 @@ def test_a_finding_that_does_not_reproduce_is_flaky_and_one_that_does_is_confirm
     assert got["c"].result == CONFIRMED  # the GEMM was flaky, the all-reduce was not
     assert [r.reproduced for r in got["c"].replays] == [False, True]
     assert "did not reproduce" in got["a"].sentence()
+
+
+def test_a_finding_that_did_not_reproduce_clears_the_failure_but_not_what_the_host_failed_to_report() -> None:
+    # CI, 11-28: a host failed on throughput noise alone, its finding gone in the re-run: flaky. A host
+    # that had also never reported its power must stay incomplete, not turn flaky (which the gate skips).
+    missing = Issue("gemm-flops/fp32_power", None, None, None, "missing-metric", "Energy", INCOMPLETE)
+    noisy = judge("a", True, [_slow(GEMM, 90.0, 100.0)], "ok")
+    bare = judge("b", True, [_slow(GEMM, 90.0, 100.0), missing], "ok")
+    slow = judge("c", True, [_slow(GEMM, 90.0, 100.0)], "ok")
+    got = judge_confirmation(
+        {"a": noisy.issues[:1], "b": bare.issues[:1], "c": slow.issues[:1]},
+        {"a": {GEMM: 99.5}, "b": {GEMM: 99.5}, "c": {GEMM: 91.0}},
+        {},
+        {},
+    )
+    after = {
+        h.name: after_confirmation(h, got[h.name].result == FLAKY, got[h.name].sentence())
+        for h in (noisy, bare, slow)
+    }
+    assert (noisy.verdict, bare.verdict, slow.verdict) == ("fail", "fail", "fail")
+    assert {n: h.verdict for n, h in after.items()} == {"a": "flaky", "b": "incomplete", "c": "fail"}
+    assert all("reproduce" in h.reason for h in after.values()), after
+    assert after["b"].issues == bare.issues  # the findings stay on record, with the note saying how they went
+    ok = judge("d", True, [], "ok")
+    assert after_confirmation(ok, True, "x") is ok  # only a failure is re-judged
 
 
 def test_controls_take_out_a_change_of_the_whole_environment() -> None:
