@@ -1,5 +1,6 @@
 """SuperBench's mpi mode on one node, for real: the on-host runner starts Open MPI's mpirun, whose ranks
-run tcp-bw through the bootstrap (torch.distributed variables from Open MPI's, gloo on CPU). Across
+run tcp-bw through the bootstrap (torch.distributed's variables from Open MPI's; tcp-bw's ranks meet in
+the host group, without torch). Across
 nodes (ssh launch, patterns, faults) see tests/integration/test_patterns.py."""
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def test_mpi_mode_on_one_node_runs_two_ranks_through_mpirun(tmp_path):
     rec = run_runner(
         tmp_path,
         spec(
-            {"name": "mpi", "proc_num": 2, "node_num": 1, "mca": {}},
+            # Python's own import log on each rank's stderr (mpirun.log): what the ranks imported
+            {"name": "mpi", "proc_num": 2, "node_num": 1, "mca": {}, "env": {"PYTHONPROFILEIMPORTTIME": "1"}},
             {"size": "2M", "num_steps": 2, "num_warmup": 1},
         ),
         "--master-port",
@@ -89,6 +91,14 @@ def test_mpi_mode_on_one_node_runs_two_ranks_through_mpirun(tmp_path):
     assert "sb-fleet runner" in log
     app = (tmp_path / "res" / "tcp-bw" / "mpi" / "appfile").read_text()
     assert app.startswith("-np 2 -host localhost:2 ")
+    # Both ranks met in the host group, with no torch import (seconds of CPU a rank, every round of a
+    # pattern): the import log (import statements; the registry's importlib imports are not in it)
+    # names the group's module once per rank and torch never.
+    imported = [
+        line.rsplit("|", 1)[-1].strip() for line in log.splitlines() if "<stderr>:import time:" in line
+    ]
+    assert imported.count("sb_bench.core.hostgroup") == 2, log[-3000:]
+    assert not [m for m in imported if m == "torch" or m.startswith("torch.")], log[-3000:]
 
 
 def test_mpi_mode_pattern_indexes_name_the_metrics(tmp_path):

@@ -80,6 +80,7 @@ class RankContext:
     distributed: bool = False
     backend: str | None = None
     extras: dict = field(default_factory=dict)
+    group: Any = None  # a HostGroup: the host-only benchmarks' group outside torchrun
 
     @property
     def is_cuda(self) -> bool:
@@ -111,7 +112,14 @@ class RankContext:
         return cls(rank, local_rank, world, local_world, node_rank, dev)
 
     def init_distributed(self, timeout_s: float = 300.0) -> None:
-        """Join the torch.distributed group torchrun set up: NCCL on GPUs, gloo on CPU."""
+        """Join the group the launcher set up: NCCL on GPUs, gloo on CPU; a host-only benchmark outside
+        torchrun (``mpi`` mode) joins a plain TCP group instead, with no torch import
+        (:mod:`sb_bench.core.hostgroup`)."""
+        if self.device.type == "host" and "TORCHELASTIC_RUN_ID" not in os.environ:
+            if self.world_size > 1 and self.group is None:
+                self.group = _host_group(self.rank, self.world_size, timeout_s)
+                self.backend, self.distributed = "tcp", True
+            return
         import datetime
 
         import torch.distributed as dist
@@ -124,6 +132,9 @@ class RankContext:
         self.distributed = True
 
     def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
+            self.group, self.distributed = None, False
         if self.distributed:
             import torch.distributed as dist
 
@@ -138,10 +149,24 @@ class RankContext:
             torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
-        if self.distributed:
+        if self.group is not None:
+            self.group.barrier()
+        elif self.distributed:
             import torch.distributed as dist
 
             dist.barrier()
+
+    def all_gather(self, value: Any) -> list[Any]:
+        """Every rank's small ``value``, in rank order (the host group's JSON: a tuple comes back a list)."""
+        if self.group is not None:
+            return self.group.all_gather(value)
+        if not self.distributed:
+            return [value]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, value)
+        return out
 
     @contextlib.contextmanager
     def timer(self) -> Iterator[Elapsed]:
@@ -222,3 +247,16 @@ def _wall(ctx: RankContext) -> Iterator[Elapsed]:
     yield out
     ctx.sync()
     out.seconds = time.perf_counter() - t0
+
+
+def _host_group(rank: int, world: int, timeout_s: float) -> Any:
+    from sb_bench.core.hostgroup import GroupError, HostGroup
+
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if not addr or not port.isdigit():
+        raise GroupError(f"MASTER_ADDR and MASTER_PORT must name rank 0 (got {addr!r}, {port!r})")
+    # the run and the pattern's round and group: a rank of another group is refused, not mixed in
+    job = "/".join(
+        os.environ.get(k, "") for k in ("SB_RUN_ID", "SB_MODE_SERIAL_INDEX", "SB_MODE_PARALLEL_INDEX")
+    )
+    return HostGroup.join(rank, world, addr, int(port), timeout_s, job=job)

@@ -239,7 +239,8 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
                 ctx.init_distributed()
             except Exception as exc:
                 return fail(
-                    ReturnCode.DISTRIBUTED_SETTING_INIT_FAILURE, f"torch.distributed init failed: {exc}"
+                    ReturnCode.DISTRIBUTED_SETTING_INIT_FAILURE,
+                    f"{'rank group' if ctx.device.type == 'host' else 'torch.distributed'} init failed: {exc}",
                 )
         metrics = bench.metrics()
         harness = Harness(args)

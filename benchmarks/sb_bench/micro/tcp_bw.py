@@ -10,7 +10,9 @@ pair both directions run at once. Rank 0 reports the group's slowest sender as i
 SuperBench's pattern naming: ``tcp_<serial>_<parallel>:<size>_bw`` (``SB_MODE_SERIAL_INDEX`` and
 ``SB_MODE_PARALLEL_INDEX``: the round and the group within it), ``tcp_<size>_bw`` outside a
 pattern; every rank's own figure is ``..._tx_bw`` of its result. Addresses, ports and figures are
-exchanged over the torch.distributed group the launcher set up (gloo; tiny messages).
+exchanged over the group the launcher set up: in ``mpi`` mode a plain TCP group with no torch import
+(:mod:`sb_bench.core.hostgroup`: a pattern starts fresh ranks every round, and torch's import was most
+of a round), under torchrun torch.distributed's gloo group (tiny messages either way).
 """
 
 from __future__ import annotations
@@ -48,6 +50,19 @@ def _recv_exact(sock: socket.socket, n: int, buf: bytearray) -> None:
         got += k
 
 
+def _address(peer: object) -> tuple[str, int]:
+    """A peer's (address, port) as the group sent it; anything else is a clear error, not a crash later."""
+    if (
+        isinstance(peer, (list, tuple))
+        and len(peer) == 2
+        and isinstance(peer[0], str)
+        and isinstance(peer[1], int)
+        and 0 < peer[1] < 65536
+    ):
+        return peer[0], peer[1]
+    raise ConnectionError(f"the next rank sent {peer!r}, not an address and port")
+
+
 @register
 class TcpBw(Benchmark):
     name = "tcp-bw"
@@ -76,15 +91,11 @@ class TcpBw(Benchmark):
     def setup(self, ctx: RankContext) -> None:
         if ctx.world_size < 2:
             raise SkipBenchmark("tcp-bw measures between nodes: it needs a group of at least 2 ranks")
-        import torch.distributed as dist
-
-        self.dist = dist
         addr = os.environ.get("SB_LOCAL_ADDR") or socket.gethostbyname(socket.gethostname())
         self.listener = socket.create_server((addr, int(self.args["port"])), backlog=4)
         me = (addr, self.listener.getsockname()[1])
-        peers: list = [None] * ctx.world_size
-        dist.all_gather_object(peers, me)
-        nxt = peers[(ctx.rank + 1) % ctx.world_size]
+        peers = ctx.all_gather(list(me))
+        nxt = _address(peers[(ctx.rank + 1) % ctx.world_size])
         deadline = time.monotonic() + float(self.args["connect_timeout"])
         self.out: socket.socket | None = None
         accepted: list[socket.socket] = []
@@ -106,7 +117,7 @@ class TcpBw(Benchmark):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.payload = bytes(min(self.size, CHUNK))
         self.rbuf = bytearray(min(self.size, CHUNK))
-        dist.barrier()
+        ctx.barrier()
 
     def _send(self, n: int) -> None:
         assert self.out is not None
@@ -143,14 +154,13 @@ class TcpBw(Benchmark):
     def run_once(self, ctx: RankContext, harness) -> dict[str, float]:  # noqa: ANN001
         for _ in range(self.args["num_warmup"]):
             self._step()
-        self.dist.barrier()
+        ctx.barrier()
         total = 0.0
         steps = self.args["num_steps"]
         for _ in range(steps):
             total += self._step()
         tx = self.size * steps / total / 1e9
-        figures: list = [None] * ctx.world_size
-        self.dist.all_gather_object(figures, tx)
+        figures = ctx.all_gather(tx)
         p = metric_prefix(self.size)
         out = {p + "tx_bw": tx}
         if ctx.rank == 0:
