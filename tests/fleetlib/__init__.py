@@ -402,3 +402,19 @@ class SshFleet:
         text = body.replace("@KNOWN_HOSTS@", str(self.known_hosts))
         path.write_text(text.replace("@MASTER_PORT@", str(self.master_port)))
         return path
+
+
+def mpi_login_key(fleet: SshFleet) -> None:
+    """The login user's own key, authorised on every host: mpirun on one host reaches the others with it
+    (on a real cluster the users' keys or host-based authentication do this)."""
+    home = Path(pwd.getpwnam(USER).pw_dir)
+    ssh = home / ".ssh"
+    key = ssh / "id_ed25519"
+    if not key.exists():
+        ssh.mkdir(mode=0o700, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+        shutil.chown(ssh, USER, USER)
+        shutil.chown(key, USER, USER)
+        shutil.chown(key.with_suffix(".pub"), USER, USER)
+    with open(fleet.dir / "authorized_keys", "a") as f:
+        f.write(key.with_suffix(".pub").read_text())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import re
 import shutil
 import signal
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleetlib import USER, SshFleet
+from tests.fleetlib import SshFleet, mpi_login_key
 from tests.integration.conftest import ROOT, SB_FLEET, sb_fleet, started_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -54,22 +53,6 @@ superbench:
 """
 
 
-def host_key_for_mpi(fleet: SshFleet) -> None:
-    """The login user's own key, authorised on every host: mpirun on one host reaches the others with it
-    (on a real cluster the users' keys or host-based authentication do this)."""
-    home = Path(pwd.getpwnam(USER).pw_dir)
-    ssh = home / ".ssh"
-    key = ssh / "id_ed25519"
-    if not key.exists():
-        ssh.mkdir(mode=0o700, exist_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-        shutil.chown(ssh, USER, USER)
-        shutil.chown(key, USER, USER)
-        shutil.chown(key.with_suffix(".pub"), USER, USER)
-    with open(fleet.dir / "authorized_keys", "a") as f:
-        f.write(key.with_suffix(".pub").read_text())
-
-
 @pytest.fixture(scope="module")
 def fleet8() -> Iterator[SshFleet]:
     if not shutil.which("mpirun") or not shutil.which("tc") or not shutil.which("iptables"):
@@ -78,7 +61,7 @@ def fleet8() -> Iterator[SshFleet]:
             "(.ci/apt-packages.txt: openmpi-bin, iproute2, iptables)"
         )
     with started_fleet(8, "127.0.44") as f:
-        host_key_for_mpi(f)
+        mpi_login_key(f)
         yield f
 
 
