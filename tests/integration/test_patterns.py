@@ -298,7 +298,11 @@ def test_link_fault_names_the_pair_and_neither_host(fleet8, run_root):
 def test_a_stopped_pair_is_reported_and_the_others_finish(fleet8, run_root):
     victim = fleet8.hosts[2]
     run_dir = run_root / "hang"
-    cfg = fleet8.config(CONFIG.replace("@TIMEOUT@", "25"), name="hang.yaml")
+    # Long enough that the victim's rank is seen and stopped while it measures (a rank starts in about a
+    # tenth of a second: its group needs no torch import): 2.4 GB a direction, about a second on loopback.
+    body = CONFIG.replace("@TIMEOUT@", "25").replace("num_steps: 3}", "num_steps: 300}")
+    assert "num_steps: 300}" in body
+    cfg = fleet8.config(body, name="hang.yaml")
     inv = inventory(fleet8, 4, "inv4h.ini")  # 3 rounds of 2 pairs: the stopped pair, 5 others
     proc = subprocess.Popen(
         [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
