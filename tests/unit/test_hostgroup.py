@@ -103,6 +103,49 @@ def test_a_port_in_use_says_so() -> None:
             HostGroup.join(0, 2, ADDR, port, 1.0)
 
 
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 on this machine")
+def test_rank_0_on_an_ipv6_address() -> None:
+    with socket.socket(socket.AF_INET6) as s:
+        try:
+            s.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback address here")
+        port = s.getsockname()[1]
+    out: dict[int, Any] = {}
+
+    def rank(r: int) -> None:
+        g = HostGroup.join(r, 2, "::1", port, 20.0)
+        out[r] = g.all_gather(f"r{r}")
+        g.close()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert out == {0: ["r0", "r1"], 1: ["r0", "r1"]}, out
+
+
+def test_rank_0_listens_everywhere_when_master_addr_is_not_its_own() -> None:
+    # 192.0.2.1 (TEST-NET-1, RFC 5737) is no address of this machine: rank 0 listens on every address
+    # and a rank reaches it on loopback (on a cluster: MASTER_ADDR behind NAT)
+    port = free_port()
+    out: dict[int, Any] = {}
+
+    def zero() -> None:
+        g = HostGroup.join(0, 2, "192.0.2.1", port, 20.0)
+        out[0] = g.all_gather(0)
+        g.close()
+
+    t = threading.Thread(target=zero)
+    t.start()
+    g = HostGroup.join(1, 2, ADDR, port, 20.0)
+    out[1] = g.all_gather(1)
+    g.close()
+    t.join(30)
+    assert out == {0: [0, 1], 1: [0, 1]}, out
+
+
 def _stray(
     port: int, payload: bytes, stop: threading.Event
 ) -> tuple[list[bytes], threading.Event, threading.Thread]:

@@ -77,16 +77,29 @@ def recv_frame(sock: socket.socket, deadline: float, who: str) -> Any:
 
 
 def _listen(addr: str, port: int) -> socket.socket:
+    """Rank 0's listener: on ``addr`` (IPv4 or IPv6, a name resolved), else on every address of this node
+    (``addr`` is not this node's own: behind NAT, or a name that resolves elsewhere)."""
+    why: list[str] = []
     try:
-        return socket.create_server((addr, port), backlog=64)
+        found = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)
     except OSError as exc:
-        if exc.errno == errno.EADDRNOTAVAIL:  # MASTER_ADDR is not this node's own (e.g. behind NAT)
-            return socket.create_server(("", port), backlog=64)
-        if exc.errno == errno.EADDRINUSE:
-            raise GroupError(
-                f"rank 0 cannot listen on {addr}:{port}: the port is in use (choose another master_port)"
-            ) from None
-        raise GroupError(f"rank 0 cannot listen on {addr}:{port}: {exc}") from None
+        found, why = [], [str(exc)]
+    for family, _, _, _, sockaddr in found:
+        try:
+            return socket.create_server(sockaddr, family=family, backlog=64)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise GroupError(
+                    f"rank 0 cannot listen on {addr}:{port}: the port is in use (choose another master_port)"
+                ) from None
+            why.append(str(exc))
+    try:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=64)
+        return socket.create_server(("", port), backlog=64)
+    except OSError as exc:
+        why.append(f"on every address: {exc}")
+        raise GroupError(f"rank 0 cannot listen on {addr}:{port}: {'; '.join(why)}") from None
 
 
 class HostGroup:
