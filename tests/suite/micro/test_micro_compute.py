@@ -70,10 +70,10 @@ def test_gemm_flops_min_time_window_survives_one_stalled_probe(monkeypatch):
     env = run_bench("gemm-flops", m=64, precision=["fp32"], min_time=0.2, **SMALL)
     assert env["status"] == "ok", env["reason"]
     # The window's own steps: all calls less the warm-up step and the probes (4 steps each). Sized from
-    # the stalled probe (0.3 s over 4 steps) it holds a few steps (PROBES = 1 here: 4 steps, 1 sample,
-    # the test fails); sized from an
-    # unstalled probe, 0.2 s of steps: hundreds on a quiet machine, 14-38 beside CI's other lane (CI,
-    # 11-28), where a step took 5-14 ms. (More than 3 holds while a 64^3 GEMM takes under 67 ms.)
+    # the stalled probe (0.3 s over 4 steps) it holds a few steps in one sample (PROBES = 1: 4 steps, 1
+    # sample: this fails). Sized from an unstalled probe it holds 0.2 s of steps: hundreds on a quiet
+    # machine, 38 beside CI's other lane (CI, 11-28: 51 calls) and 14 under a quiet-part CI run, where a
+    # step took 5-14 ms. More than 3 holds while a 64^3 GEMM step takes under 67 ms.
     window = calls["n"] - 1 - gf.PROBES * 4
     assert window > 3 and len(env["raw_data"]["fp32_flops"][0]) > 3, calls
 
