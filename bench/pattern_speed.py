@@ -28,30 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from fleetlib import SshFleet, mpi_login_key  # noqa: E402
+from fleetlib import PAIR_WISE_TCP, SshFleet, mpi_login_key  # noqa: E402
 from scale import STAGE_RE, wait_quiet  # noqa: E402
 
-CONFIG = """\
-version: v0.4
-fleet:
-  known_hosts: @KNOWN_HOSTS@
-  python: /usr/bin/python3
-  venv: true
-  install_requirements: never
-  forks: 32
-  master_port: 31411
-  env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}
-superbench:
-  benchmarks:
-    tcp-bw:
-      timeout: 120
-      modes:
-        - name: mpi
-          proc_num: 1
-          mca: {oob_tcp_if_include: lo}
-          pattern: {type: pair-wise}
-      parameters: {size: 8M, num_warmup: 1, num_steps: 3}
-"""
+CONFIG = PAIR_WISE_TCP.replace("@PORT@", "31411").replace("@TIMEOUT@", "120")
 
 
 def machine_cpu_s() -> float:

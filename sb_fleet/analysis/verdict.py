@@ -139,8 +139,7 @@ def after_confirmation(h: HostReport, flaky: bool, note: str) -> HostReport:
     """
     if h.verdict != FAILV:
         return h
-    if not flaky:
-        return replace(h, reason=f"{h.reason}; {note}" if h.reason else note)
-    if any(i.severity == INCOMPLETE for i in h.issues):
-        return replace(h, verdict=INCOMPLETEV, reason=f"{h.reason}; {note}" if h.reason else note)
-    return replace(h, verdict=FLAKY, reason=note)
+    if flaky and not any(i.severity == INCOMPLETE for i in h.issues):
+        return replace(h, verdict=FLAKY, reason=note)
+    reason = f"{h.reason}; {note}" if h.reason else note
+    return replace(h, verdict=INCOMPLETEV if flaky else FAILV, reason=reason)

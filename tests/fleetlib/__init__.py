@@ -418,3 +418,30 @@ def mpi_login_key(fleet: SshFleet) -> None:
         shutil.chown(key.with_suffix(".pub"), USER, USER)
     with open(fleet.dir / "authorized_keys", "a") as f:
         f.write(key.with_suffix(".pub").read_text())
+
+
+# A pair-wise tcp-bw in mpi mode over the fleet (tests/integration/test_patterns.py, bench/pattern_speed.py):
+# @PORT@ the rendezvous port, @TIMEOUT@ the benchmark's timeout.
+PAIR_WISE_TCP = """\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  python: /usr/bin/python3
+  venv: true
+  install_requirements: never
+  forks: 32
+  # below the ephemeral range (Linux: 32768-60999): a port an outgoing connection holds cannot be
+  # listened on (EADDRINUSE), and away from torch's default, which other tests on this machine use
+  master_port: @PORT@
+  env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}
+superbench:
+  benchmarks:
+    tcp-bw:
+      timeout: @TIMEOUT@
+      modes:
+        - name: mpi
+          proc_num: 1
+          mca: {oob_tcp_if_include: lo}
+          pattern: {type: pair-wise}
+      parameters: {size: 8M, num_warmup: 1, num_steps: 3}
+"""

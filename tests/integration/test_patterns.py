@@ -23,34 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleetlib import SshFleet, mpi_login_key
+from tests.fleetlib import PAIR_WISE_TCP, SshFleet, mpi_login_key
 from tests.integration.conftest import ROOT, SB_FLEET, sb_fleet, started_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CONFIG = """\
-version: v0.4
-fleet:
-  known_hosts: @KNOWN_HOSTS@
-  python: /usr/bin/python3
-  venv: true
-  install_requirements: never
-  forks: 32
-  # below the ephemeral range (Linux: 32768-60999): a port an outgoing connection holds cannot be
-  # listened on (EADDRINUSE), and away from torch's default, which other tests on this machine use
-  master_port: 31311
-  env: {GLOO_SOCKET_IFNAME: lo, OMP_NUM_THREADS: 1}
-superbench:
-  benchmarks:
-    tcp-bw:
-      timeout: @TIMEOUT@
-      modes:
-        - name: mpi
-          proc_num: 1
-          mca: {oob_tcp_if_include: lo}
-          pattern: {type: pair-wise}
-      parameters: {size: 8M, num_warmup: 1, num_steps: 3}
-"""
+CONFIG = PAIR_WISE_TCP.replace("@PORT@", "31311")
 
 
 @pytest.fixture(scope="module")

@@ -29,13 +29,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def join_all(world: int, port: int, work, timeout_s: float = 20.0, job: str = "r/0/1") -> dict[int, Any]:  # noqa: ANN001
+def join_all(  # noqa: ANN001
+    world: int, port: int, work, timeout_s: float = 20.0, job: str = "r/0/1", addr: str = ADDR
+) -> dict[int, Any]:
     """Every rank in its own thread: join, then ``work(group)``; rank -> what work returned (or raised)."""
     out: dict[int, Any] = {}
 
     def rank(r: int) -> None:
         try:
-            g = HostGroup.join(r, world, ADDR, port, timeout_s, job=job)
+            g = HostGroup.join(r, world, addr, port, timeout_s, job=job)
             try:
                 out[r] = work(g)
             finally:
@@ -111,18 +113,7 @@ def test_rank_0_on_an_ipv6_address() -> None:
         except OSError:
             pytest.skip("no IPv6 loopback address here")
         port = s.getsockname()[1]
-    out: dict[int, Any] = {}
-
-    def rank(r: int) -> None:
-        g = HostGroup.join(r, 2, "::1", port, 20.0)
-        out[r] = g.all_gather(f"r{r}")
-        g.close()
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in (1, 0)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    out = join_all(2, port, lambda g: g.all_gather(f"r{g.rank}"), addr="::1")
     assert out == {0: ["r0", "r1"], 1: ["r0", "r1"]}, out
 
 
@@ -280,42 +271,37 @@ def test_a_value_over_the_frame_limit_is_refused_before_it_is_sent() -> None:
         send_frame(a, "x" * (MAX_FRAME + 10))
 
 
-def test_rank_0_sending_something_else_than_the_list_is_an_error() -> None:
+def fake_rank_0(*answers: Any) -> socket.socket:
+    """A listener that accepts one rank and answers each frame it reads with the next of ``answers``,
+    then waits for the rank to close (the caller closes the listener)."""
     srv = socket.create_server((ADDR, 0))
-    port = srv.getsockname()[1]
 
-    def fake_zero() -> None:
+    def serve() -> None:
         conn, _ = srv.accept()
         with conn:
-            conn.recv(4096)
-            conn.sendall(_frame({"welcome": 2}))
-            conn.recv(4096)
-            conn.sendall(_frame({"not": "a list"}))
+            for answer in answers:
+                conn.recv(4096)
+                conn.sendall(_frame(answer))
             conn.recv(1)
 
-    t = threading.Thread(target=fake_zero, daemon=True)
-    t.start()
-    g = HostGroup.join(1, 2, ADDR, port, 5.0)
-    with pytest.raises(GroupError, match="sent dict where a list of 2 was due"):
-        g.all_gather(1)
-    g.close()
-    srv.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+def test_rank_0_sending_something_else_than_the_list_is_an_error() -> None:
+    with fake_rank_0({"welcome": 2}, {"not": "a list"}) as srv:
+        g = HostGroup.join(1, 2, ADDR, srv.getsockname()[1], 5.0)
+        with pytest.raises(GroupError, match="sent dict where a list of 2 was due"):
+            g.all_gather(1)
+        g.close()
 
 
 def test_a_refusal_is_said_to_the_refused_rank() -> None:
-    srv = socket.create_server((ADDR, 0))
-    port = srv.getsockname()[1]
-
-    def fake_zero() -> None:
-        conn, _ = srv.accept()
-        with conn:
-            conn.recv(4096)
-            conn.sendall(_frame({"refused": "another group's rank"}))
-
-    threading.Thread(target=fake_zero, daemon=True).start()
-    with pytest.raises(GroupError, match="refused rank 1: another group's rank"):
-        HostGroup.join(1, 2, ADDR, port, 5.0)
-    srv.close()
+    with (
+        fake_rank_0({"refused": "another group's rank"}) as srv,
+        pytest.raises(GroupError, match="refused rank 1: another group's rank"),
+    ):
+        HostGroup.join(1, 2, ADDR, srv.getsockname()[1], 5.0)
 
 
 TWO_RANKS = """

@@ -86,6 +86,11 @@ class RankContext:
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
 
+    @property
+    def uses_host_group(self) -> bool:
+        """Whether this rank's group is the plain TCP one (a host-only benchmark outside torchrun)."""
+        return self.device.type == "host" and "TORCHELASTIC_RUN_ID" not in os.environ
+
     @classmethod
     def from_env(cls, device: str = "auto") -> RankContext:
         """Build from torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE…) or sb-fleet's local mode (PROC_RANK)."""
@@ -115,7 +120,7 @@ class RankContext:
         """Join the group the launcher set up: NCCL on GPUs, gloo on CPU; a host-only benchmark outside
         torchrun (``mpi`` mode) joins a plain TCP group instead, with no torch import
         (:mod:`sb_bench.core.hostgroup`)."""
-        if self.device.type == "host" and "TORCHELASTIC_RUN_ID" not in os.environ:
+        if self.uses_host_group:
             if self.world_size > 1 and self.group is None:
                 self.group = _host_group(self.rank, self.world_size, timeout_s)
                 self.backend, self.distributed = "tcp", True

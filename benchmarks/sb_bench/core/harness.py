@@ -240,7 +240,7 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
             except Exception as exc:
                 return fail(
                     ReturnCode.DISTRIBUTED_SETTING_INIT_FAILURE,
-                    f"{'rank group' if ctx.device.type == 'host' else 'torch.distributed'} init failed: {exc}",
+                    f"{'rank group' if ctx.uses_host_group else 'torch.distributed'} init failed: {exc}",
                 )
         metrics = bench.metrics()
         harness = Harness(args)

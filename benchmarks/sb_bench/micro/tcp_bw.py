@@ -103,7 +103,7 @@ class TcpBw(Benchmark):
         t.start()
         while self.out is None:
             try:
-                self.out = socket.create_connection(tuple(nxt), timeout=10, source_address=(addr, 0))
+                self.out = socket.create_connection(nxt, timeout=10, source_address=(addr, 0))
             except OSError:
                 if time.monotonic() > deadline:
                     raise
