@@ -119,7 +119,13 @@ def test_an_inconsistency_fails_the_gate_only_if_it_shows_again(qfleet, tmp_path
         finally:
             done.set()
     inc = inconsistency(run_dir, r)
-    assert {tuple(sorted(g["hosts"])) for g in inc["groups"]} >= {tuple(sorted(slow))}, inc
+    # the planted fault: no group mixes a slow host with a fast one, and the two pairs are apart. Under
+    # a loaded CI the two slow hosts can themselves measure apart (CI 11-28: 6.9 and 5.2, each with 2.3%
+    # noise); a group of one slow host is then the detector being right, so it is allowed
+    fast = {h.name for h in qfleet.hosts} - slow
+    groups = [set(g["hosts"]) for g in inc["groups"]]
+    assert all(g <= slow or g <= fast for g in groups), inc
+    assert any(g <= slow for g in groups) and any(g <= fast for g in groups), inc
     rerun = json.loads((run_dir / "confirm-splits.json").read_text())
     assert [i["metric"] for i in rerun["inconsistent"]] == ["gemm-flops/fp32_flops"], rerun
     assert (run_dir / "confirm-splits" / "results-summary.jsonl").is_file()
