@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sb_fleet.analysis.figures.figures import Curve, Roofline
+    from sb_fleet.analysis.figures.figures import Curve, Roofline, RoofPoint
     from sb_fleet.analysis.figures.power import PowerPlot
 
 MAX_POWER_LABELS = 12  # more hosts: only those furthest below the fleet's line are named
@@ -150,6 +150,113 @@ def roofline_svg(rl: Roofline) -> str:
     ax.set_xlabel("arithmetic intensity (FLOP/byte)", fontsize=8)
     ax.set_ylabel("GFLOPS", fontsize=8)
     ax.set_title(f"{rl.host}: {rl.device}"[:70], fontsize=9)
+    if handles:
+        ax.legend(handles, labels, fontsize=7)
+    return _svg(fig)
+
+
+def roofline_fleet_svg(rls: list[Roofline], outlier: float = 0.1) -> str:
+    """One hardware model's roofline with every host as a dot: the roofs once (from the first host
+    that has them), each host's GEMM points (circles) and convolutions (triangles) in its roof's
+    colour, a failed result check as a cross at the floor; the hosts more than ``outlier`` off the
+    median of a point are named, the median's % of the roof is written once per point."""
+    import statistics
+
+    from matplotlib.lines import Line2D
+
+    fig, ax = _figure()
+    pts = [(rl.host, p) for rl in rls for p in rl.points]
+    ais = [p.intensity for _, p in pts] or [1.0]
+    peaks = [p.peak for _, p in pts if p.peak]
+    bw = next((rl.bandwidth for rl in rls if rl.bandwidth), None)
+    lo_x = min(ais + [1.0]) / 8
+    hi_x = max(ais) * 8
+    if bw and peaks:
+        lo_x = min(lo_x, min(peaks) / bw / 8)
+    xs = [lo_x * (hi_x / lo_x) ** (i / 60) for i in range(61)]
+    color_of: dict[str, str] = {}
+    for _, p in pts:
+        key = p.roof or p.precision
+        if key not in color_of:
+            color_of[key] = _COLORS[len(color_of) % len(_COLORS)]
+            if p.peak:
+                roof = [min(p.peak, x * bw) if bw else p.peak for x in xs]
+                ax.plot(xs, [r / 1e9 for r in roof], color=color_of[key], linewidth=1.2, label=f"{key} roof")
+    floor = 1e-3
+    by_label: dict[tuple[str, str], list[tuple[str, RoofPoint]]] = {}
+    for host, p in pts:
+        by_label.setdefault((p.kind, p.label), []).append((host, p))
+    for group in by_label.values():
+        ps = [p for _, p in group]
+        p0 = ps[0]
+        color = color_of[p0.roof or p0.precision]
+        marker = "^" if p0.kind == "conv" else "o"
+        ok = [p for p in ps if p.valid]
+        bad = [p for p in ps if not p.valid]
+        size = 5 if p0.kind == "conv" else 6
+        if ok:
+            ax.plot(
+                [p.intensity for p in ok],
+                [max(p.attained / 1e9, floor) for p in ok],
+                marker=marker,
+                markersize=size,
+                color=color,
+                linestyle="none",
+                alpha=0.55,
+                markeredgecolor="white",
+                markeredgewidth=0.5,
+            )
+        if bad:
+            ax.plot([p.intensity for p in bad], [floor] * len(bad), marker="x", color=color, linestyle="none")
+        med = statistics.median(p.attained for p in ps)
+        if p0.kind != "conv":
+            effs = [p.efficiency for p in ok if p.efficiency is not None]
+            label = f"{statistics.median(effs):.0%}" if effs else f"{med / 1e9:.3g}"
+            ax.annotate(
+                label,
+                (p0.intensity, max(med / 1e9, floor)),
+                textcoords="offset points",
+                xytext=(7, -3),
+                fontsize=7,
+            )
+        if len(ps) > 2 and med > 0:
+            for host, p in group:
+                if p.valid and abs(p.attained / med - 1) > outlier:  # a failed check: its cross says so
+                    ax.annotate(
+                        host,
+                        (p.intensity, max(p.attained / 1e9, floor)),
+                        textcoords="offset points",
+                        xytext=(-6, -11),
+                        fontsize=7,
+                        color="#b3261e",
+                        ha="right",
+                    )
+    grey = "#5a6270"
+    if bw and not peaks:
+        ax.plot(xs, [x * bw / 1e9 for x in xs], color=grey, linewidth=1, label="memory roof")
+    handles, labels = ax.get_legend_handles_labels()
+    kinds = {p.kind for _, p in pts}
+    if "conv" in kinds:
+        if "gemm" in kinds:
+            handles.append(Line2D([], [], marker="o", color=grey, linestyle="none"))
+            labels.append("GEMM")
+        handles.append(Line2D([], [], marker="^", color=grey, linestyle="none"))
+        labels.append("convolution")
+    if any(not p.valid for _, p in pts):
+        handles.append(Line2D([], [], marker="x", color=grey, linestyle="none"))
+        labels.append("check failed (0 FLOPS)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)", fontsize=8)
+    ax.set_ylabel("GFLOPS", fontsize=8)
+    ax.set_title(f"{rls[0].device or 'device unknown'}: {len(rls)} hosts"[:70], fontsize=9)
     if handles:
         ax.legend(handles, labels, fontsize=7)
     return _svg(fig)

@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable
 
 import sb_fleet.report.writers.figure_plots as plots
-from sb_fleet.analysis.figures.figures import CV_LIMIT, Curve, Figures, RoofPoint
+from sb_fleet.analysis.figures.figures import CV_LIMIT, Curve, Figures, Roofline, RoofPoint
 from sb_fleet.report.writers.figures_md import ENERGY_NOTE, MODEL_COLUMNS, cv_text, num, pct
 from sb_fleet.report.writers.plot_worker import submit
 
@@ -59,10 +59,33 @@ def start_plots(figs: Figures) -> list[Plot]:
                 "",
             )
         )
+    by_device: dict[str, list[Roofline]] = {}  # one plot per hardware model, every host a dot
     for rl in figs.rooflines:
-        convs = [p for p in rl.points if p.kind == "conv"]
-        said = [p.sentence for p in rl.points if p.kind != "conv"] + ([conv_summary(convs)] if convs else [])
-        caption = "; ".join(said) + f" — memory roof: {rl.bandwidth_source}"
+        by_device.setdefault(rl.device, []).append(rl)
+    for device, rls in by_device.items():
+        convs = [p for p in rls[0].points if p.kind == "conv"]
+        bw = next((rl for rl in rls if rl.bandwidth), None)
+        roof = (
+            f"memory roof: {bw.bandwidth_source}"
+            if bw is not None
+            else "no memory roof: no memory bandwidth known (none in the facts, none measured); "
+            "the compute roofs only"
+        )
+        if len(rls) == 1:
+            rl = rls[0]
+            said = [p.sentence for p in rl.points if p.kind != "conv"] + (
+                [conv_summary(convs)] if convs else []
+            )
+            caption = "; ".join(said) + f" — {roof}"
+            svg = submit(plots.roofline_svg, rl)
+        else:
+            caption = (
+                f"{device or 'device unknown'}: {len(rls)} hosts, each a dot per GEMM precision"
+                + (" and convolution" if convs else "")
+                + "; the % is the hosts' median share of the roof; a host more than 10% off the median is "
+                f"named — {roof}"
+            )
+            svg = submit(plots.roofline_fleet_svg, rls)
         more = ""
         if convs:
             more = (
@@ -73,7 +96,21 @@ def start_plots(figs: Figures) -> list[Plot]:
                 )
                 + "</ul></details>"
             )
-        out.append((submit(plots.roofline_svg, rl), caption, more))
+        if len(rls) > 1:
+            rows = "".join(
+                f'<tr><td class="mono">{_e(rl.host)}</td>'
+                + "".join(
+                    f"<td>{_e(p.label)}: {num(p.attained / 1e9)} GFLOPS ({pct(p.efficiency)})</td>"
+                    for p in rl.points
+                    if p.kind != "conv"
+                )
+                + "</tr>"
+                for rl in rls
+            )
+            more += (
+                f'<details><summary>each host\'s points</summary><table class="figs">{rows}</table></details>'
+            )
+        out.append((svg, caption, more))
     if figs.power_plot is not None:
         out.append(
             (

@@ -109,38 +109,95 @@ def junit_cases(health: dict, clean: Callable[[str], str]) -> tuple[list[str], i
 
 
 def html(health: dict) -> str:
-    """The ``<section id="health">`` of report.html: failing checks per host, drift tables (escaped)."""
+    """The ``<section id="health">`` of report.html: a card of what the checks found (hosts per
+    verdict, per check how many hosts warned or failed), the failing hosts with their evidence (each
+    opens its drill-down) and the drift tables; never an empty table. Everything escaped."""
     from html import escape as e
 
-    hosts = health.get("hosts") or {}
+    hosts = {h: d for h, d in (health.get("hosts") or {}).items() if isinstance(d, dict)}
+    verdicts: dict[str, int] = {}
+    per_check: dict[str, dict[str, int]] = {}
+    for d in hosts.values():
+        v = str(d.get("verdict"))
+        verdicts[v] = verdicts.get(v, 0) + 1
+        for c in d.get("checks") or ():
+            if isinstance(c, dict) and c.get("check"):
+                row = per_check.setdefault(str(c["check"]), {"pass": 0, "warn": 0, "fail": 0})
+                cv = str(c.get("verdict"))
+                row[cv] = row.get(cv, 0) + 1
+        if not d.get("checks"):  # a summary (report.json's) keeps the findings only
+            for f in d.get("findings") or ():
+                row = per_check.setdefault(str(f.get("check")), {"pass": 0, "warn": 0, "fail": 0})
+                fv = str(f.get("verdict"))
+                row[fv] = row.get(fv, 0) + 1
+    bad = sorted(h for h, d in hosts.items() if d.get("verdict") in ("fail", "unknown"))
+    said = ", ".join(
+        f'<b class="v-{"fail" if v in ("fail", "unknown") else ("incomplete" if v == "warn" else "pass")}">'
+        f"{n}</b> {e(v if v != 'unknown' else 'without a result')}"
+        for v, n in sorted(
+            verdicts.items(),
+            key=lambda kv: (
+                ("fail", "unknown", "warn", "pass").index(kv[0])
+                if kv[0] in ("fail", "unknown", "warn", "pass")
+                else 9
+            ),
+        )
+    )
     parts = [
-        '<section id="health"><style>#health table{border-collapse:collapse}'
-        "#health td,#health th{border:1px solid #ddd;padding:2px 6px}</style><h2>Health</h2>",
-        "<table><tr><th>host</th><th>check</th><th>value</th><th>rule</th><th>evidence</th></tr>",
+        '<section id="health"><h2>Health checks before the benchmarks'
+        f"{': every host healthy' if not bad else f': {len(bad)} host(s) unhealthy'}</h2>",
+        f"<p>{len(hosts)} host(s) checked: {said or 'no result'}.</p>",
     ]
-    rows = 0
-    for h, d in sorted(hosts.items()):
-        if not isinstance(d, dict):
-            continue
-        if d.get("verdict") == "unknown":
-            parts.append(
-                f"<tr><td>{e(h)}</td><td>(no result)</td><td></td><td></td><td>{e(str(d.get('problem')))}</td></tr>"
+    noted = {c: r for c, r in per_check.items() if r.get("warn") or r.get("fail")}
+    if per_check:
+        chips = "".join(
+            f'<span class="chip{" chip-fail" if r.get("fail") else (" chip-warn" if r.get("warn") else "")}">'
+            f"{e(c)}: {r.get('pass', 0)} pass"
+            + (f", {r['warn']} warn" if r.get("warn") else "")
+            + (f", {r['fail']} fail" if r.get("fail") else "")
+            + "</span>"
+            for c, r in sorted(
+                per_check.items(), key=lambda kv: (-kv[1].get("fail", 0), -kv[1].get("warn", 0), kv[0])
             )
-        for f in d.get("findings") or []:
-            if f.get("verdict") == "fail" and rows < 500:
-                rows += 1
-                parts.append(
-                    f"<tr><td>{e(h)}</td><td>{e(str(f.get('check')))}</td><td>{e(str(f.get('value'))[:80])}</td>"
-                    f"<td>{e(str(f.get('rule'))[:120])}</td><td>{e(str(f.get('evidence'))[:300])}</td></tr>"
+        )
+        parts.append(f'<div class="chips">{chips}</div>')
+    if not noted and not bad:
+        parts.append('<p class="muted">No check warned or failed on any host.</p>')
+    if bad:
+        rows = []
+        for h in bad[: MAX_HOSTS * 5]:
+            d = hosts[h]
+            link = (
+                f'<a href="#host={e(h, quote=True)}" data-host="{e(h, quote=True)}" class="mono">{e(h)}</a>'
+            )
+            if d.get("verdict") == "unknown":
+                rows.append(
+                    f"<tr><td>{link}</td><td>(no result)</td><td></td><td></td><td>{e(str(d.get('problem')))}</td></tr>"
                 )
-    parts.append("</table>")
+            for f in d.get("findings") or []:
+                if f.get("verdict") == "fail":
+                    rows.append(
+                        f"<tr><td>{link}</td><td>{e(str(f.get('check')))}</td><td>{e(str(f.get('value'))[:80])}</td>"
+                        f"<td>{e(str(f.get('rule'))[:120])}</td><td>{e(str(f.get('evidence'))[:300])}</td></tr>"
+                    )
+        more = len(bad) - MAX_HOSTS * 5
+        parts.append(
+            '<div class="scroll"><table><thead><tr><th>Host</th><th>Check</th><th>Value</th><th>Rule</th>'
+            "<th>Evidence</th></tr></thead><tbody>"
+            + "".join(rows[:2000])
+            + "</tbody></table></div>"
+            + (f'<p class="muted">{more} more unhealthy host(s) in health.json</p>' if more > 0 else "")
+        )
     for fact, table in sorted((health.get("drift") or {}).items()):
+        if not table:
+            continue
         maj = (health.get("majority") or {}).get(fact)
         parts.append(
-            f"<h3>Drift of {e(fact)} (fleet majority: {e(str(maj))})</h3><table><tr><th>value</th><th>hosts</th></tr>"
+            f"<h3>Drift of {e(fact)} (fleet majority: {e(str(maj))})</h3><table><thead><tr><th>Value</th>"
+            "<th>Hosts</th></tr></thead><tbody>"
         )
         for value, hs in sorted(table.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             parts.append(f"<tr><td>{e(str(value))}</td><td>{e(', '.join(hs[:50]))}</td></tr>")
-        parts.append("</table>")
+        parts.append("</tbody></table>")
     parts.append("</section>")
     return "".join(parts)

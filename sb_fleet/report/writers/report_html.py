@@ -10,6 +10,7 @@ No external file, font or library is loaded.
 from __future__ import annotations
 
 import html as _html
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,17 +85,99 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
     return plots
 
 
+SMALL_FLEET = 20  # a partition of fewer hosts is judged by majority agreement: a dot per host
+MAX_EVIDENCE = 400  # metrics drawn as dot plots at most (the rest: report.json)
+
+
+def _evidence(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """report.json's per-metric evidence of the partitions judged by majority agreement (fewer than
+    SMALL_FLEET hosts: one dot per host), in its order (flagged first); larger partitions are drawn as
+    histograms."""
+    return [e for e in doc.get("evidence") or () if 0 < len(e.get("hosts") or ()) < SMALL_FLEET]
+
+
+def _findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Population splits, two-host disagreements, inconsistent and too-noisy metrics, each with what it
+    did to the gate: ``fails`` the gate, did ``not_again`` (a re-run did not show it: no failure) or a
+    ``warning``."""
+    gates = doc.get("gates") or {}
+    fleet_gate = gates.get("fleet") or {}
+    expected_mix = bool((gates.get("populations") or {}).get("expected_mix"))
+    kinds = {r.get("kind") for r in (doc["gate"].get("reasons") or ())}
+
+    def effect(f: dict[str, Any], fails: bool) -> str:
+        if f.get("confirmed") is False:
+            return "not_again"
+        return "fails" if fails else "warning"
+
+    out: list[dict[str, Any]] = []
+    for sp in doc.get("populations") or ():
+        fails = "populations" in kinds if kinds else not expected_mix
+        out.append({"kind": "populations", "effect": effect(sp, fails), **sp})
+    for d in doc.get("disagreements") or ():
+        out.append({"kind": "disagreements", "effect": effect(d, True), **d})
+    for inc in doc.get("inconsistent") or ():
+        fails = "inconsistent" in kinds if kinds else fleet_gate.get("inconsistent", "fail") == "fail"
+        out.append({"kind": "inconsistent", "effect": effect(inc, fails), **inc})
+    for m in doc.get("too_noisy") or ():
+        fails = "too_noisy" in kinds if kinds else fleet_gate.get("too_noisy") == "fail"
+        out.append({"kind": "too_noisy", "effect": "fails" if fails else "warning", **m})
+    order = {"fails": 0, "warning": 1, "not_again": 2}
+    out.sort(key=lambda f: order[f["effect"]])  # stable: the kinds keep their order within each
+    return out
+
+
+def _headline(result: ReportResult, doc: dict[str, Any]) -> dict[str, Any]:
+    """What failed the gate first, the warnings beside it: report.json's ``headline`` where it has one,
+    else the gate's own reasons."""
+    h = doc.get("headline")
+    if isinstance(h, dict):
+        return {
+            "passed": bool(h.get("passed")),
+            "failed_by": list(h.get("failed_by") or ()),
+            "notes": list(h.get("notes") or ()),
+            "text": str(h.get("text") or ""),
+        }
+    gate = doc["gate"]
+    failed_by = [r["sentence"] for r in gate.get("reasons") or () if r.get("sentence")]
+    if not gate["passed"] and not failed_by:
+        failed_by = (
+            [
+                f"{gate['failing_hosts']} of {gate['total_hosts']} host(s) counted as failing "
+                f"({gate['allowed_failing_hosts']} allowed)"
+            ]
+            if gate["failing_hosts"]
+            else [gate["policy"]]
+        )
+    notes = []
+    if result.too_noisy:
+        notes.append(f"{len(result.too_noisy)} metric(s) too noisy to judge")
+    if result.inconsistent and gate["passed"]:
+        notes.append(f"{len(result.inconsistent)} metric(s) inconsistent")
+    word = "passed" if gate["passed"] else "failed: " + "; ".join(failed_by)
+    text = f"gate {word}" + (f" ({', '.join(notes)})" if notes else "")
+    return {"passed": bool(gate["passed"]), "failed_by": failed_by, "notes": notes, "text": text}
+
+
 def data(result: ReportResult, doc: dict[str, Any]) -> dict[str, Any]:
     bad = [h for h in doc["hosts"] if h["verdict"] != "pass"]
+    evidence = _evidence(doc)
     return {
         "source": doc["source"],
         "generated": doc["generated"],
         "summary": doc["summary"],
         "gate": doc["gate"],
+        "head": _headline(result, doc),
         "bad_hosts": bad[:MAX_BAD_HOSTS],
         "more_bad_hosts": max(0, len(bad) - MAX_BAD_HOSTS),
         "pass_hosts": [h["name"] for h in doc["hosts"] if h["verdict"] == "pass"],
         "plots": _family_plots(result),
+        "evidence": evidence[:MAX_EVIDENCE],
+        "more_evidence": max(0, len(evidence) - MAX_EVIDENCE),
+        "counted": list(
+            ((doc.get("gates") or {}).get("policy") or {}).get("count") or ("fail", "incomplete", "missing")
+        ),
+        "findings": _findings(doc),
         "problems": doc["problems"][:200],
         "warnings": doc["warnings"],
         "rules": doc["rules"],
@@ -124,32 +207,37 @@ def render(
     figures: Figures | None = None,
     figure_plots: list[Plot] | None = None,
 ) -> str:
-    title = headline(result)
-    page = PAGE.replace("@@TITLE@@", _html.escape(title)).replace(
-        "@@DATA@@", _embed({**data(result, doc), "headline": title})
-    )
+    d = data(result, doc)
+    title = "sb-fleet report: " + d["head"]["text"]
+    # Static sections, each where it belongs and only with content (the script fills the rest).
+    health = ""
+    if result.health is not None and result.health.get("hosts"):  # the checks before the benchmarks
+        from sb_fleet.report.writers.health_section import html as health_html
+
+        health = health_html(result.health)
+    figs = ""
     if figures is not None:  # the measured figures: static tables and matplotlib plots
         from sb_fleet.report.writers.figures_html import render as render_figures
 
-        anchor = "<section><h2>Metric distributions</h2>"  # the numbers first, then their spread
-        head, mark, tail = page.partition(anchor)
-        page = head + render_figures(figures, figure_plots) + "\n" + mark + tail
-    if result.health is not None:  # the checks before the benchmarks
-        from sb_fleet.report.writers.health_section import html as health_html
-
-        head, body_end, tail = page.rpartition("</body>")
-        page = head + health_html(result.health) + body_end + tail
+        figs = render_figures(figures, figure_plots)
+    more = []
     if result.history is not None:  # trend plots of flagged hosts and fleet medians (sb_fleet.history)
         from sb_fleet.history.trend_plots import html_section
 
-        head, body_end, tail = page.rpartition("</body>")
-        page = head + html_section(result.history) + body_end + tail
+        more.append(html_section(result.history))
     from sb_fleet.analysis.crossnode.pair_map import (
         pair_sections,  # a pattern run: pair heatmaps and verdicts
     )
 
     pairs = pair_sections(result.source)
     if pairs:
-        head, body_end, tail = page.rpartition("</body>")
-        page = head + pairs + body_end + tail
-    return page
+        more.append(pairs)
+    parts = {
+        "@@TITLE@@": _html.escape(title),
+        "@@DATA@@": _embed(d),
+        "<!--@@HEALTH@@-->": health,
+        "<!--@@FIGURES@@-->": figs,
+        "<!--@@MORE@@-->": "\n".join(more),
+    }
+    # one pass: what one part brings in is never taken for another part's marker
+    return re.sub("|".join(re.escape(k) for k in parts), lambda m: parts[m.group(0)], PAGE)
