@@ -50,7 +50,7 @@ table.figs td, table.figs th { padding: 3px 8px; } table.ranks { width: auto; ma
 h3 { font-size: 14px; margin: 14px 0 6px; }
 header ul { margin: 4px 0; padding-left: 20px; font-size: 15px; }
 header .notes { background: #ffffff22; border-radius: 4px; padding: 4px 8px; margin: 6px 0; display: inline-block; }
-header a, header .hostchip { color: #fff; }
+header a, header .hostchip { color: #fff; } [hidden] { display: none !important; }
 .hostchip { display: inline-block; font-family: ui-monospace, monospace; font-size: 12px; padding: 1px 6px; margin: 2px 3px 2px 0; border-radius: 10px; border: 1px solid currentColor; cursor: pointer; text-decoration: none; }
 a[data-host] { cursor: pointer; }
 .chips { display: flex; flex-wrap: wrap; gap: 6px; margin: 6px 0; }
@@ -302,7 +302,7 @@ button { font: inherit; padding: 4px 10px; cursor: pointer; }
     }
     document.getElementById("hosts-wrap").hidden = !shown;  // never a table of its header alone
     var more = rows.length > 500 ? " of " + rows.length + " (narrow the search)" : "";
-    document.getElementById("shown").textContent = shown + " shown" + more + (D.more_bad_hosts ? " (" + D.more_bad_hosts + " more in report.json)" : "");
+    document.getElementById("shown").textContent = (!shown && !q && !D.bad_hosts.length) ? "" : shown + " shown" + more + (D.more_bad_hosts ? " (" + D.more_bad_hosts + " more in report.json)" : "");
   }
   document.getElementById("q").addEventListener("input", renderHosts);
   document.getElementById("vf").addEventListener("change", renderHosts);
@@ -440,7 +440,9 @@ button { font: inherit; padding: 4px 10px; cursor: pointer; }
     });
     if (hi <= lo) { hi = lo + (Math.abs(lo) * 0.01 || 1); }
     var padx = (hi - lo) * 0.04;
+    var positive = lo >= 0;
     lo -= padx; hi += padx;
+    if (positive && lo < 0) { lo = 0; }  // a time or a rate: no negative axis
     var H = T + hs.length * RH + B;
     function x(v) { return L + (Math.min(hi, Math.max(lo, v)) - lo) / (hi - lo) * (W - L - R); }
     var s = sv("svg", {width: "100%", viewBox: "0 0 " + W + " " + H, "class": "dots", role: "img"});
@@ -486,6 +488,12 @@ button { font: inherit; padding: 4px 10px; cursor: pointer; }
         var rc = sv("circle", {"class": "ev-rerun", cx: x(h.rerun), cy: y, r: 4, stroke: h.status === "flagged" ? "#d93025" : "#1f5fa8", "data-host": h.name});
         var rtt = sv("title", {}); rtt.textContent = h.name + ": re-run " + fmt(h.rerun); rc.appendChild(rtt);
         s.appendChild(rc);
+      }
+      if (h.status === "flagged" && fin(h.reference) && h.reference) {  // how far off, beside the dot
+        var right = cx < (L + W - R) / 2;
+        var dl = sv("text", {x: cx + (right ? 9 : -9), y: y - 4, "text-anchor": right ? "start" : "end", fill: "#b3261e"});
+        dl.textContent = pct(h.value / h.reference - 1);
+        s.appendChild(dl);
       }
       var c = sv("circle", {"class": "ev-dot ev-" + h.status, cx: cx, cy: y, r: 4.5, "data-host": h.name});
       var tt = sv("title", {}); tt.textContent = tip; c.appendChild(tt);

@@ -27,9 +27,13 @@ if TYPE_CHECKING:
 BINS = 40
 MAX_MARKERS = 300
 MAX_BAD_HOSTS = 5000
+SMALL_FLEET = 20  # a partition of fewer hosts is judged by majority agreement: a dot per host
+MAX_EVIDENCE = 400  # metrics drawn as dot plots at most (the rest: report.json)
 
 
-def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
+def _family_plots(result: ReportResult, small: bool = False) -> list[dict[str, Any]]:
+    """One histogram per family; with ``small``, none of a population of fewer than SMALL_FLEET hosts
+    (their evidence draws every host as a dot instead)."""
     fleet = result.fleet
     by_col: dict[int, list[int]] = {}
     for row, col in result.flagged_cells:
@@ -40,6 +44,8 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
         rows = result.partitions.get(fam.partition)
         if rows is None:
             rows = np.arange(len(fleet.hosts))
+        if small and len(rows) < SMALL_FLEET:
+            continue
         block = fleet.values[np.ix_(rows, np.asarray(cols, dtype=np.int64))]
         flat = block[~np.isnan(block)]
         if flat.size == 0:
@@ -83,10 +89,6 @@ def _family_plots(result: ReportResult) -> list[dict[str, Any]]:
         )
     plots.sort(key=lambda p: (-len(p["markers"]), p["family"]))
     return plots
-
-
-SMALL_FLEET = 20  # a partition of fewer hosts is judged by majority agreement: a dot per host
-MAX_EVIDENCE = 400  # metrics drawn as dot plots at most (the rest: report.json)
 
 
 def _evidence(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -171,7 +173,7 @@ def data(result: ReportResult, doc: dict[str, Any]) -> dict[str, Any]:
         "bad_hosts": bad[:MAX_BAD_HOSTS],
         "more_bad_hosts": max(0, len(bad) - MAX_BAD_HOSTS),
         "pass_hosts": [h["name"] for h in doc["hosts"] if h["verdict"] == "pass"],
-        "plots": _family_plots(result),
+        "plots": _family_plots(result, small=bool(evidence)),
         "evidence": evidence[:MAX_EVIDENCE],
         "more_evidence": max(0, len(evidence) - MAX_EVIDENCE),
         "counted": list(
