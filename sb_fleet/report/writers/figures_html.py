@@ -104,6 +104,11 @@ def start_plots(figs: Figures) -> list[Plot]:
                     for p in rl.points
                     if p.kind != "conv"
                 )
+                + (
+                    f"<td>{_e(conv_summary(cs))}</td>"
+                    if (cs := [p for p in rl.points if p.kind == "conv"])
+                    else ""
+                )
                 + "</tr>"
                 for rl in rls
             )
