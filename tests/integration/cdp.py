@@ -68,7 +68,9 @@ class Browser:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
-                pass_fds=(3, 4),
+                # Not pass_fds=(3, 4): that needs 3 and 4 open here, and closes what place() made. The
+                # parent's own descriptors are close-on-exec (Python's default), so none leaks.
+                close_fds=False,
                 preexec_fn=place,  # noqa: PLW1509 (single-threaded test process)
             )
         os.close(hi_r)

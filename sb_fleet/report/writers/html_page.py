@@ -163,7 +163,7 @@ button { font: inherit; padding: 4px 10px; cursor: pointer; }
   });
   if (counted.length) {
     var cdiv = document.getElementById("counted");
-    cdiv.appendChild(document.createTextNode(counted.length + " host(s) counted: "));
+    cdiv.appendChild(document.createTextNode("Hosts behind the verdict (" + counted.length + "): "));
     counted.slice(0, 24).forEach(function (n) { cdiv.appendChild(hostLink(n)); });
     if (counted.length > 24) { cdiv.appendChild(document.createTextNode(" and " + (counted.length - 24) + " more (table below)")); }
   }
