@@ -5,13 +5,36 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from sb_fleet.analysis.issues import FAIL, Issue, relative
 from sb_fleet.analysis.superbench.metric_names import Directions, baseline_of, parse_metric
 from sb_fleet.config.gatespec import Gates, Policy
+
+# What can fail the gate (GateReason.kind), in the order a headline names them.
+REASON_KINDS = (
+    "hosts",  # more hosts counted as failing than the policy allows
+    "populations",  # an unexpected population split that showed again (or was not re-run)
+    "disagreements",  # two hosts disagree beyond their noise with no majority
+    "inconsistent",  # steady hosts disagree with no majority
+    "too_noisy",  # gates.fleet.too_noisy: fail
+    "fabric",  # a bad link or path (a pattern run)
+    "history",  # regressions against the fleet's own past
+)
+
+
+@dataclass(frozen=True)
+class GateReason:
+    """One thing that failed the gate, in words a headline can carry (``kind``: :data:`REASON_KINDS`)."""
+
+    kind: str
+    sentence: str
+    hosts: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "sentence": self.sentence, "hosts": list(self.hosts)}
 
 
 @dataclass(frozen=True)
@@ -21,6 +44,13 @@ class GateResult:
     total: int
     allowed_hosts: int
     policy: str  # in words
+    reasons: tuple[GateReason, ...] = ()  # what failed it (empty when it passed)
+
+    def failed_by(self, reason: GateReason, policy_note: str) -> GateResult:
+        """The gate failed also by ``reason`` (``policy_note``: what the policy string adds)."""
+        return replace(
+            self, passed=False, policy=f"{self.policy}; {policy_note}", reasons=(*self.reasons, reason)
+        )
 
     def to_json(self) -> dict:
         return {
@@ -29,6 +59,7 @@ class GateResult:
             "total_hosts": self.total,
             "allowed_failing_hosts": self.allowed_hosts,
             "policy": self.policy,
+            "reasons": [r.to_json() for r in self.reasons],
         }
 
 
@@ -117,8 +148,8 @@ def apply_baseline_gate(
     return issues
 
 
-def decide(policy: Policy, verdicts: list[str]) -> GateResult:
-    """Apply the policy to every host's verdict."""
+def decide(policy: Policy, verdicts: list[str], names: list[str] | None = None) -> GateResult:
+    """Apply the policy to every host's verdict (``names``: the hosts, in the same order, for the reason)."""
     total = len(verdicts)
     counted = sum(1 for v in verdicts if v in policy.count)
     limits = []
@@ -134,6 +165,21 @@ def decide(policy: Policy, verdicts: list[str]) -> GateResult:
         words.append(f"at most {policy.max_failed_percent:g}% of hosts")
     what = "/".join(policy.count)
     text = (" and ".join(words) if words else "no host") + f" counted as {what}"
+    reasons: tuple[GateReason, ...] = ()
+    if counted > allowed:
+        who = tuple(n for n, v in zip(names or [], verdicts, strict=False) if v in policy.count)
+        reasons = (
+            GateReason(
+                "hosts",
+                f"{counted} of {total} host(s) counted as {what} ({allowed} allowed)",
+                who,
+            ),
+        )
     return GateResult(
-        passed=counted <= allowed, counted=counted, total=total, allowed_hosts=allowed, policy=text
+        passed=counted <= allowed,
+        counted=counted,
+        total=total,
+        allowed_hosts=allowed,
+        policy=text,
+        reasons=reasons,
     )

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sb_fleet.analysis import evidence as ev
 from sb_fleet.analysis.detect import category_of
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.noise_priors import noise_prior
@@ -73,14 +74,40 @@ class Disagreement:
     values: tuple[float, float]
     deviation: float  # (second - first) / first
     sigmas: float  # |difference| in noise units of one value
+    # validate's re-run: None (none ran), or whether the two hosts disagreed the same way again, and how
+    # (a disagreement found inside a population split that did not show again is not confirmed either)
+    confirmed: bool | None = None
+    confirmation: str = ""
+
+    @property
+    def key(self) -> str:
+        """Its identity across two analyses of one run: the metric and the two hosts."""
+        return disagreement_key(self.metric, self.hosts)
+
+    @property
+    def standing(self) -> bool:
+        """Not cleared by a re-run (a finding, unless it did not show again)."""
+        return self.confirmed is not False
+
+    @property
+    def groups(self) -> tuple[tuple[str], tuple[str]]:
+        """The two hosts as groups, the lower value first (as :class:`Inconsistency`'s)."""
+        a, b = self.hosts
+        return ((a,), (b,)) if self.values[0] <= self.values[1] else ((b,), (a,))
+
+    @property
+    def apart(self) -> float:
+        lo, hi = sorted(self.values)
+        return hi / lo - 1 if lo > 0 else math.inf
 
     def sentence(self) -> str:
         a, b = self.hosts
         va, vb = self.values
-        return (
-            f"{self.metric}: {a} {va:.4g} vs {b} {vb:.4g} ({self.deviation * 100:+.1f}%, "
-            f"{self.sigmas:.1f} noise sigmas): two hosts and no prior, so neither is named the faulty one"
-        )
+        head = f"{self.metric}: {a} {va:.4g} vs {b} {vb:.4g} ({self.deviation * 100:+.1f}%, {self.sigmas:.1f} noise sigmas)"
+        if self.confirmed is False:
+            return f"{head}; {self.confirmation}: not a finding"
+        checked = f"; validate's re-run {self.confirmation}" if self.confirmed else ""
+        return f"{head}: two hosts and no majority, so neither is named the faulty one{checked}"
 
     def to_json(self) -> dict:
         return {
@@ -89,7 +116,17 @@ class Disagreement:
             "values": list(self.values),
             "deviation": round(self.deviation, 6),
             "noise_sigmas": round(self.sigmas, 3),
+            **(
+                {"confirmed": self.confirmed, "confirmation": self.confirmation}
+                if self.confirmed is not None
+                else {}
+            ),
         }
+
+
+def disagreement_key(metric: str, hosts: Sequence[str]) -> str:
+    """A disagreement's identity (:attr:`Disagreement.key`), also from report.json's fields."""
+    return "|".join(["disagreement", metric, *sorted(hosts)])
 
 
 @dataclass(frozen=True)
@@ -201,6 +238,8 @@ class MajorityResult:
     disagreements: list[Disagreement] = field(default_factory=list)
     noisy: list[NoisyMetric] = field(default_factory=list)
     inconsistent: list[Inconsistency] = field(default_factory=list)
+    # what each judged metric's verdict used: values, noise, references, limits (analysis.evidence)
+    evidence: list[ev.MetricEvidence] = field(default_factory=list)
 
 
 def _nanmedian(a: np.ndarray, axis: int) -> np.ndarray:
@@ -298,7 +337,37 @@ def majority_check(
             settings.min_deviation, settings.threshold * prior[None, :] * infl
         )
         noisy = usable & ~hit & (catchable > promised)
+        lim, lim_hi = ev.limits(
+            ref, settings.threshold * sigma * infl, settings.min_deviation, direc[None, :]
+        )
 
+    for j, name in enumerate(names):
+        status = [
+            ev.FLAGGED
+            if hit[r, j]
+            else ev.TOO_NOISY
+            if noisy[r, j]
+            else ev.OK
+            if usable[r, j]
+            else ev.UNJUDGED
+            for r in range(n)
+        ]
+        found = ev.metric_evidence(
+            name,
+            "",
+            int(direc[j]),
+            hosts,
+            v[:, j],
+            own[:, j],
+            sigma[:, j],
+            ref[:, j],
+            lim[:, j],
+            lim_hi[:, j],
+            status,
+            bool(incons[j]),
+        )
+        if found is not None:
+            out.evidence.append(found)
     for r, j in zip(*np.nonzero(hit), strict=True):
         out.issues.setdefault(int(r), []).append(
             Issue(

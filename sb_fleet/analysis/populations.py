@@ -68,6 +68,12 @@ class PopulationSplit:
         lo, hi = self.centers
         return hi / lo - 1 if lo else math.inf
 
+    def short(self) -> str:
+        """The split in a few words: the family, the two sides' sizes and how far apart they are."""
+        lo, hi = self.groups
+        where = f" within {self.scope}" if self.scope else ""
+        return f"{self.family}{where}: {len(lo)} vs {len(hi)} host(s), {self.apart * 100:.0f}% apart"
+
     def sentence(self) -> str:
         lo, hi = self.groups
         show = ", ".join(self.families[:4]) + (

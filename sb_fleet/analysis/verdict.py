@@ -11,6 +11,12 @@
 - ``flaky`` (validate's confirmation run only): a failed host none of whose
   findings showed again; a host that is also incomplete stays incomplete
   (the re-run clears its findings, not what it failed to report).
+- ``unconfirmed`` (validate's confirmation run only): a host failed on the
+  fleet's statistics alone that validate's bound left out of its re-run:
+  more hosts were flagged than it re-runs, a sign of a noisy run, so the
+  host is named but not failed on that alone (``validate --confirm`` re-runs
+  every failing host). Neither ``flaky`` nor ``unconfirmed`` is ever counted
+  by the gate policy.
 
 ``outcome`` is the spine's word for the host when the run directory has
 one; otherwise ``ok`` for a host that reported and ``unknown`` for one that
@@ -29,6 +35,12 @@ VERDICTS = (PASS, FAILV, INCOMPLETEV, MISSING)
 # validate --confirm: a host whose findings did not reproduce in the confirmation run (never counted
 # by the gate policy; in the counts only when some host has it, so other reports keep their shape).
 FLAKY = "flaky"
+UNCONFIRMED = "unconfirmed"
+# The checks that infer a fault from the fleet's own statistics (every other check names an explicit
+# reason: a rule, baseline, limit, SKU reference, history, return code, missing result or outcome).
+INFERRED_CHECKS = frozenset(
+    {"fleet", "sibling", "fleet-combined", "sibling-combined", "majority", "majority-combined"}
+)
 BAD_OUTCOMES = frozenset(o.value for o in Outcome if o is not Outcome.OK)  # the closed set, from its enum
 
 
@@ -143,3 +155,17 @@ def after_confirmation(h: HostReport, flaky: bool, note: str) -> HostReport:
         return replace(h, verdict=FLAKY, reason=note)
     reason = f"{h.reason}; {note}" if h.reason else note
     return replace(h, verdict=INCOMPLETEV if flaky else FAILV, reason=reason)
+
+
+def on_statistics_alone(h: HostReport) -> bool:
+    """A failing host every finding of which comes from the fleet's statistics (:data:`INFERRED_CHECKS`)."""
+    return h.verdict == FAILV and bool(h.issues) and all(i.check in INFERRED_CHECKS for i in h.issues)
+
+
+def not_confirmed(h: HostReport, note: str) -> HostReport:
+    """A host validate's bound left out of its confirmation run: ``unconfirmed`` when it fails on the
+    fleet's statistics alone (never failed on them without a re-run), else as it was, with ``note``."""
+    if h.verdict != FAILV:
+        return h
+    reason = f"{h.reason}; {note}" if h.reason else note
+    return replace(h, verdict=UNCONFIRMED if on_statistics_alone(h) else FAILV, reason=reason)

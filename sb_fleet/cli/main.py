@@ -231,6 +231,9 @@ def validate(**kw: Any) -> int:
     report = run.rd.path / "report.md"
     click.echo(report.read_text() if report.exists() else "")
     click.echo(f"report: {report} (also report.json, report.html, junit.xml)")
+    said = _headline_of(run.rd.path / "report.json")
+    if said:  # the last lines say what failed the gate, whatever the report above holds
+        click.echo(said)
     click.echo(f"run directory: {run.rd.path}")
     if kw.get("drain") and (run.rd.path / "report.json").exists():
         from sb_fleet.fleet.slurm_drain import drain_run
@@ -239,6 +242,18 @@ def validate(**kw: Any) -> int:
         click.echo(text)
         code = max(code, drained)
     return code
+
+
+def _headline_of(path: Path) -> str:
+    """report.json's headline (what failed the gate, the warnings beside it), or "" when it has none."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return ""
+    head = doc.get("headline") if isinstance(doc, dict) else None
+    return str(head.get("text") or "") if isinstance(head, dict) else ""
 
 
 @main.command()

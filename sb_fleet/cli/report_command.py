@@ -119,6 +119,8 @@ def _report(
 
         configured = load_config(config).fleet.history
         history = Path(configured) if configured else None
+    from sb_fleet.report.headline import headline
+
     out_dir = out if out is not None else _default_out(source)
     with plot_worker.started(source):  # a large run: matplotlib is imported beside the analysis
         result = report(
@@ -143,11 +145,12 @@ def _report(
             click.echo(f"SuperBench diagnosis: {sb_paths[0].with_suffix('.*')}")
     if not quiet:
         c = result.counts()
+        extra = "".join(f", {c[v]} {v}" for v in ("flaky", "unconfirmed") if c.get(v))
         click.echo(
             f"{len(result.hosts)} hosts: {c['pass']} pass, {c['fail']} fail, {c['incomplete']} incomplete, "
-            f"{c['missing']} missing; gate {'passed' if result.gate.passed else 'FAILED'} "
-            f"({result.gate.counted} counted, {result.gate.allowed_hosts} allowed)"
+            f"{c['missing']} missing{extra}"
         )
+        click.echo(headline(result).text())
         if result.problems:
             click.echo(
                 f"{len(result.problems)} malformed result line(s); first: {result.problems[0]}", err=True

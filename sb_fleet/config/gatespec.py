@@ -251,8 +251,9 @@ class ConfirmGate(BaseModel):
     """``gates.confirm``: plain ``validate`` re-runs the benchmarks of the hosts that fail on the fleet's
     statistics alone (fleet, sibling and majority checks; no explicit reason) on them and on a few
     control hosts before the verdict, and fails them only if they deviate again
-    (:mod:`sb_fleet.history.confirm`). At most max(min_hosts, max_percent of the hosts), and never more
-    than max_hosts, worst first; ``validate --no-confirm`` (or ``auto: false``) turns it off."""
+    (:mod:`sb_fleet.history.confirm`). Every such host in a fleet of fewer than all_below_hosts; else
+    at most max(min_hosts, max_percent of the hosts), and never more than max_hosts, worst first: the
+    hosts over that bound are ``unconfirmed``, not failed (so many candidates mean a noisy run); ``validate --no-confirm`` (or ``auto: false``) turns it off."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -260,6 +261,8 @@ class ConfirmGate(BaseModel):
     max_hosts: int | None = Field(default=None, ge=0)
     max_percent: float = Field(default=5.0, ge=0, le=100)
     min_hosts: int = Field(default=2, ge=0)
+    # a fleet of fewer hosts re-runs every host that fails on fleet statistics alone (a rack)
+    all_below_hosts: int = Field(default=20, ge=0)
 
 
 Gates.model_rebuild()

@@ -13,12 +13,12 @@ import contextlib
 import dataclasses
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sb_fleet.errors import RunDirError
+from sb_fleet.errors import ResultsError, RunDirError
 from sb_fleet.exits import exit_for
 from sb_fleet.fleet.executor import Executor, Started
 from sb_fleet.fleet.pattern_followup import follow_up
@@ -280,7 +280,11 @@ def hold_back(run: RunInputs, opts: Options, outcomes: dict[str, HostOutcome], h
 
 
 def analyse_run(
-    run: RunInputs, opts: Options, confirmations: dict | None = None, split_checks: dict | None = None
+    run: RunInputs,
+    opts: Options,
+    confirmations: dict | None = None,
+    split_checks: dict | None = None,
+    unconfirmed: Collection[str] = (),
 ) -> ReportResult:
     """The fleet analysis of the run directory. With a history store (``--history`` or fleet.history),
     the run is judged against and recorded in it; with ``--rules``/``--baseline``, SuperBench's rules
@@ -295,7 +299,27 @@ def analyse_run(
         history=opts.history or run.config.fleet.history,
         confirmations=confirmations,
         split_checks=split_checks,
+        unconfirmed=unconfirmed,
+        reruns=rerun_values_of(run.rd.path) if confirmations or split_checks else None,
     )
+
+
+def rerun_values_of(run_dir: Path) -> dict[str, dict[str, float]]:
+    """validate's re-run values (host -> metric -> value) from its confirmation sub-runs, where they ran
+    (a host's value from the confirmation of its own findings before one from a re-run split)."""
+    from sb_fleet.analysis.fleet_results import load_fleet
+    from sb_fleet.history.confirm import rerun_values
+
+    out: dict[str, dict[str, float]] = {}
+    for sub in ("confirm-splits", "confirm"):
+        if (run_dir / sub).is_dir():
+            try:
+                again = load_fleet(run_dir / sub)
+            except ResultsError:  # a sub-run that left no results: nothing to draw beside the first
+                continue
+            for host, vals in rerun_values(again.hosts, again.columns, again.values).items():
+                out.setdefault(host, {}).update(vals)
+    return out
 
 
 def report(
@@ -391,19 +415,19 @@ def verdict(run: RunInputs, opts: Options) -> int:
             return report(run, opts, result=first)
         return report(run, opts, result=analyse_run(run, opts, None, splits))
     results, doc = done
-    final = analyse_run(run, opts, results, splits) if results or splits else first
     beyond = set((doc.get("selection") or {}).get("not_confirmed") or [])
-    if beyond:  # over the bound (or not run): the first verdict stands, and the report says so
-        note = f"not confirmed ({doc['not_run']})" if doc.get("not_run") else NOT_CONFIRMED
+    # over the bound: more hosts flagged on fleet statistics than validate re-runs, so not failed on them
+    # alone (unconfirmed); a confirmation that could not run at all leaves the first verdicts standing
+    over = () if doc.get("not_run") else tuple(sorted(beyond))
+    final = analyse_run(run, opts, results, splits, over) if results or splits or over else first
+    if beyond and doc.get("not_run"):  # not run: the first verdict stands, and the report says so
+        note = f"not confirmed ({doc['not_run']})"
         final.hosts = [
             dataclasses.replace(h, reason=_joined(h.reason, note)) if h.name in beyond else h
             for h in final.hosts
         ]
     final.confirmation = doc
     return report(run, opts, result=final)
-
-
-NOT_CONFIRMED = "not confirmed (over validate's bound on the hosts it re-runs; --confirm re-runs them all)"
 
 
 def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[str, tuple[bool, str]] | None:
@@ -417,24 +441,29 @@ def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[s
     import yaml
 
     from sb_fleet.analysis.fleet_results import load_fleet
+    from sb_fleet.analysis.majority import Disagreement, Inconsistency
     from sb_fleet.history import confirm as cf
     from sb_fleet.safe_files import atomic_write_text
 
     splits = [] if run.config.gates.populations.expected_mix else list(first.populations)
     incs = list(first.inconsistent) if run.config.gates.fleet.inconsistent == "fail" else []
-    if not splits and not incs:
+    dis = list(first.disagreements)  # two hosts, no majority: it fails the gate only if it shows again
+    if not splits and not incs and not dis:
         return None
     t0 = time.monotonic()
+    metric_findings: list[Inconsistency | Disagreement] = [*incs, *dis]
     benchmarks = sorted(
-        {cf.benchmark_of(f) for sp in splits for f in sp.families} | {cf.benchmark_of(i.metric) for i in incs}
+        {cf.benchmark_of(f) for sp in splits for f in sp.families}
+        | {cf.benchmark_of(i.metric) for i in metric_findings}
     )
-    groups = [g for sp in splits for g in sp.groups] + [g for i in incs for g in i.groups]
+    groups = [g for sp in splits for g in sp.groups] + [g for i in metric_findings for g in i.groups]
     hosts = sorted({h for g in groups for h in g})
     cfg = cf.confirm_config(yaml.safe_load((run.rd.path / "config.yaml").read_text()), benchmarks)
     if cfg is None or len(run.inventory.sources) != 1:
         return None
     parts = [f"{len(splits)} population split(s)"] if splits else []
     parts += [f"{len(incs)} inconsistent metric(s)"] if incs else []
+    parts += [f"{len(dis)} disagreement(s) of two hosts"] if dis else []
     what = " and ".join(parts)
     say(opts, f"confirmation: re-running {', '.join(benchmarks)} on the {len(hosts)} hosts of {what}")
     cfg_path = run.rd.path / "confirm-splits-config.yaml"
@@ -445,8 +474,7 @@ def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[s
     sub_stages(sub, opts)
     again = load_fleet(sub.rd.path)
     rerun = cf.rerun_values(again.hosts, again.columns, again.values)
-    out = {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in splits}
-    out.update({i.key: cf.inconsistency_shows_again(i.metric, i.groups, i.apart, rerun) for i in incs})
+    out = cf.recheck(splits, metric_findings, rerun)
     seconds = time.monotonic() - t0
     run.rd.write_json(
         "confirm-splits.json",
@@ -461,6 +489,9 @@ def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[s
             ],
             "inconsistent": [
                 {**i.to_json(), "showed_again": out[i.key][0], "how": out[i.key][1]} for i in incs
+            ],
+            "disagreements": [
+                {**d.to_json(), "showed_again": out[d.key][0], "how": out[d.key][1]} for d in dis
             ],
         },
     )
@@ -510,7 +541,7 @@ def confirm(
     selection = None
     if mode == "auto":
         g = run.config.gates.confirm
-        limit = cf.confirm_limit(len(first.hosts), g.max_percent, g.min_hosts, g.max_hosts)
+        limit = cf.confirm_limit(len(first.hosts), g.max_percent, g.min_hosts, g.max_hosts, g.all_below_hosts)
         selection = cf.select_for_confirmation(first.hosts, limit)
         if not selection.chosen and not selection.beyond:
             return None

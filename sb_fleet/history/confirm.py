@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from sb_fleet.analysis.stats import MAD_TO_SIGMA
 from sb_fleet.analysis.superbench.metric_names import parse_metric
+from sb_fleet.analysis.verdict import INFERRED_CHECKS
 
 CONFIRMED, FLAKY = "confirmed", "flaky"
 DEFAULT_CONTROLS = 3
@@ -35,11 +36,9 @@ DEFAULT_CONTROLS = 3
 _NOT_REPEATABLE = {"missing-host", "outcome"}
 # The checks that infer a fault from the fleet's own statistics: a host failed by these alone is what
 # plain validate confirms before it condemns (every other check names an explicit reason).
-INFERRED_CHECKS = frozenset(
-    {"fleet", "sibling", "fleet-combined", "sibling-combined", "majority", "majority-combined"}
-)
 DEFAULT_MAX_PERCENT = 5.0
 DEFAULT_MIN_HOSTS = 2
+DEFAULT_ALL_BELOW = 20  # a fleet of fewer hosts has every candidate re-run (majority agreement's range)
 # A finding reproduces only beyond the run-to-run noise the control hosts measured: the healthy controls'
 # own moves between the two runs (after the common shift) give that noise, and the flagged host's repeat
 # must lie this many of its sigmas beyond the reference (3: one-sided 0.13% for a healthy host).
@@ -138,10 +137,12 @@ def confirm_limit(
     max_percent: float = DEFAULT_MAX_PERCENT,
     min_hosts: int = DEFAULT_MIN_HOSTS,
     max_hosts: int | None = None,
+    all_below: int = DEFAULT_ALL_BELOW,
 ) -> int:
-    """How many hosts plain validate re-runs at most: max(min_hosts, max_percent of the hosts, rounded
-    down), and never more than ``max_hosts`` when given."""
-    limit = max(min_hosts, math.floor(n_hosts * max_percent / 100 + 1e-9))
+    """How many hosts plain validate re-runs at most: every one in a fleet of fewer than ``all_below``
+    hosts (a rack: its re-run costs one benchmark pass), else max(min_hosts, max_percent of the hosts,
+    rounded down); never more than ``max_hosts`` when given."""
+    limit = n_hosts if n_hosts < all_below else max(min_hosts, math.floor(n_hosts * max_percent / 100 + 1e-9))
     return limit if max_hosts is None else min(limit, max_hosts)
 
 
@@ -463,6 +464,7 @@ __all__ = [
     "rerun_values",
     "groups_show_again",
     "inconsistency_shows_again",
+    "recheck",
     "select_for_confirmation",
     "split_shows_again",
 ]
@@ -482,6 +484,30 @@ def inconsistency_shows_again(
     """Did steady hosts that disagreed with no majority (``majority.Inconsistency``) disagree the same
     way in the re-run? Each host's value of ``metric``; see :func:`groups_show_again`."""
     return groups_show_again(lambda m: m == metric, groups, apart, rerun)
+
+
+class GroupFinding(Protocol):
+    """A finding about groups of hosts that validate re-runs before it fails the gate: a population split
+    (its family), an inconsistency or a disagreement (its metric)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def groups(self) -> Sequence[Sequence[str]]: ...
+    @property
+    def apart(self) -> float: ...
+
+
+def recheck(
+    splits: Sequence[Any], metric_findings: Sequence[Any], rerun: Mapping[str, Mapping[str, float]]
+) -> dict[str, tuple[bool, str]]:
+    """Did each finding show again in the re-run? ``splits``: population splits (their ``family``);
+    ``metric_findings``: inconsistencies and disagreements (their ``metric``); key -> (showed again, how)."""
+    out = {sp.key: split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in splits}
+    out.update(
+        {f.key: inconsistency_shows_again(f.metric, f.groups, f.apart, rerun) for f in metric_findings}
+    )
+    return out
 
 
 def groups_show_again(

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from sb_fleet.exposition import Series
 from sb_fleet.history.history_store import RunInfo, Store
 
-VERDICTS = ("pass", "fail", "incomplete", "missing", "flaky")  # analysis.verdict's words, and flaky
+VERDICTS = ("pass", "fail", "incomplete", "missing", "flaky", "unconfirmed")  # analysis.verdict's words
 
 
 def _ts(t: _dt.datetime) -> float:
@@ -34,7 +34,8 @@ def _declare(s: Series) -> None:
     )
     s.declare(
         "sb_fleet_host_verdict",
-        "1 for the host's verdict in the run, 0 for the other verdicts (pass, fail, incomplete, missing, flaky).",
+        "1 for the host's verdict in the run, 0 for the other verdicts (pass, fail, incomplete, missing, flaky, "
+        "unconfirmed).",
         ("fleet", "host", "verdict"),
     )
     s.declare(

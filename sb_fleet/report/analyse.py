@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
 from sb_fleet.analysis.completeness import check_completeness
 from sb_fleet.analysis.detect import Detection, detect
+from sb_fleet.analysis.evidence import MetricEvidence, ordered
 from sb_fleet.analysis.fleet_results import Fleet, HostInfo, load_fleet
-from sb_fleet.analysis.gates import apply_baseline_gate, apply_limits, decide
+from sb_fleet.analysis.gates import GateReason, apply_baseline_gate, apply_limits, decide
 from sb_fleet.analysis.invalid_values import invalid_value_issues
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.majority import Disagreement, Inconsistency, NoisyMetric, majority_check
@@ -26,7 +27,7 @@ from sb_fleet.analysis.power_limits import load_power_limit_issues
 from sb_fleet.analysis.sku_reference import check_sku
 from sb_fleet.analysis.software import check_software
 from sb_fleet.analysis.stats import column_stats
-from sb_fleet.analysis.verdict import FLAKY, HostReport, after_confirmation, judge
+from sb_fleet.analysis.verdict import FLAKY, HostReport, after_confirmation, judge, not_confirmed
 from sb_fleet.config.gatespec import DEFAULT_BASELINE_REGRESSION, Gates
 from sb_fleet.errors import ResultsError
 from sb_fleet.report.report_result import ReportResult
@@ -65,11 +66,16 @@ def report(
     history: Path | str | None = None,
     confirmations: Mapping[str, Confirmation] | None = None,
     split_checks: Mapping[str, tuple[bool, str]] | None = None,
+    unconfirmed: Collection[str] = (),
+    reruns: Mapping[str, Mapping[str, float]] | None = None,
 ) -> ReportResult:
     """Judge every host of a run directory or results-summary.jsonl (and with ``history``, against
     each host's own past; the run is recorded there). ``split_checks``: validate's re-run of the
-    population splits and inconsistent metrics (their key -> (showed again, how)); one that did not show
-    again is reported and does not fail the gate."""
+    population splits, inconsistent metrics and disagreements (their key -> (showed again, how)); one
+    that did not show again is reported and does not fail the gate, nor does anything found inside a
+    split that did not show again. ``unconfirmed``: hosts validate's bound left out of its confirmation
+    run; one that fails on fleet statistics alone is ``unconfirmed``, not failed. ``reruns``: validate's
+    re-run values (host -> metric -> value), drawn beside the first ones."""
     t0 = time.perf_counter()
     gates = gates or Gates()
     fleet = load_fleet(Path(source))
@@ -129,6 +135,7 @@ def report(
     disagreements: list[Disagreement] = []
     noisy: list[NoisyMetric] = []
     inconsistent: list[Inconsistency] = []
+    evidence: list[MetricEvidence] = []
     partitions: dict[str, np.ndarray] = {"": np.arange(len(fleet.hosts), dtype=np.int64)}
     if gates.fleet.enabled:
         settings = gates.fleet.settings()
@@ -167,6 +174,7 @@ def report(
                 )
             partitions.update({plabel: prows for prows, plabel in parts})
         for label, rows in partitions.items():
+            inside = _inside_unconfirmed(splits, {fleet.hosts[int(r)] for r in rows})
             own = noise[rows] if noise is not None else None
             part = detect(fleet.columns, fleet.values[rows], fleet.directions, settings, own)
             noisy += _noisy_cells(part.noisy_cells, fleet, rows)
@@ -177,9 +185,12 @@ def report(
                 )
                 for r, lst in maj.issues.items():
                     part.issues.setdefault(r, []).extend(lst)
-                disagreements += maj.disagreements
+                disagreements += [_rechecked(d, split_checks, inside) for d in maj.disagreements]
                 noisy += maj.noisy
-                inconsistent += [_rechecked(inc, split_checks) for inc in maj.inconsistent]
+                inconsistent += [_rechecked(inc, split_checks, inside) for inc in maj.inconsistent]
+                evidence += [
+                    dataclasses.replace(e, partition=label).with_reruns(reruns or {}) for e in maj.evidence
+                ]
             for r, lst in part.issues.items():
                 detection.issues.setdefault(int(rows[r]), []).extend(lst)
             detection.flagged_cells |= {(int(rows[r]), c) for r, c in part.flagged_cells}
@@ -221,12 +232,8 @@ def report(
             warnings.append(
                 f"... {len(inconsistent) - MAX_NOISE_WARNINGS} more inconsistent metric(s) (report.json)"
             )
-        if disagreements:
-            a, b = disagreements[0].hosts
-            warnings.append(
-                f"{a} and {b} disagree on {len(disagreements)} metric(s) by far more than their noise, and two "
-                f"hosts have no majority: first {disagreements[0].sentence()}"
-            )
+        for d in disagreements[:MAX_NOISE_WARNINGS]:
+            warnings.append(d.sentence())
     rule_summaries: list[RuleSummary] = []
     rules_diagnosis: Diagnosis | None = None
     rules_unmatched: dict[str, list[str]] = {}
@@ -310,32 +317,54 @@ def report(
         )
     if confirmations:  # validate --confirm: a failure that did not reproduce is flaky, not failed
         hosts = [_confirmed(h, confirmations.get(h.name)) for h in hosts]
-    gate = decide(gates.policy, [h.verdict for h in hosts])
+    if unconfirmed:  # over validate's bound: not failed on the fleet's statistics alone
+        left = set(unconfirmed)
+        hosts = [not_confirmed(h, UNCONFIRMED_NOTE) if h.name in left else h for h in hosts]
+    gate = decide(gates.policy, [h.verdict for h in hosts], [h.name for h in hosts])
     standing = [sp for sp in splits if sp.confirmed is not False]  # not those a re-run did not show again
     if standing and not gates.populations.expected_mix:  # an unexplained mix never passes silently
-        gate = dataclasses.replace(
-            gate, passed=False, policy=f"{gate.policy}; {len(standing)} unexpected population split(s)"
+        gate = gate.failed_by(
+            GateReason(
+                "populations",
+                f"{len(standing)} unexpected population split(s): first {standing[0].short()}",
+                tuple(h for g in standing[0].groups for h in g),
+            ),
+            f"{len(standing)} unexpected population split(s)",
         )
-    if disagreements:  # two hosts that disagree: which one is faulty is unknown, so the fleet fails
-        gate = dataclasses.replace(
-            gate,
-            passed=False,
-            policy=f"{gate.policy}; the two hosts disagree on {len(disagreements)} metric(s)",
+    standing_dis = [d for d in disagreements if d.standing]  # not those a re-run did not show again
+    if standing_dis:  # two hosts that disagree: which one is faulty is unknown, so the fleet fails
+        a, b = standing_dis[0].hosts
+        gate = gate.failed_by(
+            GateReason(
+                "disagreements",
+                f"{a} and {b} disagree on {len(standing_dis)} metric(s) with no majority: first "
+                f"{standing_dis[0].metric} ({standing_dis[0].deviation * 100:+.1f}%)",
+                (a, b),
+            ),
+            f"the two hosts disagree on {len(standing_dis)} metric(s)",
         )
     fleet_gate = gates.fleet
     standing_inc = [inc for inc in inconsistent if inc.standing]  # not those a re-run did not show again
     if standing_inc and fleet_gate.inconsistent == "fail":  # no majority to judge by: never a silent pass
-        gate = dataclasses.replace(
-            gate,
-            passed=False,
-            policy=f"{gate.policy}; {len(standing_inc)} metric(s) inconsistent (steady hosts disagree, no majority)",
+        gate = gate.failed_by(
+            GateReason(
+                "inconsistent",
+                f"{len(standing_inc)} metric(s) inconsistent (steady hosts disagree, no majority): first "
+                f"{standing_inc[0].metric}",
+                tuple(h for g in standing_inc[0].groups for h in g),
+            ),
+            f"{len(standing_inc)} metric(s) inconsistent (steady hosts disagree, no majority)",
         )
     if noisy and fleet_gate.too_noisy == "fail":
-        gate = dataclasses.replace(
-            gate, passed=False, policy=f"{gate.policy}; {len(noisy)} metric(s) too noisy to judge"
+        gate = gate.failed_by(
+            GateReason(
+                "too_noisy",
+                f"{len(noisy)} metric(s) too noisy to judge (gates.fleet.too_noisy: fail): first {noisy[0].metric}",
+            ),
+            f"{len(noisy)} metric(s) too noisy to judge",
         )
     if fabric is not None and fabric.gate_failure:  # a bad link fails the fleet, not its two hosts
-        gate = dataclasses.replace(gate, passed=False, policy=f"{gate.policy}; {fabric.gate_failure}")
+        gate = gate.failed_by(GateReason("fabric", fabric.gate_failure), fabric.gate_failure)
     view = None
     if hist is not None:
         from sb_fleet.history.assess import conclude
@@ -343,8 +372,8 @@ def report(
         view = conclude(hist, fleet.hosts, fleet.columns, fleet.values, hosts, gate.passed)
         warnings.extend(view.warnings)
         if view.gate_failure:
-            gate = dataclasses.replace(
-                gate, passed=False, policy=f"{gate.policy}; history: {view.gate_failure}"
+            gate = gate.failed_by(
+                GateReason("history", f"history: {view.gate_failure}"), f"history: {view.gate_failure}"
             )
     return ReportResult(
         source=str(source),
@@ -375,6 +404,7 @@ def report(
         disagreements=disagreements,
         too_noisy=noisy,
         inconsistent=inconsistent,
+        evidence=ordered(evidence),
     )
 
 
@@ -436,10 +466,38 @@ def _health(run_dir: Path | None, warnings: list[str]) -> dict | None:
     return d
 
 
-def _rechecked(inc: Inconsistency, checks: Mapping[str, tuple[bool, str]] | None) -> Inconsistency:
-    """An inconsistency with validate's re-run of it, where one ran (``checks``: key -> (showed again, how))."""
-    check = (checks or {}).get(inc.key)
-    return inc if check is None else dataclasses.replace(inc, confirmed=check[0], confirmation=check[1])
+UNCONFIRMED_NOTE = (
+    "not confirmed: more hosts failed on fleet statistics alone than validate re-runs (gates.confirm), "
+    "so the run was noisy; not failed on that alone (validate --confirm re-runs them all)"
+)
+
+
+def _inside_unconfirmed(splits: list[PopulationSplit], hosts: set[str]) -> PopulationSplit | None:
+    """The population split that did not show again in validate's re-run and whose one side holds all
+    of ``hosts`` (a population found inside it), or None."""
+    for sp in splits:
+        if sp.confirmed is False and any(hosts <= set(g) for g in sp.groups):
+            return sp
+    return None
+
+
+_F = TypeVar("_F", Inconsistency, Disagreement)
+
+
+def _rechecked(
+    found: _F, checks: Mapping[str, tuple[bool, str]] | None, inside: PopulationSplit | None = None
+) -> _F:
+    """A finding with validate's re-run of it, where one ran (``checks``: key -> (showed again, how));
+    one found inside a split that did not show again (``inside``) is not confirmed either."""
+    if inside is not None:
+        return dataclasses.replace(
+            found,
+            confirmed=False,
+            confirmation=f"found inside the split on {inside.family} that did not show again in validate's "
+            f"re-run ({inside.confirmation})",
+        )
+    check = (checks or {}).get(found.key)
+    return found if check is None else dataclasses.replace(found, confirmed=check[0], confirmation=check[1])
 
 
 def _confirmed(h: HostReport, c: Confirmation | None) -> HostReport:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sb_fleet.analysis.detect import FamilyStats
+from sb_fleet.analysis.evidence import MetricEvidence
 from sb_fleet.analysis.fleet_results import Fleet, LineProblem
 from sb_fleet.analysis.gates import GateResult
 from sb_fleet.analysis.majority import Disagreement, Inconsistency, NoisyMetric
@@ -63,6 +64,9 @@ class ReportResult:
     # validate's confirmation run (confirm.json's document: the hosts re-run, both runs' values, the
     # hosts over the bound, the seconds it took); None where none ran (sb_fleet.history.confirm)
     confirmation: dict | None = None
+    # what the verdict of each judged metric used at rack scale (majority agreement: each host's value,
+    # its noise, its reference and limits), flagged metrics first (analysis.evidence)
+    evidence: list[MetricEvidence] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -71,7 +75,7 @@ class ReportResult:
     def counts(self) -> dict[str, int]:
         c = dict.fromkeys(VERDICTS, 0)
         for h in self.hosts:
-            c[h.verdict] = c.get(h.verdict, 0) + 1  # "flaky" only after validate --confirm
+            c[h.verdict] = c.get(h.verdict, 0) + 1  # "flaky", "unconfirmed" only after validate's re-run
         return c
 
     def quarantine(self) -> list[str]:

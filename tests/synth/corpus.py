@@ -137,18 +137,16 @@ def _split_checks(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportResu
     from sb_fleet.history import confirm as cf
 
     path = run.path / "confirm-splits" / "results-summary.jsonl"
-    if not first.populations and not first.inconsistent:
+    if not first.populations and not first.inconsistent and not first.disagreements:
         return None
     if not path.is_file():  # the re-run's values not kept: validate's own word on each split, if any
         recorded = _recorded_split_checks(run)
         return {sp.key: recorded[sp.key] for sp in first.populations if sp.key in recorded} or None
     again = load_fleet(path)
     rerun = cf.rerun_values(again.hosts, again.columns, again.values)
-    out = {sp.key: cf.split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in first.populations}
-    out.update(
-        {i.key: cf.inconsistency_shows_again(i.metric, i.groups, i.apart, rerun) for i in first.inconsistent}
-    )
-    return out
+    # a disagreement is judged on the re-run's values where its two hosts were re-run (recorded runs from
+    # before disagreements were re-run re-ran them as a split's hosts, or not at all: then it stands)
+    return cf.recheck(first.populations, [*first.inconsistent, *first.disagreements], rerun)
 
 
 def _recorded_split_checks(run: CorpusRun) -> dict[str, tuple[bool, str]]:

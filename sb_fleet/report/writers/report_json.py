@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from sb_fleet import __version__
+from sb_fleet.report.headline import headline
 from sb_fleet.report.writers.health_section import summary as health_summary
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any
         "inputs": result.inputs,
         "summary": {"hosts": len(result.hosts), **result.counts()},
         "gate": result.gate.to_json(),
+        "headline": headline(result).to_json(),
         "hosts": [h.to_json() for h in result.hosts],
         "metrics": metrics,
         "families": [
@@ -87,6 +89,7 @@ def build(result: ReportResult, figures: Figures | None = None) -> dict[str, Any
         "disagreements": [d.to_json() for d in result.disagreements],
         "too_noisy": [m.to_json() for m in result.too_noisy],
         "inconsistent": [m.to_json() for m in result.inconsistent],
+        "evidence": [e.to_json() for e in result.evidence],
         "gates": result.gates.model_dump(mode="json"),
         "seconds": round(result.seconds, 3),
         **({"history": result.history.to_json()} if result.history is not None else {}),

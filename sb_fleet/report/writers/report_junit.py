@@ -1,7 +1,10 @@
 """junit.xml: one test case per host, for CI systems that run nightly gates.
 
 A host the gate policy counts as failing is a ``<failure>`` whose type is its
-verdict; a non-passing host the policy does not count is ``<skipped>``.
+verdict; a non-passing host the policy does not count is ``<skipped>``. The hosts'
+suite carries the gate's headline (what failed it, the warnings beside it:
+:mod:`sb_fleet.report.headline`) as its ``gate`` and ``headline`` properties and
+as its ``<system-out>``, which CI systems show with the suite.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
+
+from sb_fleet.report.headline import headline
 
 if TYPE_CHECKING:
     from sb_fleet.report.report_result import ReportResult
@@ -28,6 +33,7 @@ def render(result: ReportResult) -> str:
     failures = sum(1 for h in result.hosts if h.verdict in counted)
     skipped = sum(1 for h in result.hosts if h.verdict != "pass" and h.verdict not in counted)
     cases: list[str] = []
+    head = headline(result).text()
     n_h = f_h = 0
     if result.health is not None:  # one test case per host and health check
         from sb_fleet.report.writers.health_section import junit_cases
@@ -39,6 +45,10 @@ def render(result: ReportResult) -> str:
         f'skipped="{skipped}">\n',
         f'  <testsuite name="sb-fleet.hosts" tests="{n}" failures="{failures}" errors="0" skipped="{skipped}" '
         f'time="{result.seconds:.3f}">\n',
+        "    <properties>\n",
+        f'      <property name="gate" value="{"passed" if result.gate.passed else "failed"}"/>\n',
+        f'      <property name="headline" value={quoteattr(_clean(head))}/>\n',
+        "    </properties>\n",
     ]
     for h in result.hosts:
         name = quoteattr(_clean(h.name))
@@ -55,6 +65,7 @@ def render(result: ReportResult) -> str:
             f"      <{tag} message={msg}{typ}>{body}</{tag}>\n"
             f"    </testcase>\n"
         )
+    out.append(f"    <system-out>{escape(_clean(head))}</system-out>\n")
     out.append("  </testsuite>\n")
     if result.health is not None:
         out.append(

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sb_fleet.report.headline import headline
+
 if TYPE_CHECKING:
     from sb_fleet.analysis.detect import FamilyStats
     from sb_fleet.analysis.figures.figures import Figures
@@ -16,7 +18,8 @@ if TYPE_CHECKING:
 MAX_HOST_ROWS = 100
 MAX_PROBLEMS = 30
 MAX_FAMILY_ROWS = 15
-_ORDER = {"fail": 0, "incomplete": 1, "missing": 2, "flaky": 3, "pass": 4}
+_ORDER = {"fail": 0, "incomplete": 1, "missing": 2, "unconfirmed": 3, "flaky": 4, "pass": 5}
+MAX_EVIDENCE_METRICS = 40  # metrics tabulated one by one; the rest are in report.json's "evidence"
 
 
 def _cell(text: object) -> str:
@@ -72,8 +75,12 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
     counts = result.counts()
     gate = result.gate
     status = "PASSED" if gate.passed else "FAILED"
+    head = headline(result)
     lines = [
         f"# sb-fleet report: gate {status}",
+        "",
+        *(f"- **Failed by: {_cell(r)}**" for r in head.failed_by),
+        *(f"- Warning: {_cell(n)}" for n in head.notes),
         "",
         f"- Source: `{result.source}`",
         f"- Hosts: **{len(result.hosts)}**: {counts['pass']} pass, {counts['fail']} fail, "
@@ -81,6 +88,11 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
         + (
             f", {counts['flaky']} flaky (did not reproduce in validate's confirmation run)"
             if counts.get("flaky")
+            else ""
+        )
+        + (
+            f", {counts['unconfirmed']} unconfirmed (over validate's re-run bound; not counted)"
+            if counts.get("unconfirmed")
             else ""
         ),
         f"- Gate: **{status.lower()}**: {gate.counted} host(s) counted as failing, {gate.allowed_hosts} allowed "
@@ -102,32 +114,48 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
     lines.append("")
     if result.populations:  # a fleet that falls apart (analysis.populations): never a silent pass
         expected = result.gates.populations.expected_mix
+        standing = [sp for sp in result.populations if sp.confirmed is not False]
+        effect = (
+            "an expected mix: warning only"
+            if expected
+            else f"{len(standing)} fail the gate"
+            if standing
+            else "none showed again in validate's re-run: the gate does not fail on them"
+        )
         lines += [
-            f"## Populations ({'expected mix' if expected else 'unexpected: the gate fails'})",
+            f"## Populations ({len(result.populations)} split(s): {effect})",
             "",
-            "| Scope | Family | Lower group | Centre | Upper group | Centre | Apart | Gap | Families showing it |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| Scope | Family | Lower group | Centre | Upper group | Centre | Apart | Gap | Families showing it "
+            "| Re-run | Gate |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for sp in result.populations:
             lo, hi = sp.groups
+            fails = sp.confirmed is not False and not expected
             lines.append(
                 f"| {_cell(sp.scope or 'fleet')} | `{_cell(sp.family)}` | {_hosts(lo)} | {_fmt(sp.centers[0])} "
                 f"| {_hosts(hi)} | {_fmt(sp.centers[1])} | {sp.apart * 100:.0f}% | {sp.gap * 100:.1f}% "
-                f"| {len(sp.families)} |"
+                f"| {len(sp.families)} | {_cell(sp.confirmation) or 'none'} | {'fails' if fails else 'does not fail'} |"
             )
         lines.append("")
     if result.disagreements:  # two hosts, no majority (analysis.majority)
-        a, b = result.disagreements[0].hosts
+        standing_d = [d for d in result.disagreements if d.standing]
+        effect = (
+            f"{len(standing_d)} fail the gate; neither host is named the faulty one"
+            if standing_d
+            else "not shown again by validate's re-run: the gate does not fail on them"
+        )
         lines += [
-            f"## Two hosts disagree: {_cell(a)} and {_cell(b)} (the gate fails; neither is named the faulty one)",
+            f"## Two hosts disagree ({len(result.disagreements)} metric(s): {effect})",
             "",
-            f"| Metric | {_cell(a)} | {_cell(b)} | Difference | Noise σ |",
-            "|---|---|---|---|---|",
+            "| Metric | Hosts | Values | Difference | Noise σ | Re-run | Gate |",
+            "|---|---|---|---|---|---|---|",
         ]
         for d in result.disagreements[:MAX_HOST_ROWS]:
             lines.append(
-                f"| `{_cell(d.metric)}` | {_fmt(d.values[0])} | {_fmt(d.values[1])} | {d.deviation * 100:+.1f}% "
-                f"| {d.sigmas:.1f} |"
+                f"| `{_cell(d.metric)}` | {_cell(' vs '.join(d.hosts))} | {_fmt(d.values[0])} vs {_fmt(d.values[1])} "
+                f"| {d.deviation * 100:+.1f}% | {d.sigmas:.1f} | {_cell(d.confirmation) or 'none'} "
+                f"| {'fails' if d.standing else 'does not fail'} |"
             )
         lines.append("")
 
@@ -165,6 +193,7 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
     else:
         lines += ["## All hosts passed", ""]
     lines += _noise_sections(result)
+    lines += evidence_section(result)
 
     if result.confirmation is not None:
         lines += confirmation_section(result.confirmation)
@@ -310,8 +339,15 @@ def _noise_sections(result: ReportResult) -> list[str]:
     if result.inconsistent:
         standing = sum(1 for m in result.inconsistent if m.standing)
         fails = result.gates.fleet.inconsistent == "fail" and standing > 0
+        effect = (
+            f"{standing} fail the gate"
+            if fails
+            else "warning only (gates.fleet.inconsistent: warn)"
+            if standing
+            else "none showed again in validate's re-run: the gate does not fail on them"
+        )
         lines += [
-            f"## Inconsistent ({len(result.inconsistent)} metric(s){': the gate fails' if fails else ''})",
+            f"## Inconsistent ({len(result.inconsistent)} metric(s): {effect})",
             "",
             "Hosts that each measured steadily disagree beyond their noise, and no majority agrees: no host "
             "is judged on these metrics. validate re-runs them; one whose groups do not show again in the "
@@ -331,7 +367,8 @@ def _noise_sections(result: ReportResult) -> list[str]:
     if result.too_noisy:
         fails = result.gates.fleet.too_noisy == "fail"
         lines += [
-            f"## Too noisy to judge ({len(result.too_noisy)} metric(s){': the gate fails' if fails else ''})",
+            f"## Too noisy to judge ({len(result.too_noisy)} metric(s): "
+            f"{'the gate fails' if fails else 'a warning, the gate does not fail on it'})",
             "",
             "The noise measured on these hosts (their own timed samples, or the spread of the others) "
             "hides deviations the gate promises to catch at the suite's prior noise: a fault smaller than "
@@ -348,3 +385,51 @@ def _noise_sections(result: ReportResult) -> list[str]:
             )
         lines.append("")
     return lines
+
+
+def evidence_section(result: ReportResult) -> list[str]:
+    """What majority agreement judged each host of a rack-sized fleet by, per metric: its value, its own
+    noise, its reference, the limit beyond which it is flagged and the verdict; flagged metrics first."""
+    ev = [e for e in result.evidence if e.status != "ok"]
+    quiet = len(result.evidence) - len(ev)
+    if not result.evidence:
+        return []
+    lines = [
+        f"## Evidence per metric ({len(ev)} flagged, too noisy or inconsistent; {quiet} within their limits)",
+        "",
+        "Each host against the median of the other hosts, in units of the noise it measured (the larger "
+        "of its own samples, the others' samples and spread, the suite's prior). Limit: the value beyond "
+        "which it is flagged.",
+        "",
+    ]
+    if not ev:
+        lines += ["Every judged metric of every host lies within its limits (report.json: `evidence`).", ""]
+        return lines
+    lines += [
+        "| Metric | Host | Value | Own noise | Judged noise | Reference | Limit | Re-run | Verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in ev[:MAX_EVIDENCE_METRICS]:
+        metric = f"`{_cell(e.metric)}`" + (f" [{_cell(e.partition)}]" if e.partition else "")
+        shown = [h for h in e.hosts if h.status != "ok"] or list(e.hosts)
+        for i, h in enumerate(shown):
+            lim = _fmt(h.limit) + (f" / {_fmt(h.limit_hi)}" if h.limit_hi is not None else "")
+            lines.append(
+                f"| {metric if i == 0 else ''} | {_cell(h.name)} | {_fmt(h.value)} | {_pct_abs(h.noise)} "
+                f"| {_pct_abs(h.sigma)} | {_fmt(h.reference)} | {lim} | {_fmt(h.rerun)} | {h.status.replace('_', ' ')} |"
+            )
+        if len(shown) < len(e.hosts):
+            lines.append(
+                f"| | {len(e.hosts) - len(shown)} other host(s) | within their limits (reference {_fmt(e.reference)}) "
+                "| | | | | | ok |"
+            )
+    if len(ev) > MAX_EVIDENCE_METRICS:
+        lines.append(
+            f"| ... | | {len(ev) - MAX_EVIDENCE_METRICS} more metric(s) in report.json | | | | | | |"
+        )
+    lines.append("")
+    return lines
+
+
+def _pct_abs(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:.1f}%"

@@ -30,7 +30,7 @@ import numpy as np
 
 from sb_fleet import __version__
 from sb_fleet.analysis.superbench.metric_names import parse_metric
-from sb_fleet.analysis.verdict import FLAKY, VERDICTS
+from sb_fleet.analysis.verdict import FLAKY, UNCONFIRMED, VERDICTS
 from sb_fleet.exposition import DEFAULT_FLEET, Series, base_unit
 from sb_fleet.history.record import run_meta
 from sb_fleet.report.writers.report_json import top_finding
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from sb_fleet.report.report_result import ReportResult
 
 FILE = "metrics.prom"
-HOST_VERDICTS = (*VERDICTS, FLAKY)
+HOST_VERDICTS = (*VERDICTS, FLAKY, UNCONFIRMED)
 HEALTH_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
 # Bounds on what hosts and configs can add (their names are untrusted): beyond them, names are left out
 # and counted in sb_fleet_exposition_left_out.
@@ -90,6 +90,12 @@ def _declare_run(s: Series) -> None:
     s.declare("sb_fleet_gate_failing_hosts", "Hosts the gate's policy counts as failing.", ("fleet",))
     s.declare("sb_fleet_gate_allowed_failing_hosts", "Failing hosts the gate's policy allows.", ("fleet",))
     s.declare(
+        "sb_fleet_gate_failed_by",
+        "What failed the run's gate (always 1, one series a reason): its kind (hosts, populations, "
+        "disagreements, inconsistent, too_noisy, fabric, history) and the report's sentence.",
+        ("fleet", "kind", "reason"),
+    )
+    s.declare(
         "sb_fleet_exposition_left_out",
         "Names left out of this exposition beyond its bounds: benchmark metrics (4096 a run), benchmarks "
         "(512), health checks (256 a host).",
@@ -100,12 +106,14 @@ def _declare_run(s: Series) -> None:
 def _declare_hosts(s: Series) -> None:
     s.declare(
         "sb_fleet_host_verdict",
-        "1 for the host's verdict in the run, 0 for the other verdicts (pass, fail, incomplete, missing, flaky).",
+        "1 for the host's verdict in the run, 0 for the other verdicts (pass, fail, incomplete, missing, flaky, "
+        "unconfirmed).",
         ("fleet", "host", "verdict"),
     )
     s.declare(
         "sb_fleet_host_info",
-        "The host's verdict, outcome, GPU model and top finding in the run (always 1).",
+        "The host's verdict, outcome, GPU model and top finding in the run, or what failed the gate that "
+        "names it (a disagreement, a population split) (always 1).",
         ("fleet", "host", "verdict", "outcome", "gpu_model", "finding"),
     )
     s.declare(
@@ -295,6 +303,12 @@ def series(
     s.add("sb_fleet_gate_passed", {"fleet": fleet}, 1 if gate.passed else 0)
     s.add("sb_fleet_gate_failing_hosts", {"fleet": fleet}, gate.counted)
     s.add("sb_fleet_gate_allowed_failing_hosts", {"fleet": fleet}, gate.allowed_hosts)
+    named: dict[str, str] = {}  # a host a gate-level finding names: that finding, where it has none
+    for reason in gate.reasons:
+        s.add("sb_fleet_gate_failed_by", {"fleet": fleet, "kind": reason.kind, "reason": reason.sentence}, 1)
+        if reason.kind != "hosts":
+            for name in reason.hosts:
+                named.setdefault(name, f"gate failed: {reason.sentence}")
     counted = tuple(result.gates.policy.count)
     if streaks is None and result.history is not None:
         streaks = {h: streak(v, counted) for h, v in result.history.verdicts.items()}
@@ -310,7 +324,7 @@ def series(
                 "verdict": h.verdict,
                 "outcome": h.outcome,
                 "gpu_model": h.gpu_model or "",
-                "finding": top_finding(doc) if h.issues else "",
+                "finding": top_finding(doc) if h.issues else named.get(h.name, ""),
             },
             1,
         )

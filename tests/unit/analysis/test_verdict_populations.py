@@ -54,7 +54,8 @@ def test_a_fleet_split_in_two_populations_is_never_a_silent_pass(tmp_path: Path)
         }
         assert sp.apart > 0.3 and any(f.startswith("gemm-flops/") for f in sp.families)
         md = (Path(write_reports(r, tmp_path / f"o{seed}")[0]).parent / "report.md").read_text()
-        assert "## Populations (unexpected: the gate fails)" in md
+        assert "## Populations (1 split(s): 1 fail the gate)" in md
+        assert "- **Failed by: 1 unexpected population split(s)" in md
 
 
 def test_an_expected_mix_is_reported_and_each_population_judged_within_itself(tmp_path: Path) -> None:

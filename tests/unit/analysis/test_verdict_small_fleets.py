@@ -19,6 +19,7 @@ from sb_fleet.analysis.noise_priors import NOISE_PRIORS, noise_prior
 from sb_fleet.analysis.superbench.metric_names import Directions
 from sb_fleet.config.gatespec import DetectionSettings
 from sb_fleet.report.analyse import report
+from sb_fleet.report.headline import headline
 from tests.synth.small import GROSS, SEEN, UNSEEN, generate_small, plant
 
 
@@ -136,7 +137,8 @@ def test_two_hosts_that_disagree_are_named_both_and_the_gate_fails(tmp_path: Pat
     assert not r.gate.passed and r.exit_code == 1  # never a silent pass
     assert [d.metric for d in r.disagreements] == ["gemm-flops/fp16_tc_flops:0"]
     assert r.disagreements[0].hosts == ("a", "b")
-    assert any("a and b disagree" in w for w in r.warnings)
+    assert [g.kind for g in r.gate.reasons] == ["disagreements"]
+    assert "a and b disagree on 1 metric(s)" in headline(r).text()
     rows[1]["gemm-flops/fp16_tc_flops:0"] = 279000.0  # within the noise: they agree
     ok = run_report(tmp_path, [json.dumps(x) for x in rows])
     assert ok.gate.passed and not ok.disagreements

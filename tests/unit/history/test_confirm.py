@@ -212,12 +212,13 @@ def _stat(metric: str, dev: float, sigmas: float, check: str = "majority") -> Is
     return Issue(metric, 100.0 * (1 + dev), 100.0, dev, check, "GEMM", sigmas=sigmas)
 
 
-def test_the_bound_is_max_of_two_and_five_percent_and_a_ceiling() -> None:
+def test_the_bound_is_every_host_of_a_rack_else_max_of_two_and_five_percent_and_a_ceiling() -> None:
     from sb_fleet.history.confirm import confirm_limit
 
-    assert [confirm_limit(n) for n in (1, 4, 39, 40, 59, 60, 1000)] == [2, 2, 2, 2, 2, 3, 50]
-    assert confirm_limit(1000, max_hosts=10) == 10
-    assert confirm_limit(4, min_hosts=0) == 0 and confirm_limit(100, max_percent=20, min_hosts=1) == 20
+    assert [confirm_limit(n) for n in (1, 4, 19, 20, 39, 40, 59, 60, 1000)] == [1, 4, 19, 2, 2, 2, 2, 3, 50]
+    assert confirm_limit(1000, max_hosts=10) == 10 and confirm_limit(8, max_hosts=3) == 3
+    assert confirm_limit(4, min_hosts=0, all_below=0) == 0
+    assert confirm_limit(100, max_percent=20, min_hosts=1) == 20
 
 
 def test_only_hosts_failed_on_statistics_alone_are_chosen_worst_first_within_the_bound() -> None:
@@ -332,7 +333,7 @@ def test_the_report_shows_both_measurements_and_the_time_it_took() -> None:
     assert "Not confirmed (over the bound of 1 host(s)" in md and "b" in md and "Not re-run" in md
 
 
-def test_validate_confirms_by_default_and_hosts_over_the_bound_keep_their_verdict_with_a_note(
+def test_validate_confirms_by_default_and_hosts_over_the_bound_are_judged_unconfirmed(
     monkeypatch,  # noqa: ANN001
 ) -> None:
     from types import SimpleNamespace
@@ -343,18 +344,20 @@ def test_validate_confirms_by_default_and_hosts_over_the_bound_keep_their_verdic
     hosts = [_host(f"ok{i}") for i in range(3)]
     hosts += [_host(n, _stat(GEMM, -0.1 * s, 6.0 * s)) for n, s in (("w1", 3), ("w2", 2), ("w3", 1))]
     run = SimpleNamespace(config=SimpleNamespace(gates=Gates()))
-    seen: dict = {}
+    seen: dict = {"analyses": []}
 
     def fake_confirm(_run, _opts, first, mode):  # noqa: ANN001, ANN202
         seen["mode"] = mode
         sel = select_for_confirmation(first.hosts, 2)
         return {}, {"mode": mode, "selection": sel.to_json()}
 
-    monkeypatch.setattr(
-        wf,
-        "analyse_run",
-        lambda *_a: SimpleNamespace(hosts=list(hosts), confirmation=None, populations=[], inconsistent=[]),
-    )
+    def fake_analyse(*args):  # noqa: ANN002, ANN202
+        seen["analyses"].append(args[2:])  # (confirmations, split checks, hosts over the bound)
+        return SimpleNamespace(
+            hosts=list(hosts), confirmation=None, populations=[], inconsistent=[], disagreements=[]
+        )
+
+    monkeypatch.setattr(wf, "analyse_run", fake_analyse)
     monkeypatch.setattr(wf, "confirm", fake_confirm)
 
     def fake_report(_run, _opts, result=None) -> int:  # noqa: ANN001
@@ -363,9 +366,9 @@ def test_validate_confirms_by_default_and_hosts_over_the_bound_keep_their_verdic
 
     monkeypatch.setattr(wf, "report", fake_report)
     assert wf.verdict(run, wf.Options()) == 0 and seen["mode"] == "auto"
-    out = {h.name: h for h in seen["result"].hosts}
-    assert out["w3"].verdict == "fail" and "not confirmed" in out["w3"].reason
-    assert "not confirmed" not in out["w1"].reason and seen["result"].confirmation["selection"]["limit"] == 2
+    # the final analysis is told which hosts the bound left out: it judges them (analysis.verdict)
+    assert seen["analyses"] == [(), ({}, None, ("w3",))]
+    assert seen["result"].confirmation["selection"]["limit"] == 2
     assert wf.confirm_mode(run, wf.Options(auto_confirm=False)) is None
     assert wf.confirm_mode(run, wf.Options(confirm=True, auto_confirm=False)) == "explicit"
     off = SimpleNamespace(config=SimpleNamespace(gates=Gates.model_validate({"confirm": {"auto": False}})))
