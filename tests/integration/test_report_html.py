@@ -300,7 +300,8 @@ def test_hand_made_evidence_and_findings(pages: dict, browser: Browser, tmp_path
             }
         ],
     }
-    doc.pop("headline", None)
+    reason = "host001 and host002 disagree on 1 metric(s)"
+    doc["headline"] = {"passed": False, "failed_by": [reason], "notes": [], "text": f"gate failed: {reason}"}
     result = report(_run("nofault-3h-parallel-quiet"))
     page = tmp_path / "report.html"
     page.write_text(report_html.render(result, doc))

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from sb_fleet.analysis.order_stats import quantiles
+from sb_fleet.report.headline import headline
 from sb_fleet.report.writers.html_page import PAGE
 
 if TYPE_CHECKING:
@@ -129,38 +130,6 @@ def _findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _headline(result: ReportResult, doc: dict[str, Any]) -> dict[str, Any]:
-    """What failed the gate first, the warnings beside it: report.json's ``headline`` where it has one,
-    else the gate's own reasons."""
-    h = doc.get("headline")
-    if isinstance(h, dict):
-        return {
-            "passed": bool(h.get("passed")),
-            "failed_by": list(h.get("failed_by") or ()),
-            "notes": list(h.get("notes") or ()),
-            "text": str(h.get("text") or ""),
-        }
-    gate = doc["gate"]
-    failed_by = [r["sentence"] for r in gate.get("reasons") or () if r.get("sentence")]
-    if not gate["passed"] and not failed_by:
-        failed_by = (
-            [
-                f"{gate['failing_hosts']} of {gate['total_hosts']} host(s) counted as failing "
-                f"({gate['allowed_failing_hosts']} allowed)"
-            ]
-            if gate["failing_hosts"]
-            else [gate["policy"]]
-        )
-    notes = []
-    if result.too_noisy:
-        notes.append(f"{len(result.too_noisy)} metric(s) too noisy to judge")
-    if result.inconsistent and gate["passed"]:
-        notes.append(f"{len(result.inconsistent)} metric(s) inconsistent")
-    word = "passed" if gate["passed"] else "failed: " + "; ".join(failed_by)
-    text = f"gate {word}" + (f" ({', '.join(notes)})" if notes else "")
-    return {"passed": bool(gate["passed"]), "failed_by": failed_by, "notes": notes, "text": text}
-
-
 def data(result: ReportResult, doc: dict[str, Any]) -> dict[str, Any]:
     bad = [h for h in doc["hosts"] if h["verdict"] != "pass"]
     evidence = _evidence(doc)
@@ -169,7 +138,7 @@ def data(result: ReportResult, doc: dict[str, Any]) -> dict[str, Any]:
         "generated": doc["generated"],
         "summary": doc["summary"],
         "gate": doc["gate"],
-        "head": _headline(result, doc),
+        "head": doc.get("headline") or headline(result).to_json(),
         "bad_hosts": bad[:MAX_BAD_HOSTS],
         "more_bad_hosts": max(0, len(bad) - MAX_BAD_HOSTS),
         "pass_hosts": [h["name"] for h in doc["hosts"] if h["verdict"] == "pass"],
@@ -190,17 +159,6 @@ def _embed(obj: Any) -> str:
     text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
     # Inside <script>, "</" could close the tag; U+2028/9 break older parsers.
     return text.replace("</", "<\\/").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-
-
-def headline(result: ReportResult) -> str:
-    """The page's title: the gate, and what could not be judged (never a bare "passed" over it)."""
-    head = f"sb-fleet report: gate {'passed' if result.gate.passed else 'failed'}"
-    notes = []
-    if result.too_noisy:
-        notes.append(f"{len(result.too_noisy)} metric(s) too noisy to judge")
-    if result.inconsistent:
-        notes.append(f"{len(result.inconsistent)} inconsistent")
-    return f"{head} ({', '.join(notes)})" if notes else head
 
 
 def render(

@@ -90,9 +90,11 @@ def test_steady_hosts_in_two_groups_with_no_majority_are_inconsistent(tmp_path):
     assert not r.gate.passed and "inconsistent" in r.gate.policy  # ... but the gate fails, naming groups
     (inc,) = r.inconsistent
     assert inc.groups == (("a", "b"), ("c", "d"))
-    from sb_fleet.report.writers.report_html import headline
+    from sb_fleet.report.headline import headline
 
-    assert headline(r) == "sb-fleet report: gate failed (1 inconsistent)"  # report.html's title
+    assert headline(r).text() == (  # every output's headline: the reason, not a warning instead of it
+        "gate failed: 1 metric(s) inconsistent (steady hosts disagree, no majority): first gemm-flops/fp32_flops"
+    )
     from sb_fleet.config.gatespec import Gates
 
     warn = report(
@@ -103,7 +105,10 @@ def test_steady_hosts_in_two_groups_with_no_majority_are_inconsistent(tmp_path):
     noisy = {h: {GF: 0.4} for h in values}
     r2 = report(run_dir(tmp_path, values, noisy))
     assert not r2.inconsistent and r2.gate.passed and r2.too_noisy
-    assert headline(r2).startswith("sb-fleet report: gate passed (") and "too noisy to judge" in headline(r2)
+    assert (
+        headline(r2).text().startswith("gate passed with warnings: ")
+        and "too noisy to judge" in headline(r2).text()
+    )
 
 
 def test_an_inconsistency_fails_the_gate_only_if_validates_re_run_shows_it_again(tmp_path):
