@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sb_bench.core import energy, registry, samples
@@ -35,12 +35,14 @@ class Harness:
         # This run's timed samples per metric, and the last case's samples in seconds per step.
         self.samples: dict[str, list[float]] = {}
         self.last_laps: list[float] = []
+        # How windows were timed, for the result's reason (a window re-timed after a stall).
+        self.notes: list[str] = []
 
     def with_steps(self, steps: int) -> Harness:
         """A harness that times exactly ``steps`` steps without warm-up, measuring energy like this one."""
         h = Harness({"num_warmup": 0, "num_steps": steps, "duration": 0.0})
         h.figures, h.meter, h.energy = self.figures, self.meter, self.energy
-        h.samples = self.samples
+        h.samples, h.notes = self.samples, self.notes
         return h
 
     def measure(
@@ -76,15 +78,20 @@ class Harness:
         step = case.step
         for _ in range(self.num_warmup):
             step()
-        meter = self.energy_window()
-        meter.start()
-        try:
-            if self.duration > 0:
-                laps = self._time_for_duration(ctx, step)
-            else:
-                laps = self._time_steps(ctx, step, self.num_steps)
-        finally:
-            reading = self.end_window(meter, case.key)
+        reading: energy.Reading | None = None
+
+        def window() -> list[tuple[float, int]]:
+            nonlocal reading
+            meter = self.energy_window()
+            meter.start()
+            try:
+                if self.duration > 0:
+                    return self._time_for_duration(ctx, step)
+                return self._time_steps(ctx, step, self.num_steps)
+            finally:
+                reading = self.end_window(meter, case.key)
+
+        laps = self.timed_window(ctx, case.key, window)
         if case.check is not None:
             err = case.check()
             if err:
@@ -98,6 +105,40 @@ class Harness:
         self.last_laps = samples.merge_laps(laps)
         self.record_samples(case.metrics, self.last_laps)
         return {**values, **self.measure(case.key, values, reading)}
+
+    def timed_window(
+        self, ctx: RankContext, key: str, window: Callable[[], list[tuple[float, int]]]
+    ) -> list[tuple[float, int]]:
+        """The laps of ``window()`` (one timed window, no warm-up), timed again while one stalled lap
+        dominates it (:func:`samples.stalled_lap`), at most :data:`samples.MAX_RETRIES` more times, where
+        the window's pace-time is at most :data:`samples.RETRY_WINDOW_SECONDS` and this rank times alone
+        (ranks timing a collective together must run the same windows). A re-timing is noted for the
+        result's reason; the laps kept are the last window's. A benchmark with its own timed loop calls
+        this too."""
+        laps = window()
+        stall = samples.stalled_lap(laps)
+        if stall is None or not self._may_retime(ctx, laps):
+            return laps
+        first, tries = stall, 0
+        while stall is not None and tries < samples.MAX_RETRIES:
+            tries += 1
+            laps = window()
+            stall = samples.stalled_lap(laps)
+        if stall is None:
+            self.notes.append(f"{key}: re-timed {tries}x, {first.describe()}")
+        else:
+            self.notes.append(
+                f"{key}: a lap stalled in each of {tries + 1} windows; the last is reported, "
+                f"its stall one outlying sample ({stall.describe()})"
+            )
+        return laps
+
+    @staticmethod
+    def _may_retime(ctx: RankContext, laps: list[tuple[float, int]]) -> bool:
+        if ctx.world_size > 1 or ctx.distributed or ctx.group is not None:
+            return False
+        p = samples.pace(laps)
+        return p is not None and p * sum(n for _, n in laps) <= samples.RETRY_WINDOW_SECONDS
 
     def record_samples(self, metrics: Any, per_step: list[float]) -> None:
         """Keep this run's samples: ``metrics(seconds per step)`` of each sample (see
@@ -300,10 +341,12 @@ def _run(cls: type[Benchmark], args: dict[str, Any], ctx: RankContext | None, st
     reason = _missing_reason(missing, skipped)
     if failed:
         reason = "; ".join([f"result check failed: {_failed_reason(failed)}", reason]).rstrip("; ")
-    # Notes a benchmark leaves about how it measured (e.g. an algorithm it fell back to).
+    # Notes a benchmark leaves about how it measured (e.g. an algorithm it fell back to), and the
+    # harness's (a window re-timed after a stall).
     notes = getattr(bench, "notes", None) or {}
-    if notes:
-        reason = "; ".join([reason, *(notes.values() if isinstance(notes, dict) else notes)]).lstrip("; ")
+    said = [*(notes.values() if isinstance(notes, dict) else notes), *dict.fromkeys(harness.notes)]
+    if said:
+        reason = "; ".join([reason, *said]).lstrip("; ")
     if not result and skipped and not failed:
         return fail(ReturnCode.SUCCESS, reason, status="skipped")
     env = envelope(

@@ -17,7 +17,7 @@ def time_together(ctx: RankContext, harness: Harness, case: Case) -> dict[str, f
         case.step()
     ctx.barrier()
     h = Harness({"num_warmup": 0, "num_steps": harness.num_steps, "duration": 0.0})
-    h.samples = harness.samples  # the samples are the run's, whoever timed them
+    h.samples, h.notes = harness.samples, harness.notes  # the run's, whoever timed them
     out = h.time_case(ctx, case)
     harness.last_laps = h.last_laps
     return out
