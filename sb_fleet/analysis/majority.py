@@ -32,6 +32,9 @@ What decides is always what the run shows, never less than the prior.
 deviation the check could flag (``max(min_deviation, threshold x noise x inflation)``) more than
 ``too_noisy_factor`` times the one it flags at the prior, a host that is not flagged is *too noisy
 to judge* down to the gate's promise; the report lists those metrics, hosts and figures.
+A metric on which every host reports the very same figure (a collective measured across all of
+them: every rank of an all-node ``nccl-bw`` reports the group's bandwidth) tells no host from another:
+no host is judged on it and it is not reported too noisy (the fabric's analysis localises links).
 **Inconsistent** (:class:`Inconsistency`): hosts that each measured steadily (every host's own noise
 known) but disagree beyond it, with no majority that agrees within it, are no reference for each
 other: no host is judged on the metric, and the groups are named.
@@ -330,6 +333,12 @@ def majority_check(
         usable = np.isfinite(z) & (m_others >= 2) & (ref != 0)
         incons = _inconsistent(names, v, own, prior, hosts, settings, out)
         usable &= ~incons[None, :]
+        # One figure for every host (a collective measured across them all): nothing tells one host from
+        # another, so no host is judged on it, and it is not "too noisy" either (the fabric's analysis is)
+        shared = (np.fmax.reduce(v, axis=0) == np.fmin.reduce(v, axis=0)) & (
+            np.count_nonzero(np.isfinite(v), axis=0) >= 2
+        )
+        usable &= ~shared[None, :]
         z = np.where(usable, z, np.nan)
         hit = (z > settings.threshold) & (bad > settings.min_deviation)
         catchable = np.maximum(settings.min_deviation, settings.threshold * sigma * infl)
@@ -342,6 +351,8 @@ def majority_check(
         )
 
     for j, name in enumerate(names):
+        if shared[j]:
+            continue
         status = [
             ev.FLAGGED
             if hit[r, j]

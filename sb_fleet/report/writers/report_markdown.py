@@ -388,40 +388,46 @@ def _noise_sections(result: ReportResult) -> list[str]:
 
 
 def evidence_section(result: ReportResult) -> list[str]:
-    """What majority agreement judged each host of a rack-sized fleet by, per metric: its value, its own
-    noise, its reference, the limit beyond which it is flagged and the verdict; flagged metrics first."""
-    ev = [e for e in result.evidence if e.status != "ok"]
-    quiet = len(result.evidence) - len(ev)
+    """What majority agreement judged each host of a rack-sized fleet by, per metric (flagged metrics
+    first): a flagged host's value, own noise, judged noise, reference, limit, re-run and verdict, one
+    row each; the other hosts of the metric in one row (their ranges)."""
     if not result.evidence:
         return []
+    ev = [e for e in result.evidence if e.status != "ok"]
+    quiet = len(result.evidence) - len(ev)
     lines = [
         f"## Evidence per metric ({len(ev)} flagged, too noisy or inconsistent; {quiet} within their limits)",
         "",
-        "Each host against the median of the other hosts, in units of the noise it measured (the larger "
-        "of its own samples, the others' samples and spread, the suite's prior). Limit: the value beyond "
-        "which it is flagged.",
+        "Each host against the median of the other hosts, in units of the noise it was judged with (the "
+        "largest of its own samples, the others' samples and spread, the suite's prior). Limit: the value "
+        "beyond which it is flagged. report.json's `evidence` has every host of every metric.",
         "",
     ]
     if not ev:
-        lines += ["Every judged metric of every host lies within its limits (report.json: `evidence`).", ""]
-        return lines
+        return [*lines, "Every judged metric of every host lies within its limits.", ""]
     lines += [
-        "| Metric | Host | Value | Own noise | Judged noise | Reference | Limit | Re-run | Verdict |",
+        "| Metric | Hosts | Value | Own noise | Judged noise | Reference | Limit | Re-run | Verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for e in ev[:MAX_EVIDENCE_METRICS]:
         metric = f"`{_cell(e.metric)}`" + (f" [{_cell(e.partition)}]" if e.partition else "")
-        shown = [h for h in e.hosts if h.status != "ok"] or list(e.hosts)
-        for i, h in enumerate(shown):
+        flagged = [h for h in e.hosts if h.status == "flagged"]
+        for h in flagged:
             lim = _fmt(h.limit) + (f" / {_fmt(h.limit_hi)}" if h.limit_hi is not None else "")
             lines.append(
-                f"| {metric if i == 0 else ''} | {_cell(h.name)} | {_fmt(h.value)} | {_pct_abs(h.noise)} "
-                f"| {_pct_abs(h.sigma)} | {_fmt(h.reference)} | {lim} | {_fmt(h.rerun)} | {h.status.replace('_', ' ')} |"
+                f"| {metric} | {_cell(h.name)} | {_fmt(h.value)} | {_pct_abs(h.noise)} | {_pct_abs(h.sigma)} "
+                f"| {_fmt(h.reference)} | {lim} | {_fmt(h.rerun)} | **flagged** |"
             )
-        if len(shown) < len(e.hosts):
+            metric = ""
+        rest = [h for h in e.hosts if h.status != "flagged"]
+        if rest:
+            statuses = Counter(h.status.replace("_", " ") for h in rest)
+            verdict = ", ".join(f"{n} {w}" for w, n in statuses.most_common())
+            who = _cell(rest[0].name) if len(rest) == 1 else f"{len(rest)} {'other ' if flagged else ''}hosts"
             lines.append(
-                f"| | {len(e.hosts) - len(shown)} other host(s) | within their limits (reference {_fmt(e.reference)}) "
-                "| | | | | | ok |"
+                f"| {metric} | {who} | {_span([h.value for h in rest])} | {_span_pct([h.noise for h in rest])} "
+                f"| {_span_pct([h.sigma for h in rest])} | {_span([h.reference for h in rest])} "
+                f"| {_span([h.limit for h in rest])} | {_span([h.rerun for h in rest])} | {verdict} |"
             )
     if len(ev) > MAX_EVIDENCE_METRICS:
         lines.append(
@@ -429,6 +435,22 @@ def evidence_section(result: ReportResult) -> list[str]:
         )
     lines.append("")
     return lines
+
+
+def _span(xs: list[float | None]) -> str:
+    vals = [x for x in xs if x is not None]
+    if not vals:
+        return "-"
+    lo, hi = min(vals), max(vals)
+    return _fmt(lo) if _fmt(lo) == _fmt(hi) else f"{_fmt(lo)} to {_fmt(hi)}"
+
+
+def _span_pct(xs: list[float | None]) -> str:
+    vals = [x for x in xs if x is not None]
+    if not vals:
+        return "-"
+    lo, hi = _pct_abs(min(vals)), _pct_abs(max(vals))
+    return lo if lo == hi else f"{lo} to {hi}"
 
 
 def _pct_abs(v: float | None) -> str:

@@ -158,3 +158,17 @@ def test_an_unconfirmed_host_does_not_fail_the_gate_and_is_said(tmp_path: Path) 
     head = headline(final)
     assert head.failed_by[0].startswith("2 of 40 host(s)") and "h17" not in head.failed_by[0]
     assert any("1 host(s) unconfirmed" in n for n in head.notes)
+
+
+def test_a_figure_every_host_shares_is_neither_judged_nor_too_noisy() -> None:
+    """An all-node collective reports one figure on every rank: no host can be told from another by it."""
+    n = 5
+    bw = "nccl-bw/allreduce_1048576_busbw"
+    vals = np.column_stack([np.full(n, 0.0508), 25.0 * (1 + 0.01 * np.arange(n))])
+    noise = np.column_stack([np.full(n, 0.18), np.full(n, 0.01)])  # 18% own noise: too noisy if judged
+    res = majority_check([bw, GEMM], vals, Directions(), [f"h{i}" for i in range(n)], noise=noise)
+    assert not res.noisy and not res.issues and not res.inconsistent
+    assert [e.metric for e in res.evidence] == [GEMM]
+    vals[2, 0] = 0.0254  # one rank reports another figure: judged again
+    again = majority_check([bw, GEMM], vals, Directions(), [f"h{i}" for i in range(n)], noise=noise)
+    assert [e.metric for e in again.evidence] == [bw, GEMM]
