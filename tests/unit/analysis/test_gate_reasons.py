@@ -164,7 +164,7 @@ def test_a_figure_every_host_shares_is_neither_judged_nor_too_noisy() -> None:
     """An all-node collective reports one figure on every rank: no host can be told from another by it."""
     n = 5
     bw = "nccl-bw/allreduce_1048576_busbw"
-    vals = np.column_stack([np.full(n, 0.0508), 25.0 * (1 + 0.01 * np.arange(n))])
+    vals = np.column_stack([np.full(n, 0.0508), 25.0 * (1 + 0.002 * np.arange(n))])
     noise = np.column_stack([np.full(n, 0.18), np.full(n, 0.01)])  # 18% own noise: too noisy if judged
     res = majority_check([bw, GEMM], vals, Directions(), [f"h{i}" for i in range(n)], noise=noise)
     assert not res.noisy and not res.issues and not res.inconsistent
