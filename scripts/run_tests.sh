@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 ART=test-artifacts
 I=tests/integration
-SHARED=(collect_master data_not_code deadlines direct_exec faults health hostile_hosts prometheus report_html
-  report_inventory run_honesty security slurm validate_rules)
+SHARED=(collect_master data_not_code deadlines direct_exec faults health hostile_hosts interpreter_hang prometheus
+  report_html report_inventory run_honesty security slurm validate_rules)
 CONTAINERS=(container docker)
 
 files() { for n in "$@"; do echo "$I/test_$n.py"; done; }

@@ -166,6 +166,10 @@ class FleetSettings(_Strict):
     forks: int = Field(64, ge=1, le=5000)
     default_timeout: int = Field(1800, ge=1)
     deploy_timeout: int = Field(3600, ge=1)  # s per host for the whole deploy stage
+    # s per host for hostprep where the suite is already in place (validate's nightly exec: check the
+    # prerequisites, record the facts); one that starts installing (a venv built, requirements installed)
+    # gets fleet.deploy_timeout instead. Enforced from the control node (sb_fleet/fleet/exec_phases.py)
+    prep_timeout: int = Field(180, ge=10, le=86400)
     # s on top of a step's benchmark timeouts (process start, result writing): the step's deadline per host
     step_margin: int = Field(60, ge=1)
     min_free_disk_gb: float = Field(1.0, ge=0)

@@ -36,6 +36,7 @@ from typing import IO, Any
 from sb_fleet.config.inventory import Host
 from sb_fleet.fleet import reaper
 from sb_fleet.fleet.deadline_watch import DeadlineWatch
+from sb_fleet.fleet.exec_phases import ExecPhases, Phase, PhaseClock
 from sb_fleet.fleet.exec_results import ResultsSplit, Sink
 from sb_fleet.fleet.progress import RUNNING
 from sb_fleet.fleet.task_outcome import classify, one_line
@@ -111,6 +112,9 @@ class ExecTask:
     # most bytes taken after it; "": none is looked for
     ship: str = ""
     ship_cap: int = 0
+    # each phase of the exec with its own deadline, read from the marker lines on its stdout as they come
+    # (sb_fleet.fleet.exec_phases); None: the task's timeout alone
+    phases: ExecPhases | None = None
 
 
 class _Tail:
@@ -153,6 +157,8 @@ class _Job:
     killed: str = ""  # why sb-fleet ended the client ("timeout", "cancel")
     kill_t: float = 0.0
     split: ResultsSplit | None = None  # stdout's reader where the task ships results
+    clock: PhaseClock | None = None  # the exec's phase, read from its stdout (ExecTask.phases)
+    late: Phase | None = None  # the phase whose deadline ended it (killed "phase")
 
 
 @dataclass
@@ -296,6 +302,13 @@ def run_direct(
         if job.killed == "cancel":
             outcomes[job.host] = HostOutcome(job.host, stage, Outcome.PENDING, f"interrupted in {task.name}")
             return
+        if job.killed == "phase" and job.late is not None:
+            why = job.late.reason()
+            outcomes[job.host] = HostOutcome(
+                job.host, stage, Outcome.TIMEOUT, why, details={"phase": job.late.name}
+            )
+            progress(job.host, Outcome.TIMEOUT, why)
+            return
         if job.killed == "timeout":
             why = f"no end within its task's timeout of {task.timeout} s"
             outcomes[job.host] = HostOutcome(job.host, stage, Outcome.TIMEOUT, f"{task.name}: {why}")
@@ -358,6 +371,8 @@ def run_direct(
             if f is not None:
                 f.close()
         job = _Job(h.name, proc, time.monotonic())
+        if task.phases is not None:
+            job.clock = task.phases.clock(job.t0)
         out_sink: Sink = job.out
         if task.ship and spool_dir is not None:
             spool = spool_dir / f"{safe_name(h.name)}.{attempts[h.name]}.spool"
@@ -423,6 +438,8 @@ def run_direct(
                 data = _read(fd)
                 if data:  # one chunk a turn: a host that floods its pipe is read in turns with the others
                     tail.add(data)
+                    if job.clock is not None and fd == job.out_fd:
+                        job.clock.feed(data, time.monotonic())
                 elif data == b"":
                     close_pipe(job, fd)
                     at_end.add(job.host)
@@ -439,7 +456,13 @@ def run_direct(
                 collect_exited(job, now)
                 if job.host not in jobs or job.exited_at is not None:
                     continue
-                if not job.killed and now - job.t0 > task.timeout:
+                late = job.clock.late(now) if job.clock is not None and not job.killed else None
+                if late is not None:  # a phase past its own deadline: the host's exec ends there
+                    job.late = late
+                    kill(job, "phase")
+                    if watch is not None:
+                        watch.expire(job.host)
+                elif not job.killed and now - job.t0 > task.timeout:
                     kill(job, "timeout")
                     if watch is not None:
                         watch.expire(job.host)

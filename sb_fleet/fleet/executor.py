@@ -424,7 +424,19 @@ def run_direct_stage(
         stop_again(ex, watch, left, stopped)
     outcomes: dict[str, HostOutcome] = {}
     for h in hosts:
-        if h in stopped and deadline is not None:
+        phase = got.outcomes[h].details.get("phase") if h in got.outcomes else None
+        if h in stopped and phase:  # one phase of the exec past its own deadline (ExecTask.phases)
+            o = got.outcomes[h]
+            outcomes[h] = HostOutcome(
+                h,
+                stage,
+                Outcome.TIMEOUT,
+                one_line(f"{o.reason}; stopped {stopped[h]}", 600),
+                details=o.details,
+            )
+            ex.progress.update(h, Outcome.TIMEOUT, outcomes[h].reason)
+            got.results.pop(h, None)
+        elif h in stopped and deadline is not None:
             by_task = h in got.outcomes and got.outcomes[h].outcome == Outcome.TIMEOUT
             outcomes[h] = deadline_outcome(h, stage, deadline, stopped[h], by_task, task.timeout)
             ex.progress.update(h, Outcome.TIMEOUT, outcomes[h].reason)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from sb_fleet.errors import ResultsError, RunDirError
 from sb_fleet.exits import exit_for
+from sb_fleet.fleet.direct_exec import direct_reason
 from sb_fleet.fleet.executor import Executor, Started
 from sb_fleet.fleet.pattern_followup import follow_up
 from sb_fleet.fleet.progress import Progress
@@ -170,8 +171,16 @@ def dry_run(run: RunInputs, hosts: list[str], validate: bool = False, opts: Opti
         return text
     opts = opts or Options()
     health = not opts.skip_health and run.rendered.check is not None
-    deadlines = validate_deadlines(run.config, run.plan, health)
-    return f"{text}\n\n{describe_bound(deadlines, len(hosts), opts.forks or run.config.fleet.forks)}"
+    fleet = run.config.fleet
+    # each phase of the one exec watched from the control node: sb-fleet's own ssh clients only
+    phased = (
+        fleet.exec_via == "ssh"
+        and fleet.launcher == "ssh"
+        and all(direct_reason(run.inventory.get(h)) is None for h in hosts)
+    )
+    nightly = validate_deadlines(run.config, run.plan, health, warm=True, phased=phased)
+    cold = validate_deadlines(run.config, run.plan, health, warm=False, phased=phased)
+    return f"{text}\n\n{describe_bound(nightly, cold, len(hosts), opts.forks or fleet.forks, phased)}"
 
 
 def finish(

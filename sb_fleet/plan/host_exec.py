@@ -69,6 +69,7 @@ else
   rm -rf -- "$tmp"
 fi
 ln -sfn -- "$suite" suite
+echo SB_FLEET_SUITE_READY
 exec "$@"
 """
 

@@ -20,6 +20,11 @@ RUN_FOLLOWS = "SB_FLEET_RUN_FOLLOWS"
 # validate: the line (on stdout and stderr, with the checks' exit status) after the health checks that
 # open deploy's fast exec (deploy.yml's sb_health_first)
 HEALTH_DONE = "SB_FLEET_HEALTH_DONE"
+# the suite's transfer: the line (stdout) once the suite is unpacked in the workspace, before first_exec
+SUITE_READY = "SB_FLEET_SUITE_READY"
+# hostprep: the line (stdout) when it starts building the venv or installing requirements (an install, not
+# a check: its deadline is fleet.deploy_timeout, not fleet.prep_timeout); sb_bench.host.hostprep.INSTALLING
+INSTALLING = "SB_FLEET_INSTALLING"
 IMAGE_DIGEST = "image digest"  # container-deploy.yml / container run: the image's digest
 IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creating an enroot image
 IMAGE_CHECK = "the suite runs in the image"  # container-deploy.yml: the image's torch facts

@@ -50,16 +50,55 @@ def _inputs(tmp_path: Path) -> tuple[Path, Path]:
 def test_each_stage_has_its_deadline_from_the_config_and_validate_their_bound(tmp_path: Path) -> None:
     cfg, inv = _inputs(tmp_path)
     run = create_run(tmp_path / "run", cfg, inv)
-    d = validate_deadlines(load_config(cfg), run.plan)
-    steps = sum(s.timeout for s in run.plan.steps)
-    assert steps == 40 + 60 + 7 * len(run.plan.steps)  # noop:b: fleet.default_timeout; fleet.step_margin
-    assert [(x.label, x.seconds) for x in d][:2] == [("health checks", 30), ("deploy", 200)]
-    assert d[-1].label == "collect" and d[-1].seconds == 100
-    assert [x.source for x in d][:2] == ["health.exec_timeout", "fleet.deploy_timeout"]
+    config = load_config(cfg)
+    steps = [s.timeout for s in run.plan.steps]
+    assert sum(steps) == 40 + 60 + 7 * len(steps)  # noop:b: fleet.default_timeout; fleet.step_margin
+    # nightly: the checks, hostprep (fleet.prep_timeout, at most deploy's) and the first step in one exec
+    d = validate_deadlines(config, run.plan, warm=True)
+    exec_s = 30 + 5 + min(config.fleet.prep_timeout, 200) + steps[0]
+    assert len(steps) == 1  # both benchmarks in one step: its results come with the exec, read here
+    assert [x.seconds for x in d] == [exec_s, 0]
+    assert d[0].source == "health.exec_timeout + 5 + fleet.prep_timeout + step01's deadline"
+    assert d[-1].label == "collect (the results came with the exec)" and "100 s more" in d[-1].source
     # 3 hosts, 2 at a time: two waves of each deadline, and the margin of every stage
-    assert wall_bound(d, 3, 2) == 2 * (30 + 200 + steps + 100) + STAGE_MARGIN_S * len(d)
-    assert wall_bound(d, 2, 2) == 30 + 200 + steps + 100 + STAGE_MARGIN_S * len(d)
-    assert "health checks" not in [x.label for x in validate_deadlines(load_config(cfg), run.plan, False)]
+    assert wall_bound(d, 3, 2) == 2 * exec_s + STAGE_MARGIN_S * len(d)
+    assert wall_bound(d, 2, 2) == exec_s + STAGE_MARGIN_S * len(d)
+    # cold: the same exec says the host lacks the suite, then the suite's transfer, an install
+    c = validate_deadlines(config, run.plan, warm=False)
+    assert [x.seconds for x in c] == [exec_s, 200 + 35 + steps[0], 0]
+    # without the exec's phases watched (Ansible's path), hostprep has fleet.deploy_timeout in it, and
+    # collect fetches over SSH
+    a = validate_deadlines(config, run.plan, warm=True, phased=False)
+    assert [x.seconds for x in a] == [35 + 200 + steps[0], 100]
+    assert a[-1].label == "collect" and a[-1].source == "collect.host_timeout"
+    assert wall_bound(a, 3, 2) == 2 * (35 + 200 + steps[0] + 100) + STAGE_MARGIN_S * len(a)
+    plain = validate_deadlines(config, run.plan, False, warm=True)
+    assert (
+        plain[0].label == "hostprep and the first step (one exec)"
+        and plain[0].seconds == min(config.fleet.prep_timeout, 200) + steps[0]
+    )
+
+
+def test_a_nightly_plan_of_one_60_s_benchmark_is_bounded_under_10_minutes_at_default_settings(
+    tmp_path: Path,
+) -> None:
+    cfg, inv = tmp_path / "config.yaml", tmp_path / "hosts.ini"
+    cfg.write_text(
+        "version: v0.4\nsuperbench:\n  benchmarks:\n    noop:\n      timeout: 60\n"
+        "      modes: [{name: local, proc_num: 1}]\n      parameters: {sleep: 0}\n"
+    )
+    inv.write_text("[gpu]\nh1 ansible_host=10.0.0.1\nh2 ansible_host=10.0.0.2\nh3 ansible_host=10.0.0.3\n")
+    r = CliRunner().invoke(
+        main, ["validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / "r"), "--dry-run"]
+    )
+    assert r.exit_code == 0, r.output
+    nightly = [ln for ln in r.output.splitlines() if ln.startswith("validate's wall time, nightly: at most ")]
+    cold = [ln for ln in r.output.splitlines() if ln.startswith("validate's wall time, cold: at most ")]
+    assert len(nightly) == len(cold) == 1, r.output
+    n_s, c_s = (int(x[0].split("at most ")[1].split()[0]) for x in (nightly, cold))
+    assert n_s < 600, r.output  # 120 + 5 + 180 + (60 + 60) + 30, and collect reads what came with the exec
+    assert c_s > 3600, r.output  # a cold run installs: fleet.deploy_timeout
+    assert "collect.host_timeout, 900 s more" in r.output
 
 
 def test_dry_run_prints_every_deadline_and_the_bound(tmp_path: Path) -> None:
@@ -69,16 +108,19 @@ def test_dry_run_prints_every_deadline_and_the_bound(tmp_path: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     run = create_run(tmp_path / "again", cfg, inv)
-    want = describe_bound(validate_deadlines(load_config(cfg), run.plan), 3, 2)
+    config = load_config(cfg)
+    # the inventory's hosts are local (ansible_connection=local): Ansible's path, no phases watched apart
+    nightly = validate_deadlines(config, run.plan, warm=True, phased=False)
+    cold = validate_deadlines(config, run.plan, warm=False, phased=False)
+    want = describe_bound(nightly, cold, 3, 2, phased=False)
     assert want in r.output, r.output
     assert "health.exec_timeout" in r.output and "collect.host_timeout" in r.output
-    total = wall_bound(validate_deadlines(load_config(cfg), run.plan), 3, 2)
-    assert f"validate's wall time: at most {total} s" in r.output
+    assert f"validate's wall time, nightly: at most {wall_bound(nightly, 3, 2)} s" in r.output
+    assert f"validate's wall time, cold: at most {wall_bound(cold, 3, 2)} s" in r.output
     # --forks changes the waves, and so the bound
     args = ["validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / "r3"), "--dry-run"]
     r = CliRunner().invoke(main, [*args, "--forks", "3"])
-    total = wall_bound(validate_deadlines(load_config(cfg), run.plan), 3, 3)
-    assert f"at most {total} s" in r.output, r.output
+    assert f"nightly: at most {wall_bound(nightly, 3, 3)} s" in r.output, r.output
 
 
 def test_under_launcher_slurm_the_allocation_wait_counts_once(tmp_path: Path) -> None:
@@ -87,8 +129,8 @@ def test_under_launcher_slurm_the_allocation_wait_counts_once(tmp_path: Path) ->
         CONFIG.replace("  forks: 2\n", "  forks: 2\n  launcher: slurm\n") + "slurm: {grant_timeout: 45}\n"
     )
     run = create_run(tmp_path / "run", cfg, inv)
-    d = validate_deadlines(load_config(cfg), run.plan)
+    d = validate_deadlines(load_config(cfg), run.plan, phased=False)
     assert (d[0].label, d[0].seconds, d[0].per_host) == ("slurm allocation", 45, False)
     plain = [x for x in d if x.per_host]
     assert wall_bound(d, 3, 2) == 45 + STAGE_MARGIN_S + wall_bound(plain, 3, 2)  # not once per wave
-    assert "slurm.grant_timeout, once for the fleet" in describe_bound(d, 3, 2)
+    assert "slurm.grant_timeout, once for the fleet" in describe_bound(d, d, 3, 2, phased=False)

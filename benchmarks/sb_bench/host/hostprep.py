@@ -327,10 +327,25 @@ def component_facts() -> dict:
     return out
 
 
+# The line (stdout) hostprep prints once when it starts to install (a venv built, requirements installed,
+# or another host's build of a shared venv waited for): sb-fleet's deadline for hostprep is then
+# fleet.deploy_timeout, not the few minutes of fleet.prep_timeout (sb_fleet.plan.tasks.INSTALLING).
+INSTALLING = "SB_FLEET_INSTALLING"
+_said_installing: list[bool] = []
+
+
+def installing() -> None:
+    """Say :data:`INSTALLING`, once per process."""
+    if not _said_installing:
+        _said_installing.append(True)
+        print(INSTALLING, flush=True)
+
+
 def make_venv(base: str, venv: Path) -> str:
     """A venv on top of ``base`` that sees base's packages, even when base is itself a venv."""
     py = venv / "bin" / "python"
     if not py.exists():
+        installing()
         subprocess.run(
             [base, "-m", "venv", "--system-site-packages", str(venv)],
             check=True,
@@ -515,6 +530,7 @@ def shared_venv(args: argparse.Namespace, target: Path) -> tuple[Lock, str]:
         lock.release()
         if attempt:
             break
+        installing()  # built here, or another host's build waited for
         lock.acquire(fcntl.LOCK_EX)
         try:
             make_venv(sys.executable, target)
@@ -588,6 +604,7 @@ def ensure_requirements(py: str, args: argparse.Namespace) -> str:
     """Install what the suite needs into ``py``'s environment; '' when ready, else why not."""
     missing = missing_imports(py)
     if args.install == "always" or (args.install == "auto" and missing):
+        installing()
         r = subprocess.run(
             [py, "-m", "pip", "install", "-q", "-r", args.requirements],
             capture_output=True,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sb_fleet.fleet.direct_exec import ExecTask, HostExec
+from sb_fleet.fleet.exec_phases import ExecPhases, exec_phases
 from sb_fleet.fleet.executor import Executor, StageResult, Started
 from sb_fleet.fleet.interrupts import Interrupts
 from sb_fleet.fleet.stages.stage_common import remote_results
@@ -34,7 +35,15 @@ from sb_fleet.plan.host_exec import (
 )
 from sb_fleet.plan.render import suite_b64_path
 from sb_fleet.plan.run_plan import Step
-from sb_fleet.plan.tasks import HEALTH_DONE, HOSTPREP, HOSTPREP_FAST, NEED_SUITE, RUN_FOLLOWS, ends_with
+from sb_fleet.plan.tasks import (
+    HEALTH_DONE,
+    HOSTPREP,
+    HOSTPREP_FAST,
+    NEED_SUITE,
+    RUN_FOLLOWS,
+    SUITE_READY,
+    ends_with,
+)
 from sb_fleet.plan.templates import run_env, runner_args
 from sb_fleet.rundir.outcome_table import save_stage
 from sb_fleet.rundir.runinputs import RunInputs
@@ -85,7 +94,11 @@ class Checked:
         start: Ctrl-C/SIGTERM (``pending``), or its deadline (``timeout``), which is longer than the
         checks' own bound on the host, so that they had ended there and the hang was past them (in
         hostprep or the first step). No check outcome is recorded for such a host: deploy's and run's
-        say what happened (run's lets collect fetch what a started step left)."""
+        say what happened (run's lets collect fetch what a started step left). A host whose exec the
+        control node ended in the checks' own phase (no end line within their deadline: an interpreter
+        that never started) is known: its checks timed out (``unhealthy``)."""
+        if deploy.details.get("phase") == "health":
+            return False
         return host not in self.results and deploy.outcome in (Outcome.PENDING, Outcome.TIMEOUT)
 
 
@@ -123,6 +136,16 @@ def _deploy(
     ship = ship_results(run, ex, hosts) if first is not None else None
     mark, ship_cap = (ship.mark, ship.cap) if ship is not None else ("", 0)
 
+    def phases(transfer: bool) -> ExecPhases:
+        """Each phase of the exec with its own deadline, enforced from the control node."""
+        return exec_phases(
+            run.config.health.exec_timeout if checks_first is not None else None,
+            run.config.fleet.prep_timeout,
+            run.config.fleet.deploy_timeout,
+            (step.id, step.timeout) if step is not None else None,
+            transfer,
+        )
+
     def commands(part: str, on: list[str]) -> tuple[dict[str, Any] | None, ExecTask | None]:
         """Each host's command, built once (sb_fleet.plan.host_exec): as the play's extra variables, and
         for sb-fleet's own ssh clients (Executor.run's ``direct``: the fast path's raw line, or the
@@ -139,7 +162,13 @@ def _deploy(
         if part == "fast":
             sb_exec = lines = fast_commands(doc, on, tag, checks_first, first, ship)
             task = ExecTask(
-                HOSTPREP_FAST, {h: HostExec(c) for h, c in lines.items()}, timeout, ok_mark, mark, ship_cap
+                HOSTPREP_FAST,
+                {h: HostExec(c) for h, c in lines.items()},
+                timeout,
+                ok_mark,
+                mark,
+                ship_cap,
+                phases(transfer=False),
             )
         else:
             sb_exec = suite_invocations(doc, on, tag, checks_first, first, ship)
@@ -151,6 +180,7 @@ def _deploy(
                 ok_mark,
                 mark,
                 ship_cap,
+                phases(transfer=True),
             )
         return {"sb_exec": sb_exec, "sb_exec_timeout": timeout, "sb_step_mark": ok_mark}, task
 
@@ -290,6 +320,9 @@ def split_health(res: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, 
     if cut is None:
         return None, res
     m, (checks_out, rest_out), (checks_err, rest_err) = cut
+    checks_out = checks_out.removeprefix(
+        SUITE_READY + "\n"
+    )  # the suite's transfer: unpacked, then the checks
     return {"rc": int(m.group(1)), "stdout": checks_out, "stderr": checks_err}, {
         **res,
         "stdout": rest_out,

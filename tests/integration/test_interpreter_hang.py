@@ -1,0 +1,142 @@
+"""A host whose interpreter hangs before Python runs a line cannot hold validate: a real loopback SSH fleet
+(127.0.66.x, 3 hosts).
+
+One host's ``sb_python`` is a wrapper script that sleeps (``#!/bin/sh`` + ``sleep 100000``: an interpreter
+on a dead NFS mount, a stuck site-packages import), so the host-side bound of the health checks, which
+starts once Python runs, never starts. The control node ends the checks' phase of validate's one exec at
+``health.exec_timeout`` + 5 s from the exec's start (sb_fleet/fleet/exec_phases.py): validate returns
+within that + 60 s, the hung host ``unhealthy`` with the reason, the healthy hosts judged, and nothing of
+the run left running (the wrapper and its ``sleep`` child on the host, sb-fleet's clients here; hosts and
+control node share this machine, listed with ps). Warm (the suite already in place: the nightly case) and
+cold (the suite's transfer, where the checks' phase starts once the suite is unpacked).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fleetlib.hangs import hung, run_id_of, run_processes, wait_for
+
+from .conftest import ROOT, SB_FLEET, started_fleet
+
+pytestmark = pytest.mark.integration
+
+CHECK_S = 10  # health.exec_timeout: the checks' phase ends at CHECK_S + 5 s
+HANG = "#!/bin/sh\nsleep 100000\n"
+
+CONFIG = """\
+version: v0.4
+fleet:
+  known_hosts: @KNOWN_HOSTS@
+  python: /usr/bin/python3
+  venv: false
+  install_requirements: never
+  min_free_disk_gb: 0
+  forks: 8
+  ssh_connect_timeout: 5
+  step_margin: 5
+health:
+  exec_timeout: @CHECK@
+superbench:
+  benchmarks:
+    noop:
+      timeout: 5
+      modes: [{name: local, proc_num: 1}]
+      parameters: {sleep: 0}
+gates:
+  fleet: {enabled: false}
+"""
+
+
+@pytest.fixture(scope="module")
+def hfleet():
+    root = Path(tempfile.mkdtemp(prefix="sbf-fleet-"))  # the fleet's directory, removed by its cleanup
+    with started_fleet(3, "127.0.66", check_torch=False, root=root) as f:
+        wrapper = f.dir / "hung-python"
+        wrapper.write_text(HANG)
+        wrapper.chmod(0o755)
+        yield f, wrapper
+
+
+def _sb(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SB_FLEET, *args, "--quiet"], capture_output=True, text=True, timeout=timeout, cwd=str(ROOT)
+    )
+
+
+def _sleepers() -> list[str]:
+    """The planted hang's processes on this machine (ps: hosts and control node are one machine)."""
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+    return [ln for ln in ps.splitlines() if "sleep 100000" in ln or "hung-python" in ln]
+
+
+@pytest.mark.parametrize("warmth", ["warm", "cold"])
+def test_an_interpreter_that_never_starts_is_unhealthy_within_the_checks_deadline(hfleet, tmp_path, warmth):
+    fleet, wrapper = hfleet
+    good1, victim, good2 = (h.name for h in fleet.hosts)
+    for h in fleet.hosts:
+        shutil.rmtree(h.workspace, ignore_errors=True)
+    cfg = fleet.config(CONFIG.replace("@CHECK@", str(CHECK_S)), f"{warmth}.yaml")
+    assert not _sleepers(), _sleepers()
+    if warmth == "warm":  # the suite in place on every host, as the night before left it
+        plain = fleet.inventory(name="plain.ini")
+        r = _sb("deploy", "-i", str(plain), "-c", str(cfg), "--run-dir", str(tmp_path / "deploy"))
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    inv = fleet.inventory(name=f"{warmth}.ini", host_vars={victim: {"sb_python": str(wrapper)}})
+    run_dir = tmp_path / warmth
+    limit = CHECK_S + 5 + 60
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
+    try:
+        run_id = run_id_of(run_dir)
+        seen_hang = False
+        while p.poll() is None and time.monotonic() - t0 < limit:
+            seen_hang = seen_hang or bool(hung(run_id, victim))
+            time.sleep(0.2)
+        took = time.monotonic() - t0
+        if p.poll() is None:
+            p.terminate()
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    print(f"validate ({warmth}) with {victim}'s interpreter hung: {took:.1f} s")
+    assert took < limit, f"validate ran {took:.0f} s (limit {limit} s)\n{err[-3000:]}"
+    assert seen_hang, "the planted hang never ran"
+    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
+    v = oc[victim]
+    assert v["outcome"] == "unhealthy", v
+    assert f"health checks: no end within {CHECK_S + 5} s" in v["reason"], v
+    assert v["stages"]["deploy"]["outcome"] == "skipped", v  # held back: not benchmarked
+    for h in (good1, good2):
+        assert oc[h]["outcome"] == "ok", oc[h]
+    verdicts = {h["name"]: h["verdict"] for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
+    assert verdicts[good1] == verdicts[good2] == "pass", verdicts
+    transfer = (run_dir / "ansible" / "deploy-suite").exists()
+    assert transfer == (warmth == "cold"), "the suite's transfer ran on a warm fleet, or not on a cold one"
+    # nothing of the run left: the wrapper and its sleep on the host, sb-fleet's clients here; at most
+    # OpenSSH's idle ControlPersist masters, which end by themselves (ControlPersist=120s)
+    wait_for(lambda: not _sleepers(), 15, "the hung interpreter (the wrapper and its sleep) to be gone")
+    wait_for(
+        lambda: all(
+            x.cmdline.startswith("ssh: ") and "[mux]" in x.cmdline for x in run_processes(run_id, run_dir)
+        ),
+        15,
+        "every process of the run but the idle ssh masters to be gone",
+    )
+    left = run_processes(run_id, run_dir)
+    print("left of the run:", "\n".join(map(str, left)) or "nothing")
