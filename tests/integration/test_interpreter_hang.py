@@ -8,7 +8,8 @@ starts once Python runs, never starts. The control node ends the checks' phase o
 within that + 60 s, the hung host ``unhealthy`` with the reason, the healthy hosts judged, and nothing of
 the run left running (the wrapper and its ``sleep`` child on the host, sb-fleet's clients here; hosts and
 control node share this machine, listed with ps). Warm (the suite already in place: the nightly case) and
-cold (the suite's transfer, where the checks' phase starts once the suite is unpacked).
+cold (the suite's transfer, where the checks' phase starts once the suite is unpacked). A host hung in
+hostprep where the suite is in place ends ``timeout`` at fleet.prep_timeout, not fleet.deploy_timeout.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleetlib.hangs import hung, run_id_of, run_processes, wait_for
+from tests.fleetlib.hangs import hang_python, hung, run_id_of, run_processes, wait_for
 
 from .conftest import ROOT, SB_FLEET, started_fleet
 
@@ -42,6 +43,7 @@ fleet:
   forks: 8
   ssh_connect_timeout: 5
   step_margin: 5
+  prep_timeout: @PREP@
 health:
   exec_timeout: @CHECK@
 superbench:
@@ -63,6 +65,8 @@ def hfleet():
         wrapper.write_text(HANG)
         wrapper.chmod(0o755)
         yield f, wrapper
+        for h in f.hosts:
+            shutil.rmtree(h.workspace, ignore_errors=True)
 
 
 def _sb(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -83,7 +87,7 @@ def test_an_interpreter_that_never_starts_is_unhealthy_within_the_checks_deadlin
     good1, victim, good2 = (h.name for h in fleet.hosts)
     for h in fleet.hosts:
         shutil.rmtree(h.workspace, ignore_errors=True)
-    cfg = fleet.config(CONFIG.replace("@CHECK@", str(CHECK_S)), f"{warmth}.yaml")
+    cfg = fleet.config(CONFIG.replace("@CHECK@", str(CHECK_S)).replace("@PREP@", "180"), f"{warmth}.yaml")
     assert not _sleepers(), _sleepers()
     if warmth == "warm":  # the suite in place on every host, as the night before left it
         plain = fleet.inventory(name="plain.ini")
@@ -140,3 +144,64 @@ def test_an_interpreter_that_never_starts_is_unhealthy_within_the_checks_deadlin
     )
     left = run_processes(run_id, run_dir)
     print("left of the run:", "\n".join(map(str, left)) or "nothing")
+
+
+def test_hostprep_hung_where_the_suite_is_in_place_ends_at_its_own_deadline(hfleet, tmp_path):
+    fleet, _ = hfleet
+    good1, victim, good2 = (h.name for h in fleet.hosts)
+    prep_s = 10
+    cfg = fleet.config(CONFIG.replace("@CHECK@", "30").replace("@PREP@", str(prep_s)), "prep.yaml")
+    for h in fleet.hosts:
+        shutil.rmtree(h.workspace, ignore_errors=True)
+    plain = fleet.inventory(name="plain.ini")
+    r = _sb("deploy", "-i", str(plain), "-c", str(cfg), "--run-dir", str(tmp_path / "deploy"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    # hostprep's main replaced by `exec sleep 900` on the victim, in the exec's own process (Python runs)
+    pydir = fleet.dir / "prep-py"  # readable by the hosts' login user (pytest's tmp_path is root's alone)
+    pydir.mkdir(exist_ok=True)
+    pydir.chmod(0o755)
+    wrapper, ctl = hang_python(pydir)
+    ctl.write_text(f"{victim} deploy\n")
+    inv = fleet.inventory(
+        name="prep.ini", host_vars={h.name: {"sb_python": str(wrapper)} for h in fleet.hosts}
+    )
+    run_dir = tmp_path / "prep"
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
+    try:
+        run_id = run_id_of(run_dir)
+        seen: list[float] = []  # when the victim's hang was seen alive
+        while p.poll() is None and time.monotonic() - t0 < 30 + prep_s + 60:
+            if hung(run_id, victim):
+                seen.append(time.monotonic())
+            time.sleep(0.2)
+        took = time.monotonic() - t0
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    print(f"validate with {victim} hung in hostprep (suite in place): {took:.1f} s")
+    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert seen and seen[-1] - seen[0] <= prep_s + 30, (seen[:1], seen[-1:])
+    oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
+    d = oc[victim]["stages"]["deploy"]
+    assert d["outcome"] == "timeout", d
+    assert d["reason"].startswith(
+        f"hostprep (suite in place): no end within {prep_s} s (fleet.prep_timeout)"
+    ), d
+    for h in (good1, good2):
+        assert oc[h]["outcome"] == "ok", oc[h]
+    wait_for(lambda: not hung(run_id, victim), 15, "the hung hostprep to be gone")
+    wait_for(
+        lambda: all(
+            x.cmdline.startswith("ssh: ") and "[mux]" in x.cmdline for x in run_processes(run_id, run_dir)
+        ),
+        15,
+        "every process of the run but the idle ssh masters to be gone",
+    )
