@@ -10,6 +10,9 @@ Pushgateway (docs/prometheus.md). The I/O edge; the series themselves are made i
 - **Pushgateway**: ``--pushgateway URL`` PUTs the series to the group ``job="sb-fleet", fleet=<fleet>``,
   which replaces the whole group (last night's series of a host that left the fleet go with it).
 
+Both get the text metrics.prom has (:meth:`sb_fleet.exposition.Series.render`, made once), not text made
+again by ``prometheus_client``; a per-host textfile's series are split from the run's in one pass.
+
 Neither changes the verdict: a gateway that cannot be reached, refuses the push or times out, or a
 textfile that cannot be written, is a warning line with the reason, and the run's exit code stands. A
 textfile directory that does not exist is a usage error before anything runs (:func:`check_textfile_dir`).
@@ -17,22 +20,18 @@ textfile directory that does not exist is a usage error before anything runs (:f
 
 from __future__ import annotations
 
+import base64
 import functools
-import http.client
 import os
 import re
-import urllib.error
-import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client.exposition import basic_auth_handler, default_handler, push_to_gateway
-
 from sb_fleet.errors import InfraError, UsageError
 from sb_fleet.exposition import Series, label_value
-from sb_fleet.report.writers.report_prometheus import PromSettings, host_series
+from sb_fleet.report.writers.report_prometheus import PromSettings, every_host_series, host_series
 from sb_fleet.safe_files import atomic_write_bytes, safe_name
 
 if TYPE_CHECKING:
@@ -95,8 +94,14 @@ def _mkdirs(d: Path) -> None:
 def write_textfiles(series: Series, template: str, fleet: str, hosts: Sequence[str]) -> list[str]:
     """Write the fleet's file (or each host's); a warning per file that could not be written."""
     warnings = []
-    for path, host in textfile_targets(template, fleet, hosts).items():
-        data = series.render() if host is None else host_series(series, host).render()
+    targets = textfile_targets(template, fleet, hosts)
+    per_host = every_host_series(series) if HOST_FIELD in template else {}
+    for path, host in targets.items():
+        if host is None:
+            data = series.render()
+        else:
+            mine = per_host.get(label_value(host))
+            data = (mine if mine is not None else host_series(series, host)).render()
         try:
             _mkdirs(path.parent)
             atomic_write_bytes(path, data, mode=0o644)
@@ -108,6 +113,8 @@ def write_textfiles(series: Series, template: str, fleet: str, hosts: Sequence[s
 
 def _credentials(url: str) -> tuple[str, str, str] | None:
     """``http://user:pw@host:9091`` -> (``http://host:9091``, user, pw); None without a user."""
+    import urllib.parse
+
     parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
     if not parts.username:
         return None
@@ -119,6 +126,9 @@ def _credentials(url: str) -> tuple[str, str, str] | None:
 
 def _reason(exc: Exception) -> str:
     """Why a push failed, in a few words: the HTTP status and the gateway's own message, or the socket's."""
+    import http.client
+    import urllib.error
+
     if isinstance(exc, urllib.error.HTTPError):
         try:
             body = exc.read(300).decode("utf-8", "replace").strip()
@@ -128,10 +138,47 @@ def _reason(exc: Exception) -> str:
     return str(getattr(exc, "reason", None) or exc)
 
 
+def _group_path(key: str, value: str) -> str:
+    """One part of a Pushgateway group's URL path, as ``prometheus_client`` writes it (base64 for a value
+    that is empty or has a slash or a space)."""
+    import urllib.parse
+
+    if value == "":
+        return f"/{key}@base64/="
+    if "/" in value or " " in value:
+        return f"/{key}@base64/{base64.urlsafe_b64encode(value.encode()).decode()}"
+    return f"/{key}/{urllib.parse.quote_plus(value)}"
+
+
+def _put(
+    url: str,
+    grouping: dict[str, str],
+    body: bytes,
+    timeout: float,
+    handler: Callable[..., Callable[[], None]],
+) -> None:
+    """PUT ``body`` (the text format) to the Pushgateway group ``grouping``: what ``prometheus_client``'s
+    ``push_to_gateway`` does, with text made once."""
+    import urllib.parse
+
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+    gateway = url
+    if urllib.parse.urlparse(gateway).scheme not in ("http", "https"):
+        gateway = f"http://{gateway}"
+    target = gateway.rstrip("/") + "/metrics" + "".join(_group_path(k, v) for k, v in grouping.items())
+    headers = [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)]
+    handler(url=target, method="PUT", timeout=timeout, headers=headers, data=body)()
+
+
 def push(series: Series, url: str, fleet: str, timeout: float = PUSH_TIMEOUT_S) -> str | None:
     """PUT the series to the Pushgateway group job="sb-fleet", fleet=<fleet> (replacing it); a warning
     with the reason when that fails, else None. A user and password in the URL are sent as HTTP basic
     authentication, and never shown."""
+    import http.client
+
+    from prometheus_client.exposition import basic_auth_handler, default_handler
+
     shown = re.sub(r"//[^/]*@", "//", url)
     try:
         handler: Callable[..., Callable[[], None]] = default_handler
@@ -139,9 +186,7 @@ def push(series: Series, url: str, fleet: str, timeout: float = PUSH_TIMEOUT_S) 
         if creds is not None:
             url, user, password = creds
             handler = functools.partial(basic_auth_handler, username=user, password=password)
-        push_to_gateway(
-            url, job=JOB, registry=series, grouping_key={"fleet": fleet}, timeout=timeout, handler=handler
-        )
+        _put(url, {"job": JOB, "fleet": fleet}, series.render(), timeout, handler)
     except (OSError, ValueError, http.client.HTTPException) as exc:
         reason = _reason(exc)
         return (

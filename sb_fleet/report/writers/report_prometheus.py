@@ -162,11 +162,14 @@ def _health(s: Series, fleet: str, health: Mapping[str, Any]) -> int:
     """The health series; how many check names were left out (beyond :data:`MAX_CHECKS` a host)."""
     left = 0
     hosts = health.get("hosts")
+    names: list[str] = []
+    codes: list[int] = []
+    kept_of: list[list[tuple[str, int]]] = []
     for host, doc in hosts.items() if isinstance(hosts, dict) else ():
         if not isinstance(doc, dict):
             continue
-        code = HEALTH_CODES.get(str(doc.get("verdict")), HEALTH_CODES["unknown"])
-        s.add("sb_fleet_health_host_status", {"fleet": fleet, "host": host}, code)
+        names.append(host)
+        codes.append(HEALTH_CODES.get(str(doc.get("verdict")), HEALTH_CODES["unknown"]))
         worst: dict[str, int] = {}
         records = [*(doc.get("checks") or []), *(doc.get("findings") or [])]
         for r in records:
@@ -176,8 +179,24 @@ def _health(s: Series, fleet: str, health: Mapping[str, Any]) -> int:
             worst[check] = max(worst.get(check, 0), HEALTH_CODES[r["verdict"]])
         kept = sorted(worst.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CHECKS]  # the worst first
         left += len(worst) - len(kept)
-        for check, c in sorted(kept):
-            s.add("sb_fleet_health_check_status", {"fleet": fleet, "host": host, "check": check}, c)
+        kept_of.append(sorted(kept))
+    fixed = {"fleet": fleet}
+    s.add_table(
+        "sb_fleet_health_host_status", np.array(codes, float).reshape(-1, 1), {"host": names}, None, fixed
+    )
+    checks = sorted({check for kept in kept_of for check, _ in kept})
+    total = sum(len(kept) for kept in kept_of)
+    if len(checks) * len(names) <= max(1 << 20, 8 * total):  # a table: hosts x every check named
+        at = {check: i for i, check in enumerate(checks)}
+        table = np.full((len(names), len(checks)), np.nan)
+        for r, kept in enumerate(kept_of):
+            for check, c in kept:
+                table[r, at[check]] = c
+        s.add_table("sb_fleet_health_check_status", table, {"host": names}, {"check": checks}, fixed)
+    else:  # every host its own checks: one by one
+        for host, kept in zip(names, kept_of, strict=True):
+            for check, c in kept:
+                s.add("sb_fleet_health_check_status", {"fleet": fleet, "host": host, "check": check}, c)
     return left
 
 
@@ -193,13 +212,23 @@ def _pooled(block: np.ndarray) -> np.ndarray:
     """Per row (host): the median of its ranks' values; NaN where it has none."""
     if block.shape[1] == 1:
         return block[:, 0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a host without any of the ranks: NaN
-        return np.nanmedian(block, axis=1)
+    out = np.median(block, axis=1)  # NaN where a rank has none: those rows again, without it
+    holes = np.flatnonzero(np.isnan(out))
+    if holes.size:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a host without any of the ranks: NaN
+            out[holes] = np.nanmedian(block[holes], axis=1)
+    return out
+
+
+def _table(columns: list[np.ndarray], n: int) -> np.ndarray:
+    """Columns (one value per host) side by side: hosts x columns."""
+    return np.column_stack(columns) if columns else np.empty((n, 0))
 
 
 def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> dict[str, int]:
-    """The benchmark series; how many metric and benchmark names were left out (beyond the bounds)."""
+    """The benchmark series, a table per family (hosts x metrics, in the report's order); how many metric
+    and benchmark names were left out (beyond the bounds)."""
     f = result.fleet
     labels = ("fleet", "host", "benchmark", "metric", *(("rank",) if per_rank else ()))
     declared: set[str] = set()
@@ -243,29 +272,35 @@ def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> 
         "benchmarks": max(0, len(codes) - MAX_BENCHMARKS),
     }
     codes = dict(list(codes.items())[:MAX_BENCHMARKS])
-    plan = []  # per (benchmark, metric): its family, scale, unit label, columns and their ranks
+    values = np.asarray(f.values, dtype=float)
+    n = values.shape[0]
+    rows = {"host": list(f.hosts)}
+    fixed = {"fleet": fleet}
+    worst = [_worst_codes(values[:, cols]) for cols in codes.values()]
+    s.add_table("sb_fleet_benchmark_return_code", _table(worst, n), rows, {"benchmark": list(codes)}, fixed)
+    # Per family: its columns (a metric pooled over its ranks, or one a rank) and their labels.
+    tables: dict[str, tuple[list[np.ndarray], dict[str, list[str]]]] = {}
     for (bench, metric), cols in list(groups.items())[:MAX_METRICS]:
         name, scale, unit = family(f.directions.unit(f.columns[cols[0]]))
-        ranks = [parse_metric(f.columns[c]).rank for c in cols]
-        extra = {} if unit is None else {"unit": unit}
-        plan.append((name, scale, {"benchmark": bench, "metric": metric, **extra}, cols, ranks))
-    values = np.asarray(f.values, dtype=float)
-    worst = {bench: _worst_codes(values[:, cols]) for bench, cols in codes.items()}
-    pooled = [None if per_rank else _pooled(values[:, cols]) for *_, cols, _ in plan]
-    for r, host in enumerate(f.hosts):
-        for bench, codes_of in worst.items():
-            s.add(
-                "sb_fleet_benchmark_return_code",
-                {"fleet": fleet, "host": host, "benchmark": bench},
-                codes_of[r],
-            )
-        for (name, scale, labels_of, cols, ranks), by_host in zip(plan, pooled, strict=True):
-            base = {"fleet": fleet, "host": host, **labels_of}
-            if by_host is not None:
-                s.add(name, base, by_host[r] * scale)
-                continue
-            for c, rank in zip(cols, ranks, strict=True):
-                s.add(name, {**base, "rank": "" if rank is None else str(rank)}, values[r, c] * scale)
+        columns, col_labels = tables.setdefault(
+            name, ([], {"benchmark": [], "metric": [], "unit": [], "rank": []})
+        )
+        if per_rank:
+            ranks = [parse_metric(f.columns[c]).rank for c in cols]
+            each = [
+                (values[:, c] * scale, "" if rank is None else str(rank))
+                for c, rank in zip(cols, ranks, strict=True)
+            ]
+        else:
+            each = [(_pooled(values[:, cols]) * scale, "")]
+        for column, rank in each:
+            columns.append(column)
+            col_labels["benchmark"].append(bench)
+            col_labels["metric"].append(metric)
+            col_labels["unit"].append(unit or "")
+            col_labels["rank"].append(rank)
+    for name, (columns, col_labels) in tables.items():
+        s.add_table(name, _table(columns, n), rows, col_labels, fixed)
     return left
 
 
@@ -273,7 +308,8 @@ def series(
     result: ReportResult, settings: PromSettings, run: RunIdentity, streaks: Mapping[str, int] | None = None
 ) -> Series:
     """Every series of the run. ``streaks`` (host -> runs in a row the gate counted it failing) defaults to
-    what the run's history view says, when it has one."""
+    what the run's history view says, when it has one. The per-host series are tables (hosts x verdicts,
+    hosts x metrics): each host's and metric's label values made safe and escaped once."""
     fleet = settings.fleet
     s = Series()
     _declare_run(s)
@@ -312,29 +348,33 @@ def series(
     counted = tuple(result.gates.policy.count)
     if streaks is None and result.history is not None:
         streaks = {h: streak(v, counted) for h, v in result.history.verdicts.items()}
-    for h in result.hosts:
-        who = {"fleet": fleet, "host": h.name}
-        for verdict in HOST_VERDICTS:
-            s.add("sb_fleet_host_verdict", {**who, "verdict": verdict}, 1 if h.verdict == verdict else 0)
-        doc = h.to_json()
-        s.add(
-            "sb_fleet_host_info",
-            {
-                **who,
-                "verdict": h.verdict,
-                "outcome": h.outcome,
-                "gpu_model": h.gpu_model or "",
-                "finding": top_finding(doc) if h.issues else named.get(h.name, ""),
-            },
-            1,
-        )
-        s.add("sb_fleet_host_gate_failed", who, 1 if h.verdict in counted else 0)
-        if streaks is not None:
-            s.add("sb_fleet_host_gate_failed_runs_in_a_row", who, streaks.get(h.name, 0))
+    hosts = result.hosts
+    n = len(hosts)
+    rows = {"host": [h.name for h in hosts]}
+    fixed = {"fleet": fleet}
+    which = {v: i for i, v in enumerate(HOST_VERDICTS)}
+    onehot = np.zeros((n, len(HOST_VERDICTS)))
+    for r, h in enumerate(hosts):
+        if h.verdict in which:
+            onehot[r, which[h.verdict]] = 1
+    s.add_table("sb_fleet_host_verdict", onehot, rows, {"verdict": HOST_VERDICTS}, fixed)
+    info = {
+        **rows,
+        "verdict": [h.verdict for h in hosts],
+        "outcome": [h.outcome for h in hosts],
+        "gpu_model": [h.gpu_model or "" for h in hosts],
+        "finding": [top_finding(h.to_json()) if h.issues else named.get(h.name, "") for h in hosts],
+    }
+    s.add_table("sb_fleet_host_info", np.ones((n, 1)), info, None, fixed)
+    failed = np.array([[1.0 if h.verdict in counted else 0.0] for h in hosts]).reshape(n, 1)
+    s.add_table("sb_fleet_host_gate_failed", failed, rows, None, fixed)
+    if streaks is not None:
+        runs = np.array([float(streaks.get(h.name, 0)) for h in hosts]).reshape(n, 1)
+        s.add_table("sb_fleet_host_gate_failed_runs_in_a_row", runs, rows, None, fixed)
     left = _benchmarks(s, fleet, result, settings.per_rank)
     left["health_checks"] = _health(s, fleet, result.health) if result.health is not None else 0
-    for kind, n in left.items():
-        s.add("sb_fleet_exposition_left_out", {"fleet": fleet, "kind": kind}, n)
+    for kind, k in left.items():
+        s.add("sb_fleet_exposition_left_out", {"fleet": fleet, "kind": kind}, k)
     return s
 
 
@@ -344,6 +384,11 @@ HOST_FILE_FAMILIES = ("sb_fleet_run_info", "sb_fleet_run_end_timestamp_seconds")
 def host_series(all_series: Series, host: str) -> Series:
     """One host's series (for a textfile directory of its own), with the run's id and end time."""
     return all_series.select({"host": host}, always=HOST_FILE_FAMILIES)
+
+
+def every_host_series(all_series: Series) -> dict[str, Series]:
+    """:func:`host_series` of every host at once: its ``host`` label's value -> its series."""
+    return all_series.split("host", always=HOST_FILE_FAMILIES)
 
 
 def render(
