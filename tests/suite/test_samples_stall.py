@@ -46,7 +46,7 @@ def test_one_huge_lap_among_many_keeps_every_sample_the_steps_allow(where):
     steady = merge_laps(_window())
     assert len(steady) == MIN_SAMPLES and all(x == pytest.approx(FAST) for x in steady)
     # As many samples as the unstalled window (one more where the stall splits a sample), one outlying.
-    assert MIN_SAMPLES - 1 <= len(got) <= MIN_SAMPLES + 1, got
+    assert MIN_SAMPLES <= len(got) <= MIN_SAMPLES + 1, got
     outliers = [x for x in got if x > 2 * FAST]
     assert len(outliers) == 1 and outliers[0] > 10 * FAST
     assert sum(1 for x in got if x == pytest.approx(FAST)) == len(got) - 1
@@ -61,7 +61,7 @@ def test_the_old_rule_would_have_collapsed_node1s_window():
     assert pace(laps) == pytest.approx(FAST)
     total = sum(s for s, _ in laps)
     assert total / MIN_SAMPLES > 199 * FAST  # what the old rule needed per sample: more than all fast laps
-    assert len(merge_laps(laps)) >= MIN_SAMPLES - 1
+    assert len(merge_laps(laps)) >= MIN_SAMPLES
 
 
 def test_all_laps_equal_give_equal_samples():
@@ -102,11 +102,39 @@ def test_a_window_slow_throughout_is_still_capped():
     assert robust_spread(got) is not None
 
 
+def test_phases_and_a_shorter_stall_still_give_min_samples():
+    # A window whose pace changes (a rank given half a core for a while) and one lap of 22% of it: with
+    # samples of an eighth of the window, the big laps each took a sample's place and 6 were left.
+    laps = [(8e-6, 1)] * 50 + [(18e-6, 1)] * 30 + [(23e-6, 1)] * 38 + [(26e-6, 1)] * 67 + [(9e-6, 1)] * 15
+    laps[145] = (1022e-6, 1)
+    assert stalled_lap(laps) is None
+    got = merge_laps(laps)
+    assert MIN_SAMPLES <= len(got) <= MAX_SAMPLES
+    assert max(got) == pytest.approx(1022e-6, rel=0.5)  # the big lap is (nearly) a sample of its own
+
+
+def test_random_windows_never_collapse():
+    import random
+
+    rnd = random.Random(47)
+    for _ in range(2000):
+        laps: list[tuple[float, int]] = []
+        while len(laps) < 200:
+            rate = rnd.choice([4e-6, 8e-6, 2e-5, 5e-5])
+            laps += [(rate * rnd.uniform(0.9, 1.3), 1)] * rnd.randint(1, 120)
+        laps = laps[:200]
+        for _ in range(rnd.choice([0, 1, 2, 3, 6])):
+            i = rnd.randrange(200)
+            laps[i] = (laps[i][0] + rnd.choice([1e-4, 1e-3, 3e-3, 3e-2]) * rnd.random(), 1)
+        got = merge_laps(laps)
+        assert MIN_SAMPLES <= len(got) <= MAX_SAMPLES, laps
+
+
 def test_steps_are_never_lost():
     laps = _window(stall_at=57) + [(0.0, 0)]
     got = merge_laps(laps)
     # Every sample is seconds per step of whole laps: their weighted sum is the window's time.
-    assert len(got) >= MIN_SAMPLES - 1 and all(x > 0 for x in got)
+    assert len(got) >= MIN_SAMPLES and all(x > 0 for x in got)
 
 
 # -- stalled_lap: when a window is dominated by one lap ------------------------------------------------------------------
@@ -138,7 +166,7 @@ class _Planted:
 
     FAST_STEP = 50e-6
 
-    def __init__(self, stall_at: set[int], stall: float = 0.03):
+    def __init__(self, stall_at: set[int], stall: float = 0.2):
         self.n, self.stall_at, self.stall = 0, stall_at, stall
 
     def __call__(self) -> None:
@@ -158,10 +186,12 @@ def test_a_window_dominated_by_one_stall_is_timed_again_and_said():
     h = _harness()
     step = _Planted({100})  # in the first window only
     out = h.time_case(RankContext(0, 0, 1, 1, 0, CPU), Case("planted", step, lambda s: {"t": s}))
-    assert step.n == 400  # two windows
-    assert out["t"] < 5 * _Planted.FAST_STEP  # the kept window's figure, not the stalled one's
-    assert len(h.samples["t"]) >= MIN_SAMPLES - 1
-    assert len(h.notes) == 1 and h.notes[0].startswith("planted: re-timed 1x, one lap (lap 100 of 200)")
+    # Two windows (more only where a real preemption stalls the next one too, on a loaded machine).
+    assert 400 <= step.n <= 200 * (1 + MAX_RETRIES)
+    assert out["t"] < 0.2 / 200 / 2  # the kept window's figure, not the stalled one's (1+ ms per step)
+    assert len(h.samples["t"]) >= MIN_SAMPLES
+    [note] = h.notes
+    assert note.startswith(f"planted: re-timed {step.n // 200 - 1}x, one lap (lap 100 of 200) held ")
 
 
 def test_a_window_stalled_every_time_is_reported_with_its_stall_as_a_sample():
@@ -169,9 +199,12 @@ def test_a_window_stalled_every_time_is_reported_with_its_stall_as_a_sample():
     step = _Planted({100 + 200 * k for k in range(10)})
     out = h.time_case(RankContext(0, 0, 1, 1, 0, CPU), Case("planted", step, lambda s: {"t": s}))
     assert step.n == 200 * (1 + MAX_RETRIES)  # bounded
-    assert out["t"] > 0.03 / 200  # the stall is in the figure ...
+    assert out["t"] > 0.2 / 200  # the stall is in the figure ...
     got = h.samples["t"]
-    assert len(got) >= MIN_SAMPLES - 1 and sum(1 for x in got if x > 10 * _Planted.FAST_STEP) == 1
+    # The planted stall is one outlying sample (a loaded machine's own preemptions may add others).
+    assert (
+        len(got) >= MIN_SAMPLES and max(got) > 0.2 / 200 and sum(x < 2 * _Planted.FAST_STEP for x in got) >= 4
+    )
     assert robust_spread(got) is not None and figure_noise(got) is not None  # ... and its samples exist
     [note] = h.notes
     assert note.startswith(
@@ -185,20 +218,20 @@ def test_ranks_that_time_together_are_not_retimed_alone():
     step = _Planted({100})
     h.time_case(RankContext(0, 0, 2, 1, 0, CPU), Case("planted", step, lambda s: {"t": s}))
     assert step.n == 200 and h.notes == []  # one window: a collective's ranks must run the same ones
-    assert len(h.samples["t"]) >= MIN_SAMPLES - 1  # the stall shows as one of its samples
+    assert len(h.samples["t"]) >= MIN_SAMPLES  # the stall shows as one of its samples
 
 
-def test_a_long_window_is_not_retimed():
-    h = _harness(steps=4)
-    step = _Planted({2}, stall=0.2)
-    h.duration = 0.0
-    orig = _Planted.FAST_STEP
-    try:
-        _Planted.FAST_STEP = 0.6  # a 2.4 s window: past RETRY_WINDOW_SECONDS
-        h.time_case(RankContext(0, 0, 1, 1, 0, CPU), Case("long", step, lambda s: {"t": s}))
-    finally:
-        _Planted.FAST_STEP = orig
-    assert step.n == 4 and h.notes == []
+def test_a_long_window_is_not_retimed(monkeypatch):
+    from sb_bench.core import samples
+
+    # The planted window is 10 ms at its pace: past a limit of 5 ms (the real one is 2 s, whose window
+    # is dominated only by a stall of seconds: a fault to report, not to re-time into the timeout).
+    monkeypatch.setattr(samples, "RETRY_WINDOW_SECONDS", 0.005)
+    h = _harness()
+    step = _Planted({100})
+    h.time_case(RankContext(0, 0, 1, 1, 0, CPU), Case("long", step, lambda s: {"t": s}))
+    assert step.n == 200 and h.notes == []
+    assert len(h.samples["t"]) >= MIN_SAMPLES
 
 
 class _StallingCtx(RankContext):
@@ -212,7 +245,7 @@ class _StallingCtx(RankContext):
     def sync(self) -> None:
         self.calls += 1
         if self.calls in self.stall_at:
-            time.sleep(0.025)
+            time.sleep(0.1)
 
 
 def test_kernel_launch_retimes_node1s_stalled_round_trip_window_and_says_so():
@@ -220,11 +253,12 @@ def test_kernel_launch_retimes_node1s_stalled_round_trip_window_and_says_so():
     ctx = _StallingCtx({warm + 58})  # lap 58 of the first timed torch_launch window
     env = run_benchmark("kernel-launch", {"num_warmup": warm, "num_steps": steps}, ctx)
     assert_metrics(env, {"torch_launch_time": "ms", "back_to_back_time": "ms"})
-    assert ctx.calls == warm + 2 * steps
-    assert env["result"]["torch_launch_time"][0] < 25 / steps / 2  # not the stalled window's 0.125+ ms
-    assert len(env["raw_data"]["torch_launch_time"][0]) >= MIN_SAMPLES - 1
+    windows = (ctx.calls - warm) // steps  # two (more where a real preemption stalls the next one too)
+    assert 2 <= windows <= 1 + MAX_RETRIES and ctx.calls == warm + windows * steps
+    assert env["result"]["torch_launch_time"][0] < 25 / steps / 2  # not the stalled window's 0.5+ ms
+    assert len(env["raw_data"]["torch_launch_time"][0]) >= MIN_SAMPLES
     assert "torch_launch_time" in env["noise"] and "torch_launch_time" in env["spread"]
-    assert "torch_launch: re-timed 1x, one lap (lap 58 of 200)" in env["reason"]
+    assert f"torch_launch: re-timed {windows - 1}x, one lap (lap 58 of 200) held " in env["reason"]
 
 
 def test_kernel_launch_stalled_in_every_window_still_has_its_samples():
@@ -233,6 +267,6 @@ def test_kernel_launch_stalled_in_every_window_still_has_its_samples():
     env = run_benchmark("kernel-launch", {"num_warmup": warm, "num_steps": steps}, ctx)
     assert_metrics(env, {"torch_launch_time": "ms", "back_to_back_time": "ms"})
     assert env["result"]["torch_launch_time"][0] > 25 / steps  # the stall is in the figure
-    assert len(env["raw_data"]["torch_launch_time"][0]) >= MIN_SAMPLES - 1  # never [[figure]]
+    assert len(env["raw_data"]["torch_launch_time"][0]) >= MIN_SAMPLES  # never [[figure]]
     assert "torch_launch_time" in env["noise"] and "torch_launch_time" in env["spread"]
     assert f"a lap stalled in each of {1 + MAX_RETRIES} windows" in env["reason"]

@@ -17,7 +17,9 @@ its own and the laps around it make the others, so a window gives as many sample
 whatever one lap did. Before, the stalled lap set the sample length, became the only sample, and the
 figure was left with none: no spread and no noise of its own (issue 47: 0.109 ms against 0.004 ms,
 ``raw_data`` ``[[0.1093]]``). Where that makes more than :data:`MAX_SAMPLES` (a window slower than
-its pace throughout), the sample length grows until they fit.
+its pace throughout), the sample length grows until they fit; where laps worth more than a
+sample each (a slow phase, a shorter stall) leave fewer than :data:`MIN_SAMPLES`, it shrinks until
+the laps give them.
 
 A window that one lap *dominates* (:func:`stalled_lap`: the lap's time beyond the window's pace is
 more than :data:`STALL_SHARE` of the window's time, so the figure is over twice its pace) is timed
@@ -129,8 +131,10 @@ def merge_laps(laps: Sequence[Lap]) -> list[float]:
     typical / MAX_SAMPLES)``, where ``typical`` is the window's steps at its :func:`pace` (never more
     than its total): a stalled lap closes a sample of its own and does not set the others' length. A
     short remainder joins the sample before it. Where that makes more than MAX_SAMPLES (a window
-    slower than its pace throughout), the sample length grows in proportion until they fit. Fewer than
-    two laps: none (the window was too short to say anything about its own steadiness)."""
+    slower than its pace throughout), the sample length grows in proportion until they fit; where
+    laps worth more than one sample (a slow phase, a shorter stall) leave fewer than MIN_SAMPLES
+    (or one per lap), it shrinks until the laps give them. Fewer than two laps: none (the window was
+    too short to say anything about its own steadiness)."""
     total = sum(s for s, _ in laps)
     if len(laps) < 2 or not total > 0:
         return []
@@ -143,6 +147,17 @@ def merge_laps(laps: Sequence[Lap]) -> list[float]:
     while len(out) > MAX_SAMPLES:
         want *= len(out) / MAX_SAMPLES * 1.01
         out = _group(laps, want)
+    # Laps worth more than one sample (a slow phase, a stall under STALL_SHARE) each take a sample's
+    # place: shorter samples, until the window gives the MIN_SAMPLES its laps allow.
+    floor = min(MIN_SAMPLES, len(laps))
+    for _ in range(128):  # 3% at a time, so that equal laps stop at the first length that gives them
+        if len(out) >= floor:
+            break
+        want *= 0.97
+        more = _group(laps, want)
+        if len(more) > MAX_SAMPLES:
+            break
+        out = more
     if len(out) < 2:
         return []
     return [s / n for s, n in out]
