@@ -313,6 +313,10 @@ def majority_check(
         xo = np.broadcast_to(own, (n, n, own.shape[1])).copy()
         xo[idx, idx, :] = np.nan
         others_own = _nanmedian(xo, axis=1)
+        # A value with no timed samples of its own where the other hosts measured theirs (a window that
+        # collapsed to one figure: one stall can be all of it): its own noise is UNKNOWN. It never takes
+        # the other hosts' spread or samples as its own noise, and gets no count of noise sigmas.
+        own_unknown = np.isnan(own) & np.isfinite(others_own)
         candidates = np.stack(
             [
                 np.broadcast_to(fam_sigma[None, :], v.shape),
@@ -321,7 +325,7 @@ def majority_check(
                 np.nan_to_num(others_own, nan=0.0),
             ]
         )
-        which = np.argmax(candidates, axis=0)
+        which = np.where(own_unknown, _OWN_UNKNOWN, np.argmax(candidates, axis=0))
         sigma = np.max(candidates, axis=0)
         bad = np.where(direc > 0, -dev, np.where(direc < 0, dev, np.abs(dev)))
         # Judged on the log of the ratio (relative noise is the spread of the log): a host at half the
@@ -389,11 +393,16 @@ def majority_check(
                 check="majority",
                 category=category_of(names[j]),
                 severity=FAIL,
-                sigmas=float(z[r, j]),
+                sigmas=None if own_unknown[r, j] else float(z[r, j]),
                 detail=(
                     f"{dev[r, j] * 100:+.1f}% from the median {ref[r, j]:.4g} of the {int(m_others[r, j])} "
-                    f"other hosts ({z[r, j]:.1f} noise sigmas; noise {sigma[r, j] * 100:.1f}%, "
-                    f"{_source(int(which[r, j]), fam_sigma[j] > prior[j])})"
+                    + (
+                        "other hosts (its own noise unknown: the value has no timed samples of its own; "
+                        f"the other hosts' noise is {sigma[r, j] * 100:.1f}%)"
+                        if own_unknown[r, j]
+                        else f"other hosts ({z[r, j]:.1f} noise sigmas; noise {sigma[r, j] * 100:.1f}%, "
+                        f"{_source(int(which[r, j]), fam_sigma[j] > prior[j])})"
+                    )
                 ),
             )
         )
@@ -410,11 +419,12 @@ def majority_check(
                 promised=float(promised[rows, j].max()),
             )
         )
-    _combine(names, v, dev, bad, z, direc, settings, out)
+    _combine(names, v, dev, bad, np.where(own_unknown, np.nan, z), direc, settings, out)
     return out
 
 
-_SOURCES = ("prior", "spread across hosts", "own samples", "other hosts' samples")
+_SOURCES = ("prior", "spread across hosts", "own samples", "other hosts' samples", "own noise unknown")
+_OWN_UNKNOWN = 4
 
 
 def _source(which: int, family_measured: bool) -> str:

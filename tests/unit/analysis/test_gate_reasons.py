@@ -172,3 +172,17 @@ def test_a_figure_every_host_shares_is_neither_judged_nor_too_noisy() -> None:
     vals[2, 0] = 0.0254  # one rank reports another figure: judged again
     again = majority_check([bw, GEMM], vals, Directions(), [f"h{i}" for i in range(n)], noise=noise)
     assert [e.metric for e in again.evidence] == [bw, GEMM]
+
+
+def test_a_figure_without_samples_of_its_own_never_borrows_the_others_noise() -> None:
+    """Issue 47's shared-home run: node1's launch time had one sample (no noise of its own) and was failed
+    at 76 noise sigmas of the other hosts' spread. Its noise is unknown: said so, and no sigma count."""
+    launch = "kernel-launch/torch_launch_time"
+    vals = np.array([[0.1093], [0.0034], [0.0041], [0.0037]])
+    noise = np.array([[np.nan], [0.037], [0.041], [0.035]])
+    res = majority_check([launch], vals, Directions(), ["node1", "node2", "node3", "node4"], noise=noise)
+    (issue,) = res.issues[0]
+    assert issue.sigmas is None and "its own noise unknown" in issue.detail
+    assert "spread across hosts" not in issue.detail
+    (ev,) = res.evidence
+    assert {h.name: h.noise for h in ev.hosts}["node1"] is None
