@@ -190,8 +190,13 @@ def detect(
             own = np.nan_to_num(noise[:, cols], nan=0.0) if noise is not None else np.zeros(block.shape)
             cell_limit = np.maximum(limit, settings.threshold * own)
             hit = bad > cell_limit
+            # one figure on every host (an all-node collective): no host told apart, none too noisy
+            shared = (np.fmax.reduce(block, axis=0) == np.fmin.reduce(block, axis=0)) & (
+                np.count_nonzero(np.isfinite(block), axis=0) >= 2
+            )
             for r, u in zip(
-                *np.nonzero(~hit & (cell_limit > settings.too_noisy_factor * limit)), strict=True
+                *np.nonzero(~hit & ~shared[None, :] & (cell_limit > settings.too_noisy_factor * limit)),
+                strict=True,
             ):
                 out.noisy_cells.setdefault(cols[u], []).append(
                     (int(r), float(own[r, u]), float(cell_limit[r, u]), settings.too_noisy_factor * limit)

@@ -186,3 +186,19 @@ def test_a_figure_without_samples_of_its_own_never_borrows_the_others_noise() ->
     assert "spread across hosts" not in issue.detail
     (ev,) = res.evidence
     assert {h.name: h.noise for h in ev.hosts}["node1"] is None
+
+
+def test_fleet_statistics_do_not_call_a_shared_figure_too_noisy(tmp_path: Path) -> None:
+    """From 8 hosts the fleet check runs too: the same rule (the corpus's healthy 8-host runs said 9 such
+    nccl-bw figures too noisy on every host)."""
+    from tests.unit.analysis.test_measured_noise import run_dir
+
+    bw = "nccl-bw/allreduce_1048576_busbw"
+    hosts = [f"host{i:03d}" for i in range(1, 9)]
+    values = {h: {bw: 0.0508, GEMM: 25.0 * (1 + 0.002 * i)} for i, h in enumerate(hosts)}
+    noise = {h: {bw: 0.18, GEMM: 0.01} for h in hosts}
+    r = report(run_dir(tmp_path, values, noise))
+    assert r.gate.passed and not r.too_noisy
+    values["host003"][bw] = 0.0254  # one host reports another figure: judged, and its noise counts
+    r2 = report(run_dir(tmp_path, values, noise))
+    assert any(m.metric == bw for m in r2.too_noisy) or any(h.verdict == "fail" for h in r2.hosts)
