@@ -378,6 +378,18 @@ class Series:
         # Label values given to add_table, made safe; whether a safe list repeats a value (by identity).
         self._made_safe: dict[int, tuple[Sequence[object], list[str]]] = {}
         self._no_repeats: dict[int, tuple[list[str], bool]] = {}
+        self._pending: list[Callable[[], None]] = []  # samples to add before the series are read
+
+    def defer(self, add_them: Callable[[], None]) -> None:
+        """``add_them`` adds its samples when the series are first read (rendered, collected, counted,
+        selected): for samples whose values are still being worked out (the run's identity: a digest of
+        its results file) while the rest of the report is made."""
+        self._pending.append(add_them)
+
+    def _settle(self) -> None:
+        while self._pending:
+            self._pending[0]()  # one that fails stays: it fails again at the next read
+            self._pending.pop(0)
 
     def declare(self, name: str, help_text: str, labels: Iterable[str]) -> None:
         labels = tuple(labels)
@@ -486,6 +498,7 @@ class Series:
         return list(self._families)
 
     def __len__(self) -> int:
+        self._settle()
         return sum(len(pts) for by in self._samples.values() for pts in by.values()) + sum(
             t.count() for t in self._tables.values()
         )
@@ -505,6 +518,7 @@ class Series:
     def select(self, keep: Mapping[str, str], always: Iterable[str] = ()) -> Series:
         """The series whose labels include every ``keep`` label with its value (families without such a
         label are left out), plus every series of the families named in ``always``."""
+        self._settle()
         out = Series()
         always = set(always)
         want = {k: label_value(v) for k, v in keep.items()}
@@ -531,6 +545,7 @@ class Series:
     def split(self, label: str, always: Iterable[str] = ()) -> dict[str, Series]:
         """:meth:`select` of each value of ``label`` at once: that value (safe) -> its series, plus every
         series of the families named in ``always``."""
+        self._settle()
         always = set(always)
         groups: dict[str, dict[str, _Table | dict]] = {}  # value -> family -> its part
         for name, fam in self._families.items():
@@ -575,6 +590,7 @@ class Series:
         gives :meth:`render`'s text)."""
         from prometheus_client.core import GaugeMetricFamily
 
+        self._settle()
         for name, fam in self._families.items():
             table = self._tables.get(name)
             rows = self._samples[name]
@@ -623,6 +639,7 @@ class Series:
         ``prometheus_client`` writes :meth:`collect`, but from the tables: each host's and metric's label
         values escaped once, not each sample's. Made once per format (the run's file, its textfile copy and
         the push share it)."""
+        self._settle()
         if openmetrics not in self._rendered:
             self._rendered[openmetrics] = b"".join(self._text(openmetrics))
         return self._rendered[openmetrics]

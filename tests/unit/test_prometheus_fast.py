@@ -253,3 +253,28 @@ def test_pushgateway_gets_the_rendered_text(tmp_path: Path) -> None:
     assert path == "/metrics/job/sb-fleet/fleet/a.b-c%3Ad"  # as prometheus_client's push_to_gateway
     assert ctype == "text/plain; version=0.0.4; charset=utf-8"
     assert body == s.render() == generate_latest(s)
+
+
+def test_run_identity_worked_out_beside_is_asked_at_the_first_read(tmp_path: Path) -> None:
+    """write_and_expose digests the results file in a thread: the series take a function for the run's
+    identity, asked when they are first read, and give the same text as with the identity itself."""
+    result = report(_nasty_run(tmp_path))
+    run = RunIdentity("r1", "abc", 1795741200.0, 1795744800.5)
+    asked: list[int] = []
+
+    def later() -> RunIdentity:
+        asked.append(1)
+        return run
+
+    deferred = series(result, PromSettings(), later)
+    assert asked == []
+    assert deferred.render() == series(result, PromSettings(), run).render()
+    assert len(asked) == 1 and deferred.render(openmetrics=True).endswith(b"# EOF\n") and len(asked) == 1
+
+    def fails() -> RunIdentity:
+        raise OSError("the results file went away")
+
+    broken = series(result, PromSettings(), fails)
+    for _ in range(2):  # never a text without the run's identity
+        with pytest.raises(OSError, match="went away"):
+            broken.render()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -304,16 +304,8 @@ def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> 
     return left
 
 
-def series(
-    result: ReportResult, settings: PromSettings, run: RunIdentity, streaks: Mapping[str, int] | None = None
-) -> Series:
-    """Every series of the run. ``streaks`` (host -> runs in a row the gate counted it failing) defaults to
-    what the run's history view says, when it has one. The per-host series are tables (hosts x verdicts,
-    hosts x metrics): each host's and metric's label values made safe and escaped once."""
-    fleet = settings.fleet
-    s = Series()
-    _declare_run(s)
-    _declare_hosts(s)
+def _run(s: Series, fleet: str, result: ReportResult, run: RunIdentity) -> None:
+    """The run's identity: its info, start and end."""
     s.add(
         "sb_fleet_run_info",
         {
@@ -328,6 +320,28 @@ def series(
     if run.start is not None:
         s.add("sb_fleet_run_start_timestamp_seconds", {"fleet": fleet}, run.start)
     s.add("sb_fleet_run_end_timestamp_seconds", {"fleet": fleet}, run.end)
+
+
+def series(
+    result: ReportResult,
+    settings: PromSettings,
+    run: RunIdentity | Callable[[], RunIdentity],
+    streaks: Mapping[str, int] | None = None,
+) -> Series:
+    """Every series of the run. ``streaks`` (host -> runs in a row the gate counted it failing) defaults to
+    what the run's history view says, when it has one. The per-host series are tables (hosts x verdicts,
+    hosts x metrics): each host's and metric's label values made safe and escaped once. ``run`` may be a
+    function that waits for the run's identity (worked out beside the rest): it is asked when the series
+    are first read."""
+    fleet = settings.fleet
+    s = Series()
+    _declare_run(s)
+    _declare_hosts(s)
+    if isinstance(run, RunIdentity):
+        _run(s, fleet, result, run)
+    else:
+        identity_of = run
+        s.defer(lambda: _run(s, fleet, result, identity_of()))
     counts = result.counts()
     total = len(result.hosts)
     s.add("sb_fleet_run_hosts", {"fleet": fleet}, total)
