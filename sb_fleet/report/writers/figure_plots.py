@@ -138,21 +138,7 @@ def roofline_svg(rl: Roofline) -> str:
     if any(not p.valid for p in pts):
         handles.append(Line2D([], [], marker="x", color=grey, linestyle="none"))
         labels.append("check failed (0 FLOPS)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-
-    plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # no mathtext: "1e+06", not a typeset power
-    ax.xaxis.set_major_formatter(plain)
-    ax.yaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)", fontsize=8)
-    ax.set_ylabel("GFLOPS", fontsize=8)
-    ax.set_title(f"{rl.host}: {rl.device}"[:70], fontsize=9)
-    if handles:
-        ax.legend(handles, labels, fontsize=7)
-    return _svg(fig)
+    return _roofline_axes(ax, fig, f"{rl.host}: {rl.device}", handles, labels)
 
 
 def roofline_fleet_svg(rls: list[Roofline], outlier: float = 0.1) -> str:
@@ -245,10 +231,16 @@ def roofline_fleet_svg(rls: list[Roofline], outlier: float = 0.1) -> str:
     if any(not p.valid for _, p in pts):
         handles.append(Line2D([], [], marker="x", color=grey, linestyle="none"))
         labels.append("check failed (0 FLOPS)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    return _roofline_axes(ax, fig, f"{rls[0].device or 'device unknown'}: {len(rls)} hosts", handles, labels)
+
+
+def _roofline_axes(ax: Any, fig: Any, title: str, handles: list, labels: list[str]) -> str:
+    """A roofline's log axes (plain numbers, no mathtext: "1e+06", not a typeset power), labels, title
+    and legend; the figure as SVG."""
     from matplotlib.ticker import FuncFormatter
 
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     plain = FuncFormatter(lambda v, _pos: f"{v:g}")
     ax.xaxis.set_major_formatter(plain)
     ax.yaxis.set_major_formatter(plain)
@@ -256,7 +248,7 @@ def roofline_fleet_svg(rls: list[Roofline], outlier: float = 0.1) -> str:
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
     ax.set_xlabel("arithmetic intensity (FLOP/byte)", fontsize=8)
     ax.set_ylabel("GFLOPS", fontsize=8)
-    ax.set_title(f"{rls[0].device or 'device unknown'}: {len(rls)} hosts"[:70], fontsize=9)
+    ax.set_title(title[:70], fontsize=9)
     if handles:
         ax.legend(handles, labels, fontsize=7)
     return _svg(fig)
