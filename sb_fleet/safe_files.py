@@ -113,7 +113,8 @@ def safe_name(host: str) -> str:
     keep = "".join(c if (c.isalnum() or c in "-_.:@") else "_" for c in host)
     if keep in ("", ".", "..") or keep != host:
         keep = keep.strip(".") or "_"
-        keep = f"{keep}-{hashlib.sha256(host.encode()).hexdigest()[:8]}"
+        # surrogatepass: a name read from a host's bytes may hold a lone surrogate; it still gets a digest
+        keep = f"{keep}-{hashlib.sha256(host.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
     return keep
 
 

@@ -202,9 +202,11 @@ def test_run_dir_is_private_versioned_and_atomic(tmp_path):
 
 def test_safe_name_keeps_host_dirs_inside_raw():
     assert safe_name("gpu001") == "gpu001"
-    for evil in ("../x", "a/b", "..", "a;touch /tmp/x"):
+    for evil in ("../x", "a/b", "..", "a;touch /tmp/x", "gpu\udc80", "\ud800/.."):
         n = safe_name(evil)
         assert "/" not in n and n not in (".", "..") and n != evil
+        n.encode()  # a lone surrogate never reaches a file name
+    assert safe_name("gpu\udc80") != safe_name("gpu\udc81")  # two such names stay apart
 
 
 def test_a_source_that_fails_mid_stream_is_not_a_disk_error(tmp_path):
