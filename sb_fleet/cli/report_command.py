@@ -14,6 +14,7 @@ from sb_fleet.errors import UsageError
 
 if TYPE_CHECKING:
     from sb_fleet.config.gatespec import Gates
+    from sb_fleet.history.confirm import Recorded
 
 DEFAULT_OUT = Path("sb-fleet-report")
 
@@ -122,10 +123,22 @@ def _report(
     from sb_fleet.report.headline import headline
 
     out_dir = out if out is not None else _default_out(source)
+    rec = _recorded_reruns(source)  # a validate run: judged with the re-runs validate made, as it was
     with plot_worker.started(source):  # a large run: matplotlib is imported beside the analysis
         result = report(
-            source, inventory=inventory, rules=rules, baseline=baseline, gates=gates, history=history
+            source,
+            inventory=inventory,
+            rules=rules,
+            baseline=baseline,
+            gates=gates,
+            history=history,
+            confirmations=rec.confirmations if rec else None,
+            split_checks=rec.split_checks if rec else None,
+            unconfirmed=rec.unconfirmed if rec else (),
+            reruns=_rerun_values(source) if rec else None,
         )
+        if rec is not None and rec.document is not None:
+            result.confirmation = rec.document
         paths, prom_warnings = write_and_expose(result, out_dir, outputs)
     for w in prom_warnings:  # never the verdict's business: said, whatever --quiet says, and the exit stands
         click.secho(f"WARNING: {w}", fg="yellow", err=True)
@@ -245,3 +258,33 @@ def _baseline(
 
 report_cmd = click.command("report")(guarded(_report))
 baseline_cmd = click.command("baseline")(guarded(_baseline))
+
+
+def _recorded_reruns(source: Path) -> Recorded | None:
+    """validate's recorded re-runs in a run directory (confirm.json, confirm-splits.json), or None where
+    it has none; an unreadable one is said and left out (its findings then stand)."""
+    from sb_fleet.bounded_json import read
+    from sb_fleet.history.confirm import recorded
+
+    if not Path(source).is_dir():
+        return None
+    docs: list[dict | None] = []
+    for name in ("confirm.json", "confirm-splits.json"):
+        p = Path(source) / name
+        doc = None
+        if p.is_file():
+            try:
+                doc = read(p)
+            except (OSError, ValueError) as exc:
+                click.secho(
+                    f"WARNING: {p}: unreadable ({exc}); its re-runs are left out", fg="yellow", err=True
+                )
+        docs.append(doc if isinstance(doc, dict) else None)
+    rec = recorded(docs[0], docs[1])
+    return rec if rec.any else None
+
+
+def _rerun_values(source: Path) -> dict[str, dict[str, float]]:
+    from sb_fleet.history.confirm import rerun_values_in
+
+    return rerun_values_in(Path(source))

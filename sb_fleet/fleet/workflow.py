@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sb_fleet.errors import ResultsError, RunDirError
+from sb_fleet.errors import RunDirError
 from sb_fleet.exits import exit_for
 from sb_fleet.fleet.direct_exec import direct_reason
 from sb_fleet.fleet.executor import Executor, Started
@@ -298,6 +298,7 @@ def analyse_run(
     """The fleet analysis of the run directory. With a history store (``--history`` or fleet.history),
     the run is judged against and recorded in it; with ``--rules``/``--baseline``, SuperBench's rules
     and baseline judge it too."""
+    from sb_fleet.history.confirm import rerun_values_in
     from sb_fleet.report.analyse import report as analyse
 
     return analyse(
@@ -309,26 +310,8 @@ def analyse_run(
         confirmations=confirmations,
         split_checks=split_checks,
         unconfirmed=unconfirmed,
-        reruns=rerun_values_of(run.rd.path) if confirmations or split_checks else None,
+        reruns=rerun_values_in(run.rd.path) if confirmations or split_checks else None,
     )
-
-
-def rerun_values_of(run_dir: Path) -> dict[str, dict[str, float]]:
-    """validate's re-run values (host -> metric -> value) from its confirmation sub-runs, where they ran
-    (a host's value from the confirmation of its own findings before one from a re-run split)."""
-    from sb_fleet.analysis.fleet_results import load_fleet
-    from sb_fleet.history.confirm import rerun_values
-
-    out: dict[str, dict[str, float]] = {}
-    for sub in ("confirm-splits", "confirm"):
-        if (run_dir / sub).is_dir():
-            try:
-                again = load_fleet(run_dir / sub)
-            except ResultsError:  # a sub-run that left no results: nothing to draw beside the first
-                continue
-            for host, vals in rerun_values(again.hosts, again.columns, again.values).items():
-                out.setdefault(host, {}).update(vals)
-    return out
 
 
 def report(

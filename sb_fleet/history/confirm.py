@@ -24,8 +24,11 @@ import math
 import statistics
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from sb_fleet.analysis.majority import disagreement_key, inconsistency_key
+from sb_fleet.analysis.populations import split_key
 from sb_fleet.analysis.stats import MAD_TO_SIGMA
 from sb_fleet.analysis.superbench.metric_names import parse_metric
 from sb_fleet.analysis.verdict import INFERRED_CHECKS
@@ -597,3 +600,89 @@ def confirmation_json(
 
 def _finite(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What validate's re-runs recorded in a run directory (confirm.json, confirm-splits.json), so that
+    ``sb-fleet report RUN`` judges the run as validate did."""
+
+    confirmations: dict[str, Confirmation]
+    split_checks: dict[str, tuple[bool, str]]
+    unconfirmed: tuple[str, ...]  # over validate's bound (not when the confirmation could not run)
+    document: dict[str, Any] | None  # confirm.json's document, or None
+
+    @property
+    def any(self) -> bool:
+        return bool(self.confirmations or self.split_checks or self.unconfirmed or self.document)
+
+
+def recorded(confirm_doc: Mapping[str, Any] | None, splits_doc: Mapping[str, Any] | None) -> Recorded:
+    """The re-runs' outcomes from confirm.json's and confirm-splits.json's documents (None: absent).
+    Malformed entries are left out: a finding they would have cleared stands."""
+    confirmations: dict[str, Confirmation] = {}
+    unconfirmed: tuple[str, ...] = ()
+    if isinstance(confirm_doc, Mapping):
+        for host, h in (confirm_doc.get("hosts") or {}).items():
+            if not isinstance(h, Mapping) or h.get("result") not in (CONFIRMED, FLAKY):
+                continue
+            replays = tuple(
+                Replay(
+                    metric=str(r.get("metric", "")),
+                    check=str(r.get("check", "")),
+                    first=_num_or_none(r.get("first")),
+                    again=_num_or_none(r.get("again")),
+                    reproduced=bool(r.get("reproduced")),
+                    why=str(r.get("why", "")),
+                    first_value=_num_or_none(r.get("first_value")),
+                    again_value=_num_or_none(r.get("again_value")),
+                    reference=_num_or_none(r.get("reference")),
+                )
+                for r in h.get("replays") or []
+                if isinstance(r, Mapping)
+            )
+            confirmations[str(host)] = Confirmation(str(host), str(h["result"]), replays)
+        sel = confirm_doc.get("selection")
+        if isinstance(sel, Mapping) and not confirm_doc.get("not_run"):
+            unconfirmed = tuple(str(x) for x in sel.get("not_confirmed") or [])
+    checks: dict[str, tuple[bool, str]] = {}
+    if isinstance(splits_doc, Mapping):
+        for kind, key_of in (
+            ("splits", lambda d: split_key(str(d.get("scope", "")), str(d.get("family", "")), d["groups"])),
+            (
+                "inconsistent",
+                lambda d: inconsistency_key(str(d["metric"]), [g["hosts"] for g in d["groups"]]),
+            ),
+            ("disagreements", lambda d: disagreement_key(str(d["metric"]), d["hosts"])),
+        ):
+            for d in splits_doc.get(kind) or []:
+                try:
+                    if isinstance(d.get("showed_again"), bool):
+                        checks[key_of(d)] = (d["showed_again"], str(d.get("how", "")))
+                except (KeyError, TypeError, AttributeError):
+                    continue
+    doc = dict(confirm_doc) if isinstance(confirm_doc, Mapping) else None
+    return Recorded(confirmations, checks, unconfirmed, doc)
+
+
+def _num_or_none(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def rerun_values_in(run_dir: Path) -> dict[str, dict[str, float]]:
+    """validate's re-run values (host -> metric -> value) from its confirmation sub-runs in ``run_dir``
+    (``confirm-splits/``, ``confirm/``; a host's value from the confirmation of its own findings before
+    one from a re-run split); a sub-run that left no results adds nothing."""
+    from sb_fleet.analysis.fleet_results import load_fleet
+    from sb_fleet.errors import ResultsError
+
+    out: dict[str, dict[str, float]] = {}
+    for sub in ("confirm-splits", "confirm"):
+        if (run_dir / sub).is_dir():
+            try:
+                again = load_fleet(run_dir / sub)
+            except ResultsError:
+                continue
+            for host, vals in rerun_values(again.hosts, again.columns, again.values).items():
+                out.setdefault(host, {}).update(vals)
+    return out
