@@ -18,12 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sb_fleet.config.hostlist import expand, is_hostlist, split_top
-from sb_fleet.config.inventory_ini import (
-    RESERVED_NAMES,
-    duplicate_hosts,
-    read_names_and_groups,
-    reserved_host_name,
-)
+from sb_fleet.config.inventory_ini import RESERVED_NAMES, host_line_problems, read_names_and_groups
 from sb_fleet.config.yamlsrc import parse_yaml, read_capped
 from sb_fleet.errors import InventoryError
 
@@ -210,10 +205,9 @@ def check_source(path: Path) -> None:
             if name is not None:
                 raise _reserved_error(path, None, name)
     if path.suffix not in (".yml", ".yaml", ".json"):
-        reserved = reserved_host_name(text)
+        reserved, dup = host_line_problems(text)
         if reserved is not None:
             raise _reserved_error(path, f"line {reserved[1]}", reserved[0])
-        dup = duplicate_hosts(text)
         if dup is not None:
             name, first, second = dup
             raise InventoryError(

@@ -279,26 +279,33 @@ def duplicate_hosts(text: str) -> tuple[str, int, int] | None:
     host lines of two groups that both give it variables (``ansible_host=`` twice: Ansible keeps one
     and drops the other without a word). Listing a host in several groups without variables is how
     Ansible puts it in them, and is fine. Lines this reader cannot follow are skipped (Ansible reads them)."""
+    return host_line_problems(text)[1]
+
+
+def host_line_problems(text: str) -> tuple[tuple[str, int] | None, tuple[str, int, int] | None]:
+    """The first host an INI inventory names after one of Ansible's implicit groups (``all``,
+    ``ungrouped``: Ansible drops or mis-files it) as (name, line), and :func:`duplicate_hosts`'s
+    finding, in one pass over the host lines (a 10,000-host inventory's lines are split once)."""
     seen: dict[tuple[str, str], int] = {}  # (group, host) -> line
     with_vars: dict[str, int] = {}  # host -> line that gave it variables
+    reserved: tuple[str, int] | None = None
+    dup: tuple[str, int, int] | None = None
     for group, no, names, has_vars in _host_lines(text):
         for name in names:
+            if reserved is None and name in RESERVED_NAMES:
+                reserved = name, no
+            if dup is not None:
+                continue
             first = seen.get((group, name))
             if first is not None:
-                return name, first, no
+                dup = name, first, no
+                continue
             seen[(group, name)] = no
             if has_vars:
                 if name in with_vars:
-                    return name, with_vars[name], no
-                with_vars[name] = no
-    return None
-
-
-def reserved_host_name(text: str) -> tuple[str, int] | None:
-    """The first host an INI inventory names after one of Ansible's implicit groups (``all``,
-    ``ungrouped``), as (name, line), or None: Ansible drops or mis-files such a host."""
-    for _group, no, names, _has_vars in _host_lines(text):
-        for name in names:
-            if name in RESERVED_NAMES:
-                return name, no
-    return None
+                    dup = name, with_vars[name], no
+                else:
+                    with_vars[name] = no
+        if reserved is not None and dup is not None:
+            break
+    return reserved, dup
