@@ -678,9 +678,10 @@ def rerun_values_in(run_dir: Path) -> dict[str, dict[str, float]]:
 
     out: dict[str, dict[str, float]] = {}
     for sub in ("confirm-splits", "confirm"):
-        if (run_dir / sub).is_dir():
+        summary = run_dir / sub / "results-summary.jsonl"  # what a kept run directory always holds
+        if summary.is_file() or (run_dir / sub).is_dir():
             try:
-                again = load_fleet(run_dir / sub)
+                again = load_fleet(summary if summary.is_file() else run_dir / sub)
             except ResultsError:
                 continue
             for host, vals in rerun_values(again.hosts, again.columns, again.values).items():

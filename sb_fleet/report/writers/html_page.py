@@ -62,7 +62,7 @@ a[data-host] { cursor: pointer; }
 .effect { font-weight: 700; } .fails .effect { color: #b3261e; } .warning .effect { color: #8a6100; } .not_again .effect { color: #1f5fa8; }
 .legend { font-size: 12px; color: #5a6270; margin: 0 0 8px; }
 .legend svg { vertical-align: middle; }
-svg .ev-ok { fill: #1f5fa8; } svg .ev-flagged { fill: #d93025; } svg .ev-too_noisy { fill: #8a9099; } svg .ev-unjudged { fill: #fff; stroke: #8a9099; }
+svg .ev-ok { fill: #1f5fa8; } svg .ev-flagged { fill: #d93025; } svg .ev-too_noisy { fill: #8a9099; } svg .ev-unjudged { fill: #d5d9de; stroke: #8a9099; }
 svg .ev-dot { cursor: pointer; stroke: #fff; stroke-width: 1; } svg .ev-unjudged.ev-dot { stroke: #8a9099; }
 svg .ev-rerun { fill: #fff; stroke-width: 1.5; cursor: pointer; } svg .band { fill: #e3f1e6; }
 svg .err { stroke: #3b4350; stroke-width: 1.2; } svg .lim { stroke: #b3261e; stroke-width: 2; }
@@ -527,14 +527,15 @@ button { font: inherit; padding: 4px 10px; cursor: pointer; }
     document.getElementById("evidence-title").textContent = "Evidence: each host against the majority (" + ev.length +
       " metric(s) on " + Object.keys(nh).length + " hosts" + (said.length ? "; " + said.join(", ") : "; none flagged") + ")";
     var lg = document.getElementById("evidence-legend");
-    lg.innerHTML = '<svg width="560" height="16">' +
+    lg.innerHTML = '<svg width="640" height="16">' +
       '<circle class="ev-ok" cx="8" cy="8" r="4.5"/><text x="16" y="12">ok</text>' +
       '<circle class="ev-flagged" cx="44" cy="8" r="4.5"/><text x="52" y="12">flagged</text>' +
       '<circle class="ev-too_noisy" cx="102" cy="8" r="4.5"/><text x="110" y="12">too noisy</text>' +
       '<line class="err" x1="170" x2="190" y1="8" y2="8"/><text x="194" y="12">its own measured noise</text>' +
       '<rect class="band" x="318" y="2" width="20" height="12"/><line class="lim" x1="318" x2="318" y1="2" y2="14"/><text x="342" y="12">within its limit</text>' +
       '<line class="ref" x1="436" x2="436" y1="0" y2="16"/><text x="442" y="12">reference</text>' +
-      '<circle class="ev-rerun" stroke="#1f5fa8" cx="504" cy="8" r="4"/><text x="512" y="12">re-run</text></svg>' +
+      '<circle class="ev-rerun" stroke="#1f5fa8" cx="504" cy="8" r="4"/><text x="512" y="12">re-run</text>' +
+      '<circle class="ev-unjudged ev-dot" cx="562" cy="8" r="4.5"/><text x="570" y="12">not judged</text></svg>' +
       " Click a dot for the host.";
     var box = document.getElementById("evidence");
     first.forEach(function (e) { box.appendChild(dots(e)); evDrawn++; });
