@@ -54,7 +54,7 @@ from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
 
 CV_LIMIT = 0.05  # run-to-run coefficient of variation above which a figure is not trusted
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
-MAX_ROOFLINE_HOSTS = 8  # more hosts: one roofline of the fleet's medians
+MAX_ROOFLINE_HOSTS = 19  # a rack: every host its points (the report draws one plot a model); more: medians
 INVALID_RC = 3  # SuperBench's INVALID_BENCHMARK_RESULT: the result check failed
 _RUN_RE = re.compile(r"^(.*)/(\d+)/([^/]+)$")
 _MODEL_RE = re.compile(
@@ -800,19 +800,17 @@ def _rooflines(
             rl = one(h, np.array([r]), peaks.get(h), shapes.get(h))
             if rl.points and any(p.peak for p in rl.points):
                 out.append(rl)
-    else:
-        devices: dict[str, int] = {}
-        for h in hosts:
+    else:  # one roofline of the medians per hardware model, the most common model first
+        by_device: dict[str, list[int]] = {}
+        for r, h in enumerate(hosts):
             hp = peaks.get(h)
-            if hp is not None and hp.device:
-                devices[hp.device] = devices.get(hp.device, 0) + 1
-        common = max(devices, key=lambda d: devices[d]) if devices else None
-        rep = next((peaks[h] for h in hosts if h in peaks and peaks[h].device == common), None)
-        rows = np.array(
-            [r for r, h in enumerate(hosts) if common is None or (peaks.get(h) and peaks[h].device == common)]
-        )
+            by_device.setdefault(hp.device if hp is not None and hp.device else "", []).append(r)
+        known = {d: rows for d, rows in by_device.items() if d}
+        groups = known or by_device  # hosts of no known model join no model's medians
         shape = next(iter(shapes.values()), None)
-        rl = one(f"fleet median ({len(rows)} hosts)", rows, rep, shape)
-        if rl.points and any(p.peak for p in rl.points):  # without a compute roof there is no roofline
-            out.append(rl)
+        for _device, rows_list in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            rep = next((peaks[hosts[r]] for r in rows_list if hosts[r] in peaks), None)
+            rl = one(f"fleet median ({len(rows_list)} hosts)", np.array(rows_list), rep, shape)
+            if rl.points and any(p.peak for p in rl.points):  # without a compute roof there is no roofline
+                out.append(rl)
     return out

@@ -180,19 +180,41 @@ def render(figs: Figures) -> str:
         lines += ["### Roofline", ""]
         if any(p.kind == "conv" for rl in figs.rooflines for p in rl.points):
             lines += [CONV_NOTE, ""]
+        by_device: dict[str, list] = {}  # one block per hardware model: its roofs said once
         for rl in figs.rooflines:
-            bw = f"{rl.bandwidth / 1e9:.4g} GB/s" if rl.bandwidth else "unknown"
+            by_device.setdefault(rl.device, []).append(rl)
+        for device, rls in by_device.items():
+            first = next((rl for rl in rls if rl.bandwidth), rls[0])
+            bw = f"{first.bandwidth / 1e9:.4g} GB/s" if first.bandwidth else "unknown"
+            notes = sorted({rl.shape_note for rl in rls if rl.shape_note})
+            hosts = _cell(rls[0].host) if len(rls) == 1 else f"{len(rls)} hosts"
             lines.append(
-                f"- **{_cell(rl.host)}** ({_cell(rl.device or 'device unknown')}): memory roof {bw} "
-                f"({rl.bandwidth_source})" + (f"; {rl.shape_note}" if rl.shape_note else "")
+                f"- **{_cell(device or 'device unknown')}** ({hosts}): memory roof {bw} "
+                f"({first.bandwidth_source})" + (f"; {_cell('; '.join(notes))}" if notes else "")
             )
-            for p in rl.points:
-                peak = f" of {p.peak / 1e9:.4g} GFLOPS peak" if p.peak else ""
-                lines.append(
-                    f"  - {p.sentence}: {p.attained / 1e9:.4g} GFLOPS{peak}, "
-                    f"intensity {p.intensity:.3g} FLOP/byte"
-                )
-        lines.append("")
+            if len(rls) == 1:
+                for p in rls[0].points:
+                    peak = f" of {p.peak / 1e9:.4g} GFLOPS peak" if p.peak else ""
+                    lines.append(
+                        f"  - {p.sentence}: {p.attained / 1e9:.4g} GFLOPS{peak}, "
+                        f"intensity {p.intensity:.3g} FLOP/byte"
+                    )
+                continue
+            lines += [
+                "",
+                "| Host | Point | GFLOPS | Peak GFLOPS | Intensity (FLOP/byte) |",
+                "|---|---|---|---|---|",
+            ]
+            for rl in rls:
+                for p in rl.points:
+                    peak = f"{p.peak / 1e9:.4g}" if p.peak else "-"
+                    lines.append(
+                        f"| {_cell(rl.host)} | {_cell(p.sentence)} | {p.attained / 1e9:.4g} | {peak} "
+                        f"| {p.intensity:.3g} |"
+                    )
+            lines.append("")
+        if lines[-1]:
+            lines.append("")
     peaks = sorted(
         {(f.metric, f.peak, f.peak_unit, f.peak_source) for f in figs.metrics if f.peak is not None}
     )

@@ -23,6 +23,7 @@ from sb_fleet.report.writers.figures_md import render
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "figures"
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "pcie_gen": 5, "pcie_width": 16}
+A100 = {"gpu_model": "NVIDIA A100-SXM4-80GB", "pcie_gen": 4, "pcie_width": 16}
 # An Ice Lake-SP Xeon (two AVX-512 FMA units per core), as hostprep records it.
 ICX = {
     "cpu_vendor": "GenuineIntel",
@@ -429,13 +430,13 @@ def test_the_compute_roof_of_a_convolution(facts: dict, float_roof: str, half_ro
 
 
 def test_conv_points_of_a_large_fleet_are_medians() -> None:
-    """Beyond 8 hosts one roofline of the fleet's medians: a failed host counts zero there too."""
-    n = 11
+    """Beyond a rack (19 hosts) one roofline of the fleet's medians: a failed host counts zero there too."""
+    n = 21
     cols = [f"cudnn-function/{FWD_HALF}:0", "cudnn-function/return_code:0", "gemm-flops/fp16_tc_flops:0"]
     rows = [[20.0 + i, 3 if i == 0 else 0, 700_000.0] for i in range(n)]  # host 0: 20 us but wrong
     figs = _figs(cols, rows, peaks={f"h{i}": host_peaks(H100) for i in range(n)})
     (rl,) = figs.rooflines
-    assert rl.host == "fleet median (11 hosts)"
+    assert rl.host == "fleet median (21 hosts)"
     (conv,) = [p for p in rl.points if p.kind == "conv"]
     rates = sorted([0.0] + [FWD_HALF_FLOPS / ((20.0 + i) * 1e-6) for i in range(1, n)])
     assert conv.attained == pytest.approx(rates[n // 2]) and conv.valid
@@ -483,3 +484,16 @@ def test_nvls_allreduce_above_the_nvlink_peak_is_shown_with_its_reason() -> None
     assert "106.7% (above peak: see notes)" in row
     assert any("NVLS" in n and "107% of peak" in n for n in figs.notes)
     assert "NVLS" in text.split("### Notes on the figures", 1)[1]
+
+
+def test_a_large_fleet_of_two_models_has_one_median_roofline_each() -> None:
+    """Beyond a rack, one roofline of the medians per hardware model (the most common first), not only
+    the most common model's."""
+    cols = ["gemm-flops/fp16_tc_flops:0"]
+    rows = [[700_000.0] for _ in range(25)]
+    peaks = {f"h{i}": host_peaks(H100 if i < 15 else A100) for i in range(25)}
+    figs = _figs(cols, rows, peaks=peaks)
+    assert [(rl.host, rl.device) for rl in figs.rooflines] == [
+        ("fleet median (15 hosts)", host_peaks(H100).device),
+        ("fleet median (10 hosts)", host_peaks(A100).device),
+    ]
