@@ -162,7 +162,7 @@ def render(result: ReportResult, figures: Figures | None = None) -> str:
     bad = sorted((h for h in result.hosts if h.verdict != "pass"), key=lambda h: (_ORDER[h.verdict], h.name))
     if bad:
         lines += [
-            f"## Hosts to act on ({len(bad)})",
+            f"## Hosts to act on ({len(bad)}: {_counted_words(result, bad)})",
             "",
             "| Host | Verdict | Categories | Metric | Value | Against | Reference | Deviation | Noise σ | Main finding |",
             "|---|---|---|---|---|---|---|---|---|---|",
@@ -455,3 +455,13 @@ def _span_pct(xs: list[float | None]) -> str:
 
 def _pct_abs(v: float | None) -> str:
     return "-" if v is None else f"{v * 100:.1f}%"
+
+
+def _counted_words(result: ReportResult, bad: list) -> str:
+    """What the hosts to act on did to the gate: how many its policy counts, against how many allowed."""
+    counted = set(result.gates.policy.count)
+    n = sum(1 for h in bad if h.verdict in counted)
+    allowed = result.gate.allowed_hosts
+    if n == 0:
+        return "none counted by the gate"
+    return f"{n} counted by the gate, {allowed} allowed: " + ("they fail it" if n > allowed else "within it")

@@ -80,7 +80,7 @@ def test_all_six_files_agree(tmp_path: Path) -> None:
 
     md = (tmp_path / "out" / "report.md").read_text()
     assert md.startswith("# sb-fleet report: gate FAILED")
-    assert f"## Hosts to act on ({len(bad)})" in md
+    assert f"## Hosts to act on ({len(bad)}: {len(bad)} counted by the gate, 0 allowed: they fail it)" in md
     assert "## Input problems (1)" in md
     html = (tmp_path / "out" / "report.html").read_text()
     assert (
