@@ -42,12 +42,15 @@ def classify(event: str, res: dict[str, Any]) -> tuple[Outcome, str]:
         return Outcome.TIMEOUT, one_line(msg)
     reason = msg
     out = str(res.get("stdout") or "")
-    if out.strip().startswith("{"):
-        # hostprep prints its facts with an "error" key when the host is not ready
+    # hostprep prints its facts with an "error" key when the host is not ready, as its last JSON line
+    # (marker lines such as SB_FLEET_INSTALLING may come before it)
+    last = next((x for x in reversed(out.strip().splitlines()) if x.lstrip().startswith("{")), "")
+    if last:
         try:
-            err = json.loads(out.strip().splitlines()[-1]).get("error")
+            doc = json.loads(last)
+            err = doc.get("error") if isinstance(doc, dict) else None
             if err:
-                reason = err
+                reason = str(err)
         except ValueError:
             pass
     if stderr and reason in ("non-zero return code", ""):

@@ -91,3 +91,14 @@ def test_no_captured_failure_is_mistaken_for_a_host_key_problem():
     for scenario in ("failed", "unreachable"):
         ev = _final(scenario)
         assert classify(ev["event"], ev["event_data"]["res"])[0] is not Outcome.HOSTKEY, scenario
+
+
+def test_hostprep_s_error_is_the_reason_after_its_marker_lines():
+    """hostprep prints SB_FLEET_INSTALLING before it installs; its last JSON line's error is still the
+    reason (CI: a shared workspace's refusal read "non-zero return code")."""
+    err = "workspace /w is host h1's (marker /w/.sb-fleet-host), and h2 sees it too"
+    res = {"rc": 1, "msg": "non-zero return code", "stdout": f'SB_FLEET_INSTALLING\n{{"error": "{err}"}}\n'}
+    outcome, reason = classify("runner_on_failed", res)
+    assert outcome is Outcome.FAILED and reason == err
+    res["stdout"] = "SB_FLEET_INSTALLING\n[not json\n"
+    assert classify("runner_on_failed", res)[1].startswith("non-zero return code")
