@@ -44,7 +44,7 @@ import numpy as np
 
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.order_stats import median, quantiles, row_nanmedian
-from sb_fleet.analysis.stats import MAD_TO_SIGMA
+from sb_fleet.analysis.stats import MAD_TO_SIGMA, shared_columns
 from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
 from sb_fleet.config.gatespec import DetectionSettings
 
@@ -191,9 +191,7 @@ def detect(
             cell_limit = np.maximum(limit, settings.threshold * own)
             hit = bad > cell_limit
             # one figure on every host (an all-node collective): no host told apart, none too noisy
-            shared = (np.fmax.reduce(block, axis=0) == np.fmin.reduce(block, axis=0)) & (
-                np.count_nonzero(np.isfinite(block), axis=0) >= 2
-            )
+            shared = shared_columns(block)
             for r, u in zip(
                 *np.nonzero(~hit & ~shared[None, :] & (cell_limit > settings.too_noisy_factor * limit)),
                 strict=True,

@@ -59,7 +59,7 @@ from sb_fleet.analysis import evidence as ev
 from sb_fleet.analysis.detect import category_of
 from sb_fleet.analysis.issues import FAIL, Issue
 from sb_fleet.analysis.noise_priors import noise_prior
-from sb_fleet.analysis.stats import MAD_TO_SIGMA
+from sb_fleet.analysis.stats import MAD_TO_SIGMA, shared_columns
 from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
 from sb_fleet.config.gatespec import DetectionSettings
 
@@ -339,9 +339,7 @@ def majority_check(
         usable &= ~incons[None, :]
         # One figure for every host (a collective measured across them all): nothing tells one host from
         # another, so no host is judged on it, and it is not "too noisy" either (the fabric's analysis is)
-        shared = (np.fmax.reduce(v, axis=0) == np.fmin.reduce(v, axis=0)) & (
-            np.count_nonzero(np.isfinite(v), axis=0) >= 2
-        )
+        shared = shared_columns(v)
         usable &= ~shared[None, :]
         z = np.where(usable, z, np.nan)
         hit = (z > settings.threshold) & (bad > settings.min_deviation)

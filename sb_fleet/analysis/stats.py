@@ -78,3 +78,11 @@ def column_stats(values: np.ndarray) -> ColumnStats:
     return ColumnStats(
         count=counts, mean=mean, std=std, min=mn, max=mx, percentiles=dict(zip(PERCENTILES, qs, strict=True))
     )
+
+
+def shared_columns(values: np.ndarray) -> np.ndarray:
+    """Columns on which every host that reported a value reported the very same one (at least two): a
+    figure every host shares, such as an all-node collective's one figure on every rank."""
+    return (np.fmax.reduce(values, axis=0) == np.fmin.reduce(values, axis=0)) & (
+        np.count_nonzero(np.isfinite(values), axis=0) >= 2
+    )

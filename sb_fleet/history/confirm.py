@@ -489,18 +489,6 @@ def inconsistency_shows_again(
     return groups_show_again(lambda m: m == metric, groups, apart, rerun)
 
 
-class GroupFinding(Protocol):
-    """A finding about groups of hosts that validate re-runs before it fails the gate: a population split
-    (its family), an inconsistency or a disagreement (its metric)."""
-
-    @property
-    def key(self) -> str: ...
-    @property
-    def groups(self) -> Sequence[Sequence[str]]: ...
-    @property
-    def apart(self) -> float: ...
-
-
 def recheck(
     splits: Sequence[Any], metric_findings: Sequence[Any], rerun: Mapping[str, Mapping[str, float]]
 ) -> dict[str, tuple[bool, str]]:

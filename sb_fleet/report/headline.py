@@ -66,7 +66,7 @@ def _host_word(name: str, by_name: dict) -> str:
     h = by_name.get(name)
     if h is None:
         return name
-    if h.verdict in ("missing",):
+    if h.verdict == "missing":
         return f"{name} (missing)"
     cats = h.categories
     what = cats[0] if cats else h.verdict
