@@ -3,10 +3,13 @@ on-host result JSON, the runner's step spec and the collector's checksum listing
 
 Property, for each: no uncaught exception; a rejection is sb-fleet's own error (exit code 2 for input,
 a one-line message naming the file). Inputs are valid documents mutated at random (values replaced,
-keys dropped or added, text cut or spliced), plus raw garbage. 4,000 examples per parser in CI (the
+keys dropped or added, text cut or spliced), plus raw garbage. 2,500 examples per parser in CI (the
 Ansible-backed inventory reader, ~40 ms a file: a tenth of that, files of 1 to 10 hosts each), run as
 ``long`` tests; ``SB_FLEET_FUZZ_EXAMPLES`` sets the count (100000 for a long run, 200 while developing).
-The examples are derandomised: every run tries the same ones, so a failure reproduces.
+The examples are derandomised: every run tries the same ones, so a failure reproduces, and a smaller
+budget tries nearly a subset of a larger one's (2026-11-29: 194 of 200 examples drawn with a budget of
+200 were among the 400 drawn with a budget of 400). CI ran 4,000 until 2026-11-29 (~185 s of its 2-core
+machine); the count went down to keep CI in 30 minutes (issue 49).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from sb_fleet.errors import SbFleetError
 
 pytestmark = pytest.mark.long
 
-N = int(os.environ.get("SB_FLEET_FUZZ_EXAMPLES", "4000"))
+N = int(os.environ.get("SB_FLEET_FUZZ_EXAMPLES", "2500"))
 SETTINGS = settings(
     max_examples=N, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
 )
