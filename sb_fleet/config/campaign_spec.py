@@ -38,6 +38,7 @@ from sb_fleet.errors import InputError
 
 StageKind = Literal["sanity", "single_node", "fabric", "soak"]
 OnFailure = Literal["hold_out", "retry_once", "quarantine"]
+Verdict = Literal["pass", "flaky"]
 HealthProbe = Literal["gpu", "xid", "fabric_manager", "infiniband", "host"]
 
 # The order stages of each kind may come in: a fabric stage judges collectives, which one bad node corrupts,
@@ -144,8 +145,8 @@ class Criteria(_Strict):
 
     # A node passes with one of these report verdicts; ``flaky`` (failed, then passed its confirmation)
     # is a pass only where a campaign says so.
-    verdicts: list[Literal["pass", "flaky"]] = Field(
-        default_factory=lambda: ["pass"], min_length=1, max_length=2
+    verdicts: list[Verdict] = Field(
+        default_factory=lambda: list[Verdict](["pass"]), min_length=1, max_length=2
     )
     # A health check that warns fails the sanity stage too.
     warn_fails: bool = False
