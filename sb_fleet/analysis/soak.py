@@ -193,17 +193,17 @@ def _counter_findings(rounds: Sequence[SoakRound], crit: SoakCriteria) -> list[S
     out: list[SoakFinding] = []
     for key in sorted(readings):
         series = readings[key]
-        steps = []
-        resets = []
+        steps: list[dict[str, Any]] = []
+        resets: list[dict[str, Any]] = []
         growth = 0.0
-        for (_i0, t0, v0), (i1, t1, v1) in zip(series, series[1:]):
+        for (_i0, t0, v0), (i1, t1, v1) in zip(series, series[1:], strict=False):
             if v1 > v0:
                 growth += v1 - v0
                 steps.append({"round": i1, "from": v0, "to": v1, "between": [_iso(t0), _iso(t1)]})
             elif v1 < v0:
                 resets.append({"round": i1, "from": v0, "to": v1, "between": [_iso(t0), _iso(t1)]})
         first, last = series[0], series[-1]
-        values = {
+        values: dict[str, Any] = {
             "first": first[2],
             "first_time": _iso(first[1]),
             "last": last[2],
@@ -351,8 +351,8 @@ def trend(
     mx = sum(xs) / n
     my = sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, ys)]
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, ys, strict=True)]
     s_res = math.sqrt(sum(r * r for r in resid) / (n - 2)) if n > 2 else 0.0
     own = [p[3] for p in points if p[3] is not None and math.isfinite(p[3]) and p[3] >= 0]
     s_own = statistics.median(own) if own else 0.0
