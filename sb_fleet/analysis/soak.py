@@ -186,8 +186,8 @@ def _watched(key: str, counters: tuple[str, ...] | None) -> bool:
 def _counter_findings(rounds: Sequence[SoakRound], crit: SoakCriteria) -> list[SoakFinding]:
     readings: dict[str, list[tuple[int, datetime, float]]] = {}
     for r in rounds:
-        for when, values in ((r.start, r.counters_start), (r.end, r.counters)):
-            for key, v in (values or {}).items():
+        for when, reading in ((r.start, r.counters_start), (r.end, r.counters)):
+            for key, v in (reading or {}).items():
                 if _watched(key, crit.counters) and isinstance(v, (int, float)) and math.isfinite(v):
                     readings.setdefault(key, []).append((r.index, when, float(v)))
     out: list[SoakFinding] = []
