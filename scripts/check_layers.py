@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rundir",),  # the run directory: the contract between commands, the normaliser
     ("analysis",),  # the pure judgement: SuperBench rules, fleet statistics, cross-node localisation
     ("history",),  # the store of past runs and regressions against them
+    ("campaign",),  # acceptance campaigns: gating between stages, the campaign's state, per-node records
     ("report", "compare"),  # the report files; two fleets side by side
     ("fleet",),  # the I/O edge: executor, SSH, stages, validate's workflow
     ("cli",),  # argument parsing, one function per command
