@@ -33,7 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sb_fleet.config.traffic_patterns import PatternType
-from sb_fleet.config.yamlsrc import LineMap, _child, parse_yaml, read_capped
+from sb_fleet.config.yamlsrc import LineMap, parse_yaml, read_capped
 from sb_fleet.errors import InputError
 
 StageKind = Literal["sanity", "single_node", "fabric", "soak"]
@@ -288,6 +288,28 @@ _KIND_KEYS: dict[str, tuple[str, ...]] = {
     "max_throttled_windows": ("soak",),
     "drift": ("soak",),
 }
+
+
+def _child(node: yaml.Node | None, part: Any) -> yaml.Node | None:
+    """The value at key or index ``part`` of ``node``, through merge keys (``<<: *x``), as LineMap finds it;
+    here for the column, which LineMap does not give."""
+    if isinstance(node, yaml.MappingNode):
+        merges = []
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                if k.value == str(part):
+                    return v
+                if k.tag == "tag:yaml.org,2002:merge":
+                    merges.append(v)
+        for m in merges:
+            for sub in m.value if isinstance(m, yaml.SequenceNode) else [m]:
+                found = _child(sub, part)
+                if found is not None:
+                    return found
+        return None
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        return node.value[part]
+    return None
 
 
 def _position(lines: LineMap, loc: Sequence[Any]) -> tuple[int, int] | None:
