@@ -326,9 +326,21 @@ def _position(lines: LineMap, loc: Sequence[Any]) -> tuple[int, int] | None:
     return best
 
 
-def _where(lines: LineMap, loc: Sequence[Any]) -> str:
+def _key_position(lines: LineMap, loc: Sequence[Any]) -> tuple[int, int] | None:
+    """(line, column) of the key ``loc[-1]`` itself (an unknown key is pointed at, not its value)."""
+    parent = lines.root
+    for part in loc[:-1]:
+        parent = _child(parent, part)
+    if isinstance(parent, yaml.MappingNode) and loc:
+        for k, _v in parent.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == str(loc[-1]):
+                return (k.start_mark.line + 1, k.start_mark.column + 1)
+    return None
+
+
+def _where(lines: LineMap, loc: Sequence[Any], at_key: bool = False) -> str:
     field = ".".join(str(p) for p in loc) or "(top level)"
-    pos = _position(lines, loc)
+    pos = (_key_position(lines, loc) if at_key else None) or _position(lines, loc)
     return f"line {pos[0]}, column {pos[1]}, field {field}" if pos else f"field {field}"
 
 
@@ -337,9 +349,14 @@ def _pydantic_error(path: Path, lines: LineMap, exc: ValidationError) -> Campaig
     loc = tuple(err.get("loc", ()))
     typ = err.get("type", "")
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    where = _where(lines, loc)
     hint: str | None
     if typ == "extra_forbidden":
-        msg, hint = f"unknown key {str(loc[-1])[:80]!r}", "remove it or fix its spelling (docs/campaigns.md)"
+        where = _where(lines, loc, at_key=True)
+        msg, hint = (
+            f"unknown key {str(loc[-1])[:80]!r}",
+            "remove it or fix its spelling; docs/campaigns.md lists the keys",
+        )
     elif typ == "missing":
         msg, hint = "required key is missing", "add it"
     else:
@@ -348,7 +365,7 @@ def _pydantic_error(path: Path, lines: LineMap, exc: ValidationError) -> Campaig
     more = len(exc.errors()) - 1
     if more:
         msg += f" (and {more} more error{'s' if more > 1 else ''})"
-    return CampaignError(path, _where(lines, loc), msg, hint)
+    return CampaignError(path, where, msg, hint)
 
 
 def _no_templates(node: yaml.Node | None, path: Path) -> None:
