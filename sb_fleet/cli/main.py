@@ -296,6 +296,7 @@ def bench_list(as_json: bool) -> int:
 
 
 def _register_commands() -> None:
+    from sb_fleet.cli.accept_command import accept_cmd
     from sb_fleet.cli.compare_command import compare_cmd
     from sb_fleet.cli.drain_command import drain_cmd
     from sb_fleet.cli.history_command import history_cmd
@@ -308,6 +309,7 @@ def _register_commands() -> None:
     main.add_command(summary_cmd)
     main.add_command(compare_cmd)
     main.add_command(drain_cmd)
+    main.add_command(accept_cmd)
 
 
 _register_commands()

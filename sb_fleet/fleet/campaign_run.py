@@ -1,0 +1,572 @@
+"""``sb-fleet accept``: an acceptance campaign run on a fleet, stage by stage, resumable from its directory.
+
+Each stage, retry and soak round is a run directory of its own under ``DIR/runs/`` made by the commands'
+own entry points (:mod:`sb_fleet.fleet.workflow`), narrowed (``--limit``) to the stage's entrants:
+
+- ``sanity``: ``check`` (the health checks);
+- ``single_node``: ``validate`` of the stage's benchmarks (the config narrowed to them, no health checks:
+  sanity ran them);
+- ``fabric``: ``validate`` of the stage's benchmarks once per traffic pattern (each benchmark's mpi or
+  torch.distributed mode given the pattern), on the nodes that passed every single-node stage only;
+- ``soak``: ``validate`` of the stage's benchmarks round after round (the health checks open every round:
+  its counters), then one closing health check (the counters at the soak's end); the rounds judged
+  together (:func:`sb_fleet.analysis.soak.judge_soak`).
+
+Gating is :mod:`sb_fleet.campaign.gating`; the campaign's state (``campaign-state.json``) is saved after
+every stage, attempt and round, so a stop at any moment (Ctrl-C, SIGTERM, kill -9, the control node
+restarting) loses at most the step under way: ``sb-fleet accept --resume DIR`` goes on from there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sb_fleet.analysis.fleet_results import load_fleet
+from sb_fleet.analysis.soak import Measurement, SoakCriteria, SoakRound, judge_soak
+from sb_fleet.campaign.acceptance_record import write_records
+from sb_fleet.campaign.campaign_state import (
+    STATE_NAME,
+    CampaignState,
+    RoundRecord,
+    campaign_dir,
+    iso,
+    load_state,
+    save_state,
+)
+from sb_fleet.campaign.gating import StageOutcome, entrants, gate_stage, soak_outcome
+from sb_fleet.campaign.stage_judgement import (
+    StageConfigError,
+    bench_outcome,
+    combined,
+    health_counters,
+    is_infra,
+    sanity_outcome,
+    stage_config,
+    throttled_windows,
+)
+from sb_fleet.config.campaign_spec import Campaign, CampaignError, Stage, check_benchmarks, load_campaign
+from sb_fleet.errors import RunDirError, SbFleetError, UsageError
+from sb_fleet.exits import EXIT_FAILED, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK
+from sb_fleet.report.campaign_report import write_campaign_report
+from sb_fleet.safe_files import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
+
+log = logging.getLogger("sb_fleet")
+
+INPUTS_NAME = "accept-inputs.json"
+RUNS = "runs"
+
+
+class CampaignStopped(SbFleetError):
+    """Ctrl-C or SIGTERM stopped a stage (the stage stopped what it started): the campaign's state is
+    saved and ``--resume`` goes on."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+@dataclass(frozen=True)
+class AcceptOptions:
+    directory: Path
+    campaign: Path | None = None
+    config: Path | None = None
+    inventory: Path | None = None
+    resume: bool = False
+    history: Path | None = None  # each stage's runs recorded into this store (else fleet.history)
+    forks: int | None = None
+    accept_new_host_keys: bool = False
+    insecure_no_host_key_checking: bool = False
+    progress: bool = True
+    argv: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass
+class _Ctx:
+    opts: AcceptOptions
+    dir: Path
+    campaign: Campaign
+    config_path: Path
+    inventory_path: Path
+    raw_config: dict[str, Any]
+    state: CampaignState
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _say(opts: AcceptOptions, message: str) -> None:
+    log.info(message)
+    if opts.progress:
+        print(f"sb-fleet: accept: {message}", file=sys.stderr, flush=True)
+
+
+# -- the campaign's inputs
+
+
+def _raw_config(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    return data if isinstance(data, dict) else {}
+
+
+def _check_stages(campaign: Campaign, raw: dict[str, Any]) -> None:
+    """What a stage needs of the config beyond its benchmarks' names: a mode across nodes to carry each
+    fabric pattern."""
+    for i, st in enumerate(campaign.spec.stages):
+        for pattern in st.patterns or ([] if st.kind != "fabric" else ["all-nodes"]):
+            try:
+                stage_config(raw, st, pattern)
+            except StageConfigError as exc:
+                raise CampaignError(
+                    campaign.path, campaign.where(("stages", i, "benchmarks")), str(exc)
+                ) from None
+
+
+def _start(opts: AcceptOptions) -> _Ctx:
+    """A new campaign in ``opts.directory``: the inputs checked and recorded, the state written."""
+    from sb_fleet.rundir.runinputs import plan_inputs
+
+    if opts.campaign is None or opts.config is None or opts.inventory is None:
+        raise UsageError("accept needs --campaign, -c/--config and -i/--inventory (or --resume DIR)")
+    d = Path(opts.directory)
+    if (d / STATE_NAME).exists() or (d / INPUTS_NAME).exists():
+        raise UsageError(
+            f"{d}: a campaign is already in this directory; go on with: sb-fleet accept --resume {d} "
+            f"(or give another --dir)"
+        )
+    campaign = load_campaign(Path(opts.campaign))
+    config, inventory, plan = plan_inputs(Path(opts.config), Path(opts.inventory))
+    check_benchmarks(campaign, config.superbench.benchmarks, opts.config)
+    raw = _raw_config(Path(opts.config))
+    _check_stages(campaign, raw)
+    if any(s.kind == "sanity" for s in campaign.spec.stages) and not config.health.enabled:
+        raise CampaignError(
+            campaign.path,
+            None,
+            "the campaign has a sanity stage and the config's health checks are off (health.enabled)",
+            "turn them on, or remove the sanity stage",
+        )
+    d = campaign_dir(d)
+    atomic_write_bytes(d / "campaign.yaml", Path(opts.campaign).read_bytes())
+    atomic_write_bytes(d / "config.yaml", Path(opts.config).read_bytes())
+    atomic_write_json(
+        d / INPUTS_NAME,
+        {
+            "schema_version": 1,
+            "campaign": str(Path(opts.campaign).resolve()),
+            "config": str(Path(opts.config).resolve()),
+            "config_digest": sha256_file(Path(opts.config)),
+            "inventory": str(Path(opts.inventory).resolve()),
+            "history": str(Path(opts.history).resolve()) if opts.history else None,
+        },
+    )
+    state = CampaignState.new(campaign, list(plan.hosts), _now())
+    save_state(d, state)
+    return _Ctx(opts, d, campaign, Path(opts.config), Path(opts.inventory), raw, state)
+
+
+def _resume(opts: AcceptOptions) -> _Ctx:
+    """The campaign in ``opts.directory`` read back: the same campaign file (its digest), the same config."""
+    d = Path(opts.directory)
+    if opts.campaign is not None or opts.config is not None or opts.inventory is not None:
+        raise UsageError(
+            "--resume reads the campaign, config and inventory from the campaign directory: leave out "
+            "--campaign, -c and -i"
+        )
+    path = d / INPUTS_NAME
+    if not path.is_file():
+        raise RunDirError(f"{d}: not a campaign directory (no {INPUTS_NAME}); start one without --resume")
+    try:
+        rec = json.loads(path.read_text())
+        campaign_path, cfg, inv = Path(rec["campaign"]), Path(rec["config"]), Path(rec["inventory"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RunDirError(f"{path}: damaged ({type(exc).__name__}: {exc})") from None
+    campaign = load_campaign(campaign_path if campaign_path.is_file() else d / "campaign.yaml")
+    state = load_state(d, campaign.digest)
+    if state.recovered_from:
+        _say(opts, f"the state file was damaged; resuming from {state.recovered_from} (one step is redone)")
+    if not cfg.is_file() or sha256_file(cfg) != rec.get("config_digest"):
+        raise RunDirError(
+            f"{cfg}: the config changed (or is gone) since this campaign started; restore it (a copy is in "
+            f"{d / 'config.yaml'}) or start a new campaign"
+        )
+    if not inv.exists():
+        raise RunDirError(f"{inv}: the campaign's inventory is gone; restore it")
+    history = rec.get("history")
+    if history and opts.history is None:
+        opts = AcceptOptions(**{**opts.__dict__, "history": Path(history)})
+    return _Ctx(opts, d, campaign, cfg, inv, _raw_config(cfg), state)
+
+
+# -- running one stage's runs
+
+
+def _fresh(path: Path) -> Path:
+    """``path``, or ``path.2``, ``path.3`` ... where an interrupted attempt left it: a run directory is
+    never reused by another attempt."""
+    if not path.exists():
+        return path
+    n = 2
+    while path.with_name(f"{path.name}.{n}").exists():
+        n += 1
+    return path.with_name(f"{path.name}.{n}")
+
+
+def _rel(ctx: _Ctx, path: Path) -> str:
+    return str(Path(path).relative_to(ctx.dir))
+
+
+def _options(ctx: _Ctx, run_dir: Path, hosts: Sequence[str], config: Path, health: bool) -> Any:
+    from sb_fleet.fleet.workflow import Options
+
+    crit = None
+    return Options(
+        config=config,
+        inventory=ctx.inventory_path,
+        run_dir=run_dir,
+        accept_new_host_keys=ctx.opts.accept_new_host_keys,
+        insecure_no_host_key_checking=ctx.opts.insecure_no_host_key_checking,
+        limit=",".join(hosts),
+        forks=ctx.opts.forks,
+        history=ctx.opts.history,
+        rules=crit,
+        progress=ctx.opts.progress,
+        skip_health=not health,
+        argv=ctx.opts.argv,
+    )
+
+
+def _stage_config(ctx: _Ctx, stage: Stage, pattern: str | None) -> Path:
+    name = f"{stage.name}-{pattern}" if pattern else stage.name
+    path = ctx.dir / "configs" / f"{name}.yaml"
+    cfg = stage_config(ctx.raw_config, stage, pattern)
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        atomic_write_text(path, yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def _stopped(run_dir: Path) -> None:
+    if (run_dir / "interrupted.json").exists():
+        raise CampaignStopped(f"stopped during {run_dir} (Ctrl-C or SIGTERM)")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _validate(
+    ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str], pattern: str | None, health: bool
+):  # noqa: ANN202
+    import dataclasses
+
+    from sb_fleet.fleet import workflow as wf
+
+    opts = _options(ctx, run_dir, hosts, _stage_config(ctx, stage, pattern), health)
+    base = ctx.campaign.path.resolve().parent
+    if stage.criteria.rules:
+        opts = dataclasses.replace(opts, rules=base / stage.criteria.rules)
+    if stage.criteria.baseline:
+        opts = dataclasses.replace(opts, baseline=base / stage.criteria.baseline)
+    wf.validate(opts)
+    _stopped(run_dir)
+
+
+def _report_rows(run_dir: Path) -> tuple[dict[str, Mapping[str, Any]], dict[str, dict[str, float]]]:
+    """report.json's host rows and each host's figures (column -> value) of a validate run."""
+    doc = _read_json(run_dir / "report.json") or {}
+    rows = {str(h.get("name")): h for h in doc.get("hosts") or [] if isinstance(h, Mapping)}
+    values: dict[str, dict[str, float]] = {}
+    try:
+        fleet = load_fleet(run_dir)
+    except SbFleetError:
+        return rows, values
+    for i, h in enumerate(fleet.hosts):
+        values[h] = {
+            c: float(fleet.values[i, j])
+            for j, c in enumerate(fleet.columns)
+            if math.isfinite(fleet.values[i, j])
+        }
+    return rows, values
+
+
+def _run_sanity(ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str]) -> dict[str, StageOutcome]:
+    from sb_fleet.fleet import workflow as wf
+
+    wf.health_check(_options(ctx, run_dir, hosts, ctx.config_path, True))
+    _stopped(run_dir)
+    checks = _read_json(run_dir / "outcomes" / "check.json") or {}
+    rows = {str(o.get("host")): o for o in checks.get("hosts") or [] if isinstance(o, Mapping)}
+    health = (_read_json(run_dir / "health.json") or {}).get("hosts") or {}
+    rel = _rel(ctx, run_dir)
+    return {
+        h: sanity_outcome(
+            h,
+            stage,
+            rows.get(h),
+            (health.get(h) or {}).get("findings") or [],
+            (f"{rel}/health.json", f"{rel}/health/{h}.json"),
+        )
+        for h in hosts
+    }
+
+
+def _run_bench(ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str]) -> dict[str, StageOutcome]:
+    """single_node: one validate; fabric: one per pattern, every one of them must pass."""
+    patterns: list[str | None] = list(stage.patterns or ["all-nodes"]) if stage.kind == "fabric" else [None]
+    parts: dict[str, list[StageOutcome]] = {h: [] for h in hosts}
+    for pattern in patterns:
+        rd = _fresh(run_dir.with_name(f"{run_dir.name}-{pattern}")) if pattern else run_dir
+        _say(
+            ctx.opts,
+            f"stage {stage.name}{' ' + pattern if pattern else ''}: {len(hosts)} node(s), {_rel(ctx, rd)}",
+        )
+        _validate(ctx, stage, rd, hosts, pattern, health=False)
+        rows, values = _report_rows(rd)
+        rel = _rel(ctx, rd)
+        for h in hosts:
+            parts[h].append(
+                bench_outcome(
+                    h, stage, rows.get(h), values.get(h, {}), (f"{rel}/report.json",), pattern or ""
+                )
+            )
+    return {h: combined(h, p) if len(p) > 1 else p[0] for h, p in parts.items()}
+
+
+def _last(ctx: _Ctx, host: str, stage: str) -> str | None:
+    recs = [r for r in ctx.state.hosts[host].timeline if r.stage == stage]
+    return recs[-1].outcome if recs else None
+
+
+def _gated_stage(ctx: _Ctx, stage: Stage) -> None:
+    """A sanity, single_node or fabric stage: attempt 1 on the entrants that have none finished, then (for
+    retry_once) attempt 2 on those that failed it."""
+    st = ctx.state
+    ents = entrants(ctx.campaign.spec, stage, st.status_map(), st.passed_map())
+    undecided = [h for h in ents if stage.name not in st.hosts[h].passed]
+    retry = [h for h in undecided if _last(ctx, h, stage.name) == "retry"]
+    first = [h for h in undecided if h not in retry]
+    if stage.kind == "fabric":
+        left = sorted(set(st.hosts) - set(ents))
+        if left:
+            _say(ctx.opts, f"stage {stage.name}: not entered by {', '.join(left)} (held out before)")
+    for attempt, hosts in ((1, first), (2, retry)):
+        if attempt == 2:
+            hosts = sorted(set(hosts) | {h for h in ents if _last(ctx, h, stage.name) == "retry"})
+        if not hosts or (attempt == 2 and stage.on_failure != "retry_once"):
+            continue
+        st.start_stage(stage.name, hosts, attempt, _now())
+        save_state(ctx.dir, st)
+        name = stage.name if attempt == 1 else f"{stage.name}-attempt-2"
+        run_dir = ctx.dir / RUNS / name
+        if stage.kind == "sanity":
+            run_dir = _fresh(run_dir)
+            _say(ctx.opts, f"stage {stage.name}: health checks on {len(hosts)} node(s), {_rel(ctx, run_dir)}")
+            outcomes = _run_sanity(ctx, stage, run_dir, hosts)
+        elif stage.kind == "single_node":
+            run_dir = _fresh(run_dir)
+            _say(
+                ctx.opts,
+                f"stage {stage.name}: {', '.join(stage.benchmarks)} on {len(hosts)} node(s), {_rel(ctx, run_dir)}",
+            )
+            outcomes = _run_bench(ctx, stage, run_dir, hosts)
+        else:
+            outcomes = _run_bench(ctx, stage, run_dir, hosts)
+        decision = gate_stage(stage, hosts, outcomes, attempt)
+        st.apply(decision, _now())
+        save_state(ctx.dir, st)
+        for h, why in {**decision.held_out, **decision.quarantined}.items():
+            _say(
+                ctx.opts,
+                f"stage {stage.name}: {h} {'quarantined' if h in decision.quarantined else 'held out'}: {why}",
+            )
+        if decision.retry:
+            _say(ctx.opts, f"stage {stage.name}: {', '.join(decision.retry)} failed, retried once")
+    st.finish_stage(stage.name, _now())
+    save_state(ctx.dir, st)
+
+
+# -- the soak
+
+
+def _pace(ctx: _Ctx, stage: Stage, index: int) -> None:
+    """Round ``index`` starts a round's length after the previous round started (at once where that one
+    ran longer, or after a resume)."""
+    done = ctx.state.soak_rounds.get(stage.name, [])
+    prev = [r for r in done if r.index == index - 1]
+    if not prev or stage.round is None:
+        return
+    due = datetime.fromisoformat(prev[0].start).timestamp() + stage.round
+    while (left := due - time.time()) > 0:
+        time.sleep(min(left, 1.0))
+
+
+def _soak(ctx: _Ctx, stage: Stage) -> None:
+    st = ctx.state
+    hosts = list(entrants(ctx.campaign.spec, stage, st.status_map(), st.passed_map()))
+    if not hosts:
+        st.finish_stage(stage.name, _now())
+        save_state(ctx.dir, st)
+        return
+    if not st.rounds_done(stage.name) and any(_last(ctx, h, stage.name) != "running" for h in hosts):
+        st.start_stage(stage.name, hosts, 1, _now())
+        save_state(ctx.dir, st)
+    for index in range(1, stage.rounds + 1):
+        if index in st.rounds_done(stage.name):
+            continue
+        _pace(ctx, stage, index)
+        run_dir = _fresh(ctx.dir / RUNS / f"{stage.name}-round-{index:02d}")
+        _say(
+            ctx.opts,
+            f"soak {stage.name}: round {index} of {stage.rounds} on {len(hosts)} node(s), {_rel(ctx, run_dir)}",
+        )
+        start = _now()
+        _validate(ctx, stage, run_dir, hosts, None, health=True)
+        st.record_round(
+            stage.name, RoundRecord(index, iso(start), iso(_now()), _rel(ctx, run_dir), list(hosts)), _now()
+        )
+        save_state(ctx.dir, st)
+    closing = _fresh(ctx.dir / RUNS / f"{stage.name}-closing-check")
+    _say(ctx.opts, f"soak {stage.name}: closing health check (the counters at the soak's end)")
+    from sb_fleet.fleet import workflow as wf
+
+    wf.health_check(_options(ctx, closing, hosts, ctx.config_path, True))
+    _stopped(closing)
+    rounds = _soak_rounds(ctx, stage, hosts, closing)
+    judged = judge_soak(rounds, SoakCriteria.from_stage(stage))
+    atomic_write_json(
+        ctx.dir / f"soak-{stage.name}.json",
+        {"schema_version": 1, "stage": stage.name, "nodes": {h: n.to_dict() for h, n in judged.items()}},
+    )
+    evidence = [r.run_dir for r in st.soak_rounds.get(stage.name, [])] + [
+        _rel(ctx, closing),
+        f"soak-{stage.name}.json",
+    ]
+    outcomes = {h: soak_outcome(n, evidence) for h, n in judged.items()}
+    decision = gate_stage(stage, hosts, outcomes)
+    st.apply(decision, _now())
+    st.finish_stage(stage.name, _now())
+    save_state(ctx.dir, st)
+    for h, why in {**decision.held_out, **decision.quarantined}.items():
+        _say(ctx.opts, f"soak {stage.name}: {h} failed: {why}")
+
+
+def _soak_rounds(ctx: _Ctx, stage: Stage, hosts: Sequence[str], closing: Path) -> dict[str, list[SoakRound]]:
+    """Every node's rounds read back from the rounds' run directories (report, figures with their measured
+    noise, the health document that opened the round), the closing check's counters on the last."""
+    records = ctx.state.soak_rounds.get(stage.name, [])
+    out: dict[str, list[SoakRound]] = {h: [] for h in hosts}
+    for k, rec in enumerate(records):
+        rd = ctx.dir / rec.run_dir
+        rows, values = _report_rows(rd)
+        noise = _noise(rd)
+        last = k == len(records) - 1
+        for h in rec.hosts:
+            if h not in out:
+                continue
+            judged = bench_outcome(h, stage, rows.get(h), values.get(h, {}), label=f"round {rec.index}")
+            doc = _read_json(rd / "health" / f"{h}.json")
+            end_doc = _read_json(closing / "health" / f"{h}.json") if last else None
+            vals = values.get(h, {})
+            out[h].append(
+                SoakRound(
+                    index=rec.index,
+                    start=datetime.fromisoformat(rec.start),
+                    end=datetime.fromisoformat(rec.end),
+                    ok=judged.passed,
+                    reason=judged.reason,
+                    metrics={c: Measurement(v, noise.get((h, c))) for c, v in vals.items()},
+                    counters=health_counters(end_doc) if isinstance(end_doc, Mapping) else {},
+                    counters_start=health_counters(doc) if isinstance(doc, Mapping) else None,
+                    throttled_windows=throttled_windows(doc if isinstance(doc, Mapping) else None, vals),
+                    run_dir=rec.run_dir,
+                )
+            )
+    return out
+
+
+def _noise(run_dir: Path) -> dict[tuple[str, str], float]:
+    """(host, column) -> the figure's own measured relative noise, where the run measured it."""
+    try:
+        fleet = load_fleet(run_dir)
+    except SbFleetError:
+        return {}
+    if fleet.noise is None:
+        return {}
+    return {
+        (h, c): float(fleet.noise[i, j])
+        for i, h in enumerate(fleet.hosts)
+        for j, c in enumerate(fleet.columns)
+        if math.isfinite(fleet.noise[i, j])
+    }
+
+
+# -- the campaign
+
+
+def _write(ctx: _Ctx) -> None:
+    now = iso(_now())
+    write_records(ctx.dir, ctx.state, ctx.campaign, now, _suite_version())
+    write_campaign_report(ctx.dir, ctx.state, ctx.campaign, now)
+
+
+def _suite_version() -> str | None:
+    """The on-host suite's version (``sb_bench.__version__``), read from its source: the control node
+    never imports the suite's package for it."""
+    import re
+
+    from sb_fleet.plan.resources import suite_dir
+
+    try:
+        text = (suite_dir() / "sb_bench" / "__init__.py").read_text()
+    except OSError:
+        return None
+    m = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', text, re.M)
+    return m.group(1) if m else None
+
+
+def exit_code(state: CampaignState) -> int:
+    """0 every node accepted; 3 a node rejected because it never answered (infrastructure); else 1 when a
+    node is rejected or quarantined."""
+    bad = [n for n in state.hosts.values() if n.status not in ("accepted", "active")]
+    if any(is_infra(n.reason) for n in bad):
+        return EXIT_INFRA
+    return EXIT_FAILED if bad else EXIT_OK
+
+
+def run_campaign(opts: AcceptOptions) -> tuple[int, Path]:
+    """Run (or with ``resume`` go on with) the campaign; (exit code, campaign directory)."""
+    ctx = _resume(opts) if opts.resume else _start(opts)
+    _say(ctx.opts, f"campaign {ctx.campaign.path} on {len(ctx.state.hosts)} node(s) in {ctx.dir}")
+    try:
+        while (stage := ctx.state.next_stage(ctx.campaign.spec)) is not None:
+            if stage.kind == "soak":
+                _soak(ctx, stage)
+            else:
+                _gated_stage(ctx, stage)
+        if not ctx.state.finished:
+            ctx.state.finish(_now())
+            save_state(ctx.dir, ctx.state)
+    except (KeyboardInterrupt, CampaignStopped):
+        _write(ctx)
+        print(
+            f"sb-fleet: accept: stopped; the campaign's state is saved: go on with "
+            f"sb-fleet accept --resume {ctx.dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
+    _write(ctx)
+    return exit_code(ctx.state), ctx.dir

@@ -1,0 +1,237 @@
+"""A campaign's report: ``campaign.md`` and ``campaign.html`` (self-contained: inline CSS and SVG, no
+script, no external asset) in the campaign directory.
+
+Both say per node its verdict, the stage it reached, the stage that held it out and why; the html draws
+each node's timeline (one bar per stage attempt, on one time axis) and, per soak, each node's rounds
+(passed or failed) and the counters that grew. Made from the campaign's state and the soak judgements the
+runner wrote (``soak-<stage>.json``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sb_fleet.campaign.acceptance_record import campaign_summary
+from sb_fleet.campaign.campaign_state import CampaignState
+from sb_fleet.config.campaign_spec import Campaign
+from sb_fleet.safe_files import atomic_write_text
+
+COLOURS = {
+    "passed": "#2e7d32",
+    "failed": "#c62828",
+    "held_out": "#c62828",
+    "quarantined": "#ef6c00",
+    "retry": "#f9a825",
+    "running": "#1565c0",
+}
+VERDICT_COLOURS = {
+    "accepted": "#2e7d32",
+    "rejected": "#c62828",
+    "quarantined": "#ef6c00",
+    "in_progress": "#1565c0",
+}
+
+
+def _soaks(directory: Path, campaign: Campaign) -> dict[str, Mapping[str, Any]]:
+    out: dict[str, Mapping[str, Any]] = {}
+    for st in campaign.spec.stages:
+        if st.kind != "soak":
+            continue
+        try:
+            doc = json.loads((directory / f"soak-{st.name}.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            out[st.name] = doc
+    return out
+
+
+def _md_cell(text: Any) -> str:
+    return str(text if text is not None else "-").replace("|", "\\|").replace("\n", " ")
+
+
+def campaign_markdown(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, Any]]) -> str:
+    c = summary["campaign"]
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(summary["verdicts"].items()))
+    lines = [
+        "# Acceptance campaign",
+        "",
+        f"- campaign: `{c['file']}` (sha256 {c['digest'][:12]}){' — ' + c['description'] if c['description'] else ''}",
+        f"- started {summary['started']}, updated {summary['updated']}, "
+        + (
+            "finished"
+            if summary["finished"]
+            else "**not finished** (resume with `sb-fleet accept --resume DIR`)"
+        ),
+        f"- nodes: {counts}",
+        "",
+        "## Stages",
+        "",
+        "| stage | kind | done | rounds |",
+        "|---|---|---|---|",
+    ]
+    for st in summary["stages"]:
+        rounds = (
+            f"{st['rounds_done']} of {st['rounds_planned']} ({st['round']} each)"
+            if "rounds_planned" in st
+            else ""
+        )
+        lines.append(f"| {st['name']} | {st['kind']} | {'yes' if st['done'] else 'no'} | {rounds} |")
+    lines += [
+        "",
+        "## Nodes",
+        "",
+        "| node | verdict | stage reached | failed stage | reason |",
+        "|---|---|---|---|---|",
+    ]
+    for host, n in summary["nodes"].items():
+        lines.append(
+            f"| {_md_cell(host)} | **{n['verdict']}** | {_md_cell(n['stage_reached'])} | "
+            f"{_md_cell(n['failed_stage'])} | {_md_cell(n['reason'])} |"
+        )
+    lines += ["", "## Timelines", ""]
+    for host, n in summary["nodes"].items():
+        steps = " → ".join(
+            f"{t['stage']}{' (attempt ' + str(t['attempt']) + ')' if t['attempt'] > 1 else ''}: {t['outcome']}"
+            for t in n["timeline"]
+        )
+        lines.append(f"- **{_md_cell(host)}**: {steps or 'no stage yet'}")
+    for name, doc in soaks.items():
+        lines += ["", f"## Soak `{name}`", ""]
+        for host, node in (doc.get("nodes") or {}).items():
+            fails = [f for f in node.get("findings") or [] if f.get("fails")]
+            word = "passed" if node.get("passed") else "failed"
+            lines.append(f"- **{_md_cell(host)}**: {word}, {node.get('rounds')} round(s)")
+            for f in fails:
+                lines.append(f"  - {f.get('kind')}: {_md_cell(f.get('message'))}")
+    lines += [
+        "",
+        "Records: `acceptance/<host>.json` per node, `campaign-summary.json`; every stage's run directory "
+        "under `runs/`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _t(s: str | None) -> float | None:
+    if not s:
+        return None
+    try:
+        return datetime.fromisoformat(s).timestamp()
+    except ValueError:
+        return None
+
+
+def _timeline_svg(summary: Mapping[str, Any], now: float) -> str:
+    """One row per node, one bar per stage attempt, all on one time axis."""
+    spans = [(_t(t["start"]), _t(t["end"]) or now) for n in summary["nodes"].values() for t in n["timeline"]]
+    starts = [a for a, _ in spans if a is not None]
+    if not starts:
+        return "<p>No stage has started.</p>"
+    t0, t1 = min(starts), max(max(b for _, b in spans if b is not None), min(starts) + 1)
+    label_w, width, row_h = 180, 900, 22
+    nodes = list(summary["nodes"].items())
+    height = row_h * len(nodes) + 30
+    scale = (width - label_w - 10) / (t1 - t0)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
+    for i, (host, n) in enumerate(nodes):
+        y = 5 + i * row_h
+        colour = VERDICT_COLOURS.get(n["verdict"], "#555")
+        out.append(
+            f'<text x="0" y="{y + 14}" font-size="12" fill="{colour}">{html.escape(host)} ({n["verdict"]})</text>'
+        )
+        for t in n["timeline"]:
+            a = _t(t["start"])
+            if a is None:
+                continue
+            b = _t(t["end"]) or now
+            x = label_w + (a - t0) * scale
+            w = max((b - a) * scale, 2)
+            fill = COLOURS.get(t["outcome"], "#777")
+            tip = f"{t['stage']} attempt {t['attempt']}: {t['outcome']} ({t['start']} - {t['end'] or 'running'})"
+            out.append(
+                f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{row_h - 6}" fill="{fill}" '
+                f'stroke="#fff"><title>{html.escape(tip)}</title></rect>'
+            )
+            if w > 40:
+                out.append(
+                    f'<text x="{x + 3:.1f}" y="{y + 14}" font-size="10" fill="#fff">{html.escape(t["stage"])}</text>'
+                )
+    axis_y = height - 8
+    out.append(
+        f'<text x="{label_w}" y="{axis_y}" font-size="10">{html.escape(datetime.fromtimestamp(t0).isoformat(timespec="seconds"))}</text>'
+    )
+    out.append(
+        f'<text x="{width - 10}" y="{axis_y}" font-size="10" text-anchor="end">+{(t1 - t0) / 60:.1f} min</text>'
+    )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
+    rows = []
+    for host, node in (doc.get("nodes") or {}).items():
+        failed = set(node.get("failed_rounds") or [])
+        n = int(node.get("rounds") or 0)
+        cells = "".join(
+            f'<td style="background:{"#c62828" if i in failed else "#2e7d32"};width:14px" title="round {i}"></td>'
+            for i in range(1, n + 1)
+        )
+        fails = "; ".join(
+            html.escape(str(f.get("message"))) for f in node.get("findings") or [] if f.get("fails")
+        )
+        rows.append(
+            f"<tr><td>{html.escape(host)}</td><td>{'passed' if node.get('passed') else '<b>failed</b>'}</td>"
+            f"<td><table><tr>{cells}</tr></table></td><td>{fails}</td></tr>"
+        )
+    return (
+        f"<h2>Soak {html.escape(name)}</h2><table><tr><th>node</th><th>soak</th><th>rounds</th>"
+        f"<th>findings</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def campaign_html(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, Any]], now: float) -> str:
+    c = summary["campaign"]
+    rows = "".join(
+        f'<tr><td>{html.escape(h)}</td><td style="color:{VERDICT_COLOURS.get(n["verdict"], "#555")}">'
+        f"<b>{n['verdict']}</b></td><td>{html.escape(str(n['stage_reached'] or '-'))}</td>"
+        f"<td>{html.escape(str(n['failed_stage'] or '-'))}</td><td>{html.escape(n['reason'] or '')}</td></tr>"
+        for h, n in summary["nodes"].items()
+    )
+    legend = " ".join(
+        f'<span style="background:{col};color:#fff;padding:0 4px">{word}</span>'
+        for word, col in COLOURS.items()
+    )
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Acceptance campaign</title>'
+        "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body>"
+        f"<h1>Acceptance campaign</h1><p><code>{html.escape(c['file'])}</code> "
+        f"(sha256 {c['digest'][:12]}) {html.escape(c['description'])}</p>"
+        f"<p>started {summary['started']}, updated {summary['updated']}, "
+        f"{'finished' if summary['finished'] else '<b>not finished</b>'}</p>"
+        f"<h2>Timeline per node</h2><p>{legend}</p>{_timeline_svg(summary, now)}"
+        "<h2>Nodes</h2><table><tr><th>node</th><th>verdict</th><th>stage reached</th><th>failed stage</th>"
+        f"<th>reason</th></tr>{rows}</table>"
+        + "".join(_soak_html(name, doc) for name, doc in soaks.items())
+        + "</body></html>\n"
+    )
+
+
+def write_campaign_report(
+    directory: Path, state: CampaignState, campaign: Campaign, written: str
+) -> list[Path]:
+    """``campaign.md`` and ``campaign.html`` in the campaign directory, each written atomically."""
+    directory = Path(directory)
+    summary = campaign_summary(state, campaign, written)
+    soaks = _soaks(directory, campaign)
+    now = _t(written) or 0.0
+    md, page = directory / "campaign.md", directory / "campaign.html"
+    atomic_write_text(md, campaign_markdown(summary, soaks))
+    atomic_write_text(page, campaign_html(summary, soaks, now))
+    return [md, page]
