@@ -56,6 +56,7 @@ from sb_fleet.campaign.stage_judgement import (
     throttled_windows,
 )
 from sb_fleet.config.campaign_spec import Campaign, CampaignError, Stage, check_benchmarks, load_campaign
+from sb_fleet.config.slurm_inventory import is_slurm_source
 from sb_fleet.errors import RunDirError, SbFleetError, UsageError
 from sb_fleet.exits import EXIT_FAILED, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK
 from sb_fleet.report.campaign_report import write_campaign_report
@@ -131,6 +132,11 @@ def _check_stages(campaign: Campaign, raw: dict[str, Any]) -> None:
                 ) from None
 
 
+def _inventory_source(inv: Path) -> str:
+    """The inventory as a later --resume finds it: a file's absolute path, a ``slurm:...`` source as given."""
+    return str(inv) if is_slurm_source(inv) else str(inv.resolve())
+
+
 def _start(opts: AcceptOptions) -> _Ctx:
     """A new campaign in ``opts.directory``: the inputs checked and recorded, the state written."""
     from sb_fleet.rundir.runinputs import plan_inputs
@@ -165,7 +171,7 @@ def _start(opts: AcceptOptions) -> _Ctx:
             "campaign": str(Path(opts.campaign).resolve()),
             "config": str(Path(opts.config).resolve()),
             "config_digest": sha256_file(Path(opts.config)),
-            "inventory": str(Path(opts.inventory).resolve()),
+            "inventory": _inventory_source(Path(opts.inventory)),
             "history": str(Path(opts.history).resolve()) if opts.history else None,
         },
     )
@@ -199,7 +205,7 @@ def _resume(opts: AcceptOptions) -> _Ctx:
             f"{cfg}: the config changed (or is gone) since this campaign started; restore it (a copy is in "
             f"{d / 'config.yaml'}) or start a new campaign"
         )
-    if not inv.exists():
+    if not is_slurm_source(inv) and not inv.exists():
         raise RunDirError(f"{inv}: the campaign's inventory is gone; restore it")
     history = rec.get("history")
     if history and opts.history is None:
@@ -228,7 +234,6 @@ def _rel(ctx: _Ctx, path: Path) -> str:
 def _options(ctx: _Ctx, run_dir: Path, hosts: Sequence[str], config: Path, health: bool) -> Any:
     from sb_fleet.fleet.workflow import Options
 
-    crit = None
     return Options(
         config=config,
         inventory=ctx.inventory_path,
@@ -238,7 +243,6 @@ def _options(ctx: _Ctx, run_dir: Path, hosts: Sequence[str], config: Path, healt
         limit=",".join(hosts),
         forks=ctx.opts.forks,
         history=ctx.opts.history,
-        rules=crit,
         progress=ctx.opts.progress,
         skip_health=not health,
         argv=ctx.opts.argv,
@@ -350,21 +354,28 @@ def _last(ctx: _Ctx, host: str, stage: str) -> str | None:
     return recs[-1].outcome if recs else None
 
 
+def _retrying(ctx: _Ctx, host: str, stage: str) -> bool:
+    """The node failed a retry_once stage's first attempt (its second is due, or was cut off)."""
+    recs = [r for r in ctx.state.hosts[host].timeline if r.stage == stage]
+    return bool(recs) and (
+        recs[-1].outcome == "retry" or (recs[-1].outcome == "running" and recs[-1].attempt == 2)
+    )
+
+
 def _gated_stage(ctx: _Ctx, stage: Stage) -> None:
     """A sanity, single_node or fabric stage: attempt 1 on the entrants that have none finished, then (for
     retry_once) attempt 2 on those that failed it."""
     st = ctx.state
     ents = entrants(ctx.campaign.spec, stage, st.status_map(), st.passed_map())
     undecided = [h for h in ents if stage.name not in st.hosts[h].passed]
-    retry = [h for h in undecided if _last(ctx, h, stage.name) == "retry"]
-    first = [h for h in undecided if h not in retry]
+    first = [h for h in undecided if not _retrying(ctx, h, stage.name)]
     if stage.kind == "fabric":
         left = sorted(set(st.hosts) - set(ents))
         if left:
             _say(ctx.opts, f"stage {stage.name}: not entered by {', '.join(left)} (held out before)")
-    for attempt, hosts in ((1, first), (2, retry)):
-        if attempt == 2:
-            hosts = sorted(set(hosts) | {h for h in ents if _last(ctx, h, stage.name) == "retry"})
+    for attempt in (1, 2):
+        # attempt 2: after attempt 1, the nodes that failed it (a retry_once stage)
+        hosts = first if attempt == 1 else [h for h in ents if _retrying(ctx, h, stage.name)]
         if not hosts or (attempt == 2 and stage.on_failure != "retry_once"):
             continue
         st.start_stage(stage.name, hosts, attempt, _now())

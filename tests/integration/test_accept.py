@@ -77,20 +77,18 @@ stages:
     max_failed_rounds: 0
 """
 
-# A host's interpreter: the real one, where the case statement lets it through. "$*" of the health checks'
-# inline exec (sb-fleet check) starts with -c; every other exec names the run id, and a soak round's run
-# id names its round (soak-round-02-<hex>).
+# A host's interpreter: the real one, after the planted fault's lines. The health checks' inline exec
+# (sb-fleet check) runs it with -c; every exec of a run exports SB_FLEET_TAG=<run id>/<host>, and a soak
+# round's run id names its round (soak-round-02-<hex>).
 WRAPPER = """#!/bin/sh
-case "$*" in
-@CASES@
-esac
+@FAULT@
 exec @PYTHON@ "$@"
 """
 REFUSE = 'echo "planted fault: this interpreter refuses the run" >&2; exit 3'
 
 
-def _wrapper(path: Path, python: str, cases: str) -> str:
-    path.write_text(WRAPPER.replace("@CASES@", cases).replace("@PYTHON@", python))
+def _wrapper(path: Path, python: str, fault: str) -> str:
+    path.write_text(WRAPPER.replace("@FAULT@", fault).replace("@PYTHON@", python))
     path.chmod(0o755)
     return str(path)
 
@@ -112,13 +110,14 @@ def setup(afleet):
     counter = machines / names[3] / "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error"
     # host002: only the health checks' inline exec runs
     host_vars[names[1]]["sb_python"] = _wrapper(
-        machines / "py-single", py, f'  -c*) exec {py} "$@" ;;\n  *) {REFUSE} ;;'
+        machines / "py-single", py, f'[ "$1" = -c ] || {{ {REFUSE}; }}'
     )
     # host003: the soak's round 2 fails
-    host_vars[names[2]]["sb_python"] = _wrapper(machines / "py-flaky", py, f"  *soak-round-02-*) {REFUSE} ;;")
+    round2 = 'case "$SB_FLEET_TAG" in soak-round-02-*) @DO@ ;; esac'
+    host_vars[names[2]]["sb_python"] = _wrapper(machines / "py-flaky", py, round2.replace("@DO@", REFUSE))
     # host004: round 2 starts with 7 symbol errors on port mlx5_0/1 (0 before)
     host_vars[names[3]]["sb_python"] = _wrapper(
-        machines / "py-counter", py, f"  *soak-round-02-*) echo 7 > {counter} ;;"
+        machines / "py-counter", py, round2.replace("@DO@", f"echo 7 > {counter}")
     )
     counter.chmod(0o666)
     inv = afleet.inventory(host_vars=host_vars)
