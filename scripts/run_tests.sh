@@ -1,43 +1,44 @@
 #!/usr/bin/env bash
 # Every test (the README's `make test`, after setup), on a 2-core machine, in two parts:
 #
-#   first, three lanes at once:
-#     containers:  the podman and docker tests (their own loopback fleets; mostly waiting on image loads
-#                  and on containers, little CPU), one pytest process;
-#     worker 1:    the on-host suite (tests/suite, its own pytest process: Ansible, imported by the
-#                  control-node tests, patches sys.intern in a way torch's compiler rejects), then
-#                  integration files from the SHARED queue;
-#     worker 2:    the unit and fuzz tests, then integration files from the same queue.
-#     The SHARED queue holds the integration files that judge no measured performance (noop benchmarks,
-#     outcomes, deadlines with margins, synthetic nights), longest first; a worker that is free takes the
-#     next file (an atomic mkdir claims it), so the two workers end within about one file of each other
-#     whichever of the suite or the unit tests runs longer on the machine at hand.
+#   first, three workers at once, each taking integration files from one queue when it is free:
+#     worker 1:    the on-host suite first (tests/suite, its own pytest process: Ansible, imported by the
+#                  control-node tests, patches sys.intern in a way torch's compiler rejects);
+#     worker 2:    the unit and fuzz tests first;
+#     worker 3:    the queue from the start.
+#     The queue holds the integration files that judge no measured performance (noop benchmarks,
+#     outcomes, deadlines with margins, synthetic nights) and the container files (podman and docker,
+#     their own loopback fleets), one pytest process each, an atomic mkdir claiming a file. Its order
+#     (ORDER below, measured in CI on 2026-11-29): the long files that mostly wait (Slurm, the faults)
+#     first, which worker 3 takes while the suite and the unit tests keep the two cores busy; the
+#     container files next, which the first of those two to end takes (never three CPU-heavy parts at
+#     once: on 2026-11-29 the suite, the unit tests and the containers side by side took 915, 614 and
+#     721 s against 458, 330 and 523 s); the short ones last, so the workers end within about one file of
+#     each other.
 #   then, alone: every other integration file (QUIET: those that judge measured figures, planted
 #                slowdowns, link shaping and the fleet statistics get the machine to themselves).
 #
-# Each SHARED file has its own sshd fleet on its own loopback subnet, so two of them can run at once.
-# An integration file not named in SHARED or CONTAINERS runs in the quiet part: a new test gets a quiet
-# machine unless it is added to SHARED on purpose. Each lane's output is kept in test-artifacts/ and
-# printed when the lanes end; the exit status is non-zero if any part failed.
+# Each queued file has its own sshd fleet on its own loopback subnet, so two of them can run at once.
+# An integration file not named in the queue runs in the quiet part: a new test gets a quiet machine
+# unless it is queued on purpose. Each part's output is kept in test-artifacts/ and printed when the
+# workers end; the exit status is non-zero if any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 ART=test-artifacts
 I=tests/integration
-# Longest first (docs/speed.md, CI's own time): the last file a worker takes is a short one.
-SHARED=(slurm faults hostile_hosts run_honesty interpreter_hang report_html deadlines history health data_not_code
-  prometheus security validate_rules collect_master direct_exec report_inventory)
-CONTAINERS=(container docker)
+# The queue, in the order the workers take it (see above).
+ORDER=(slurm faults docker container run_honesty interpreter_hang data_not_code hostile_hosts deadlines history
+  security report_html health prometheus direct_exec collect_master validate_rules report_inventory)
 
 files() { for n in "$@"; do echo "$I/test_$n.py"; done; }
-mapfile -t shared < <(files "${SHARED[@]}")
-mapfile -t containers < <(files "${CONTAINERS[@]}")
+mapfile -t queued < <(files "${ORDER[@]}")
 quiet=()
 for f in "$I"/test_*.py; do
-  case " ${shared[*]} ${containers[*]} " in *" $f "*) ;; *) quiet+=("$f") ;; esac
+  case " ${queued[*]} " in *" $f "*) ;; *) quiet+=("$f") ;; esac
 done
-for f in "${shared[@]}" "${containers[@]}"; do
-  [ -f "$f" ] || { echo "scripts/run_tests.sh: $f is named in a lane but does not exist" >&2; exit 2; }
+for f in "${queued[@]}"; do
+  [ -f "$f" ] || { echo "scripts/run_tests.sh: $f is queued but does not exist" >&2; exit 2; }
 done
 
 mkdir -p "$ART"
@@ -56,32 +57,34 @@ run() {
   echo "== $name: exit $rc, $((SECONDS - t0)) s" >> "$ART/lane-$name.log"
 }
 
-# worker FIRST_NAME FIRST_ARGS...: its own part, then SHARED files until the queue is empty.
+# worker [FIRST_NAME FIRST_ARGS...]: its own part, if any, then queued files until the queue is empty.
 worker() {
-  local name=$1
-  shift
-  run "$name" "$@"
+  if [ $# -gt 0 ]; then
+    local name=$1
+    shift
+    run "$name" "$@"
+  fi
   local f
-  for f in "${shared[@]}"; do
+  for f in "${queued[@]}"; do
     mkdir "$Q/$(basename "$f" .py)" 2> /dev/null || continue
-    run "$(basename "$f" .py)" --durations=5 "$f"
+    run "$(basename "$f" .py)" --durations=10 "$f"
   done
 }
 
-echo "tests: containers (${CONTAINERS[*]}) beside two workers (the suite; unit and fuzz; then" \
-  "${#shared[@]} integration files from a queue); then ${#quiet[@]} integration files alone"
+echo "tests: three workers (the suite, then the queue; unit and fuzz, then the queue; the queue) over" \
+  "${#queued[@]} integration files; then ${#quiet[@]} integration files alone"
 t0=$SECONDS
-run containers --durations=10 "${containers[@]}" &
-c=$!
 worker suite --durations=10 tests/suite &
 w1=$!
 worker unit-fuzz --durations=20 tests/unit tests/fuzz &
 w2=$!
-wait "$c" "$w1" "$w2"
-echo "tests: the three lanes took $((SECONDS - t0)) s"
+worker &
+w3=$!
+wait "$w1" "$w2" "$w3"
+echo "tests: the three workers took $((SECONDS - t0)) s"
 
 fail=0
-for name in suite unit-fuzz containers $(for f in "${shared[@]}"; do basename "$f" .py; done); do
+for name in suite unit-fuzz $(for f in "${queued[@]}"; do basename "$f" .py; done); do
   echo "== lane-$name.log:"
   cat "$ART/lane-$name.log" 2> /dev/null || echo "(no output: it never ran)"
   rc=$(cat "$ART/lane-$name.rc" 2> /dev/null || echo 1)
@@ -92,7 +95,7 @@ t1=$SECONDS
 "$PY" -m pytest -q --durations=30 "${quiet[@]}"
 q=$?
 echo "tests: the quiet part took $((SECONDS - t1)) s, exit $q"
-for name in suite unit-fuzz containers $(for f in "${shared[@]}"; do basename "$f" .py; done); do
+for name in suite unit-fuzz $(for f in "${queued[@]}"; do basename "$f" .py; done); do
   rc=$(cat "$ART/lane-$name.rc" 2> /dev/null || echo 1)
   tail -n 1 "$ART/lane-$name.log" 2> /dev/null | sed 's/^== /tests: /'
   [ "$rc" -eq 0 ] || fail=1

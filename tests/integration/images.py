@@ -8,6 +8,7 @@ It is built once per version of the script and cached on disk (``SB_FLEET_IMAGE_
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -65,12 +66,18 @@ def cpu_image_tarball() -> Path:
     ensure_containers_conf()
     key = hashlib.sha256(BUILD.read_bytes()).hexdigest()[:12]
     out = CACHE / f"sb-bench-cpu-{key}.tar"
-    if not out.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp.tar")
-        r = subprocess.run([str(BUILD), str(tmp), IMAGE], capture_output=True, text=True, timeout=1800)
-        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-        os.replace(tmp, out)
+    if out.exists():
+        return out
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # The podman and docker tests run in two pytest processes at once (scripts/run_tests.sh): one builds,
+    # the other waits for it on the lock and then finds the tarball.
+    with open(CACHE / f".sb-bench-cpu-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.exists():
+            tmp = out.with_suffix(".tmp.tar")
+            r = subprocess.run([str(BUILD), str(tmp), IMAGE], capture_output=True, text=True, timeout=1800)
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+            os.replace(tmp, out)
     return out
 
 
