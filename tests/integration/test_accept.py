@@ -11,8 +11,9 @@ wrapper script as ``sb_python`` that runs the real one, or fails where the fault
 
 The benchmark is ``noop`` (no figure is judged: the fleet statistics are off), so the test judges the
 campaign's flow, not performance. In the middle of the soak the accept process (and everything it started
-here) is killed with SIGKILL, as a control node that dies; ``accept --resume`` finishes the campaign with
-the verdicts above, every round recorded once.
+here) is killed with SIGKILL, as a control node that dies; the resumed campaign is then stopped with SIGTERM
+while a round runs on the hosts (exit 130, nothing of the round left running); ``accept --resume`` again
+finishes the campaign with the verdicts above, every round recorded once.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.fleetlib.hangs import run_id_of, run_processes, wait_for, wait_run_gone
 
 from .conftest import ROOT, SB_FLEET, sb_fleet, started_fleet
 
@@ -51,6 +54,10 @@ superbench:
       timeout: 60
       modes: [{name: local, proc_num: 1}]
       parameters: {num_warmup: 0, num_steps: 1}
+    noop:soak:
+      timeout: 60
+      modes: [{name: local, proc_num: 1}]
+      parameters: {num_warmup: 0, num_steps: 1, sleep: 3}
     noop:fabric:
       timeout: 60
       modes: [{name: torch.distributed, proc_num: 1}]
@@ -70,7 +77,7 @@ stages:
   - {name: fabric, kind: fabric, benchmarks: ["noop:fabric"], patterns: [all-nodes], on_failure: quarantine}
   - name: soak
     kind: soak
-    benchmarks: [noop]
+    benchmarks: ["noop:soak"]
     duration: 40s
     round: 10s
     watch: [gpu.xid, gpu.row_remap, ib.symbol_error, ib.link_downed]
@@ -167,16 +174,48 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
     assert [r["index"] for r in before["soak_rounds"]["soak"]] == [1, 2]
     assert before["stages_done"] == ["sanity", "single-node", "fabric"]
 
+    # resumed; then stopped with SIGTERM while round 4 runs on the hosts: exit 130, nothing of the round
+    # left running (here or on the hosts), the state as it was after round 3
+    p = subprocess.Popen(
+        [SB_FLEET, "accept", "--resume", str(d), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
+    try:
+        round4 = d / "runs" / "soak-round-04"
+        wait_for(round4.exists, 90, "round 4 of the resumed soak")
+        run_id = run_id_of(round4)
+        wait_for(  # the benchmark (noop sleeping 3 s) running on a host
+            lambda: any("sb_bench exec noop" in x.cmdline for x in run_processes(run_id)),
+            60,
+            "round 4's benchmark running on the hosts",
+        )
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, out[-2000:] + err[-3000:]
+    assert f"sb-fleet accept --resume {d}" in err, err[-2000:]
+    wait_run_gone(run_id, round4, err)
+    stopped = _state(d)
+    assert [x["index"] for x in stopped["soak_rounds"]["soak"]] == [1, 2, 3]
+    assert json.loads((d / "acceptance" / f"{good1}.json").read_text())["verdict"] == "in_progress"
+
     r = sb_fleet("accept", "--resume", str(d), "--quiet", timeout=240)
     took = time.monotonic() - t0
-    print(f"accept: killed at {killed_at:.1f} s, resumed and finished at {took:.1f} s")
+    print(f"accept: killed at {killed_at:.1f} s, stopped and resumed again, finished at {took:.1f} s")
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-4000:]  # nodes rejected: exit 1
 
     state = _state(d)
     assert state["finished"] is True
     rounds = state["soak_rounds"]["soak"]
     assert [x["index"] for x in rounds] == [1, 2, 3, 4], rounds  # each round once, none repeated
-    assert rounds[2]["run_dir"] == "runs/soak-round-03.2"  # the killed round 3 ran again in a new directory
+    # the rounds cut off ran again, each in a new directory
+    assert [x["run_dir"] for x in rounds][2:] == ["runs/soak-round-03.2", "runs/soak-round-04.2"]
     assert state["stages_done"] == ["sanity", "single-node", "fabric", "soak"]
 
     records = {n: json.loads((d / "acceptance" / f"{n}.json").read_text()) for n in names}
