@@ -234,9 +234,7 @@ def _status(s: Any) -> NodeStatus:
 
 def campaign_dir(path: Path) -> Path:
     """The campaign's directory, created mode 0700 where missing, refused where others can use it."""
-    return private_dir(
-        Path(path), "the campaign directory", "give a directory of your own with --dir"
-    )
+    return private_dir(Path(path), "the campaign directory", "give a directory of your own with --dir")
 
 
 def save_state(directory: Path, state: CampaignState) -> Path:
