@@ -145,9 +145,11 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
     inv, cfg, campaign, names = setup
     good1, single, flaky, counter, good2 = names
     d = tmp_path / "campaign"
+    store = tmp_path / "history.duckdb"
     t0 = time.monotonic()
     p = subprocess.Popen(
-        [SB_FLEET, "accept", "-c", str(cfg), "-i", str(inv), "--campaign", str(campaign), "--dir", str(d)],
+        [SB_FLEET, "accept", "-c", str(cfg), "-i", str(inv), "--campaign", str(campaign), "--dir", str(d)]
+        + ["--history", str(store)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -266,6 +268,13 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
         and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     )
     assert took < 150, f"the campaign took {took:.0f} s"
+
+    # every round that finished is in the history store (--history, kept across the resumes)
+    listed = sb_fleet("history", str(store), "--last", "100")
+    assert listed.returncode == 0, listed.stderr
+    for x in rounds:
+        run_id = json.loads((d / x["run_dir"] / "manifest.json").read_text())["run_id"]
+        assert run_id in listed.stdout, (run_id, listed.stdout[-3000:])
 
     # a finished campaign resumed again does nothing more and says the same
     again = sb_fleet("accept", "--resume", str(d), "--quiet", timeout=60)
