@@ -76,10 +76,11 @@ DIRECT_VARS = frozenset(
 )
 
 
-def direct_reason(host: Host) -> str | None:
+def direct_reason(host: Host, srun: bool = False) -> str | None:
     """Why ``host``'s exec must go through Ansible, or None where sb-fleet's own client does what
-    Ansible's would."""
-    if host.connection not in ("ssh", "smart"):
+    Ansible's would. ``srun``: the client is an srun step (``launcher: slurm``), whatever the host's
+    ssh connection says."""
+    if not srun and host.connection not in ("ssh", "smart"):
         return f"ansible_connection {host.connection}"
     if host.has_secrets():
         return "a secret variable (password) that only Ansible's connection uses"
@@ -87,6 +88,27 @@ def direct_reason(host: Host) -> str | None:
     if other:
         return f"{other[0]} (an Ansible setting this path does not apply)"
     return None
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How the clients reach the hosts: ``argv_of(host, command)`` (the client's argv, None where the
+    host has none), ``env_of(host)`` (the client's environment; None: this process's, tagged with the
+    run) and ``ended(rc, stdout, stderr)``: the task's own stderr, and why the command never ran on the
+    host (the host is unreachable) or None. ``retry_not_started``: a client whose server never got to its
+    banner (:data:`NOT_STARTED`: ssh's words) is started again."""
+
+    argv_of: Callable[[Host, str], list[str] | None]
+    env_of: Callable[[Host], dict[str, str]] | None = None
+    ended: Callable[[int, str, str], tuple[str, str | None]] | None = None
+    retry_not_started: bool = True
+
+    def end_of(self, rc: int | None, out: str, err: str) -> tuple[str, str | None]:
+        if self.ended is not None and rc is not None:
+            return self.ended(rc, out, err)
+        if rc == UNREACHABLE_RC:
+            return err, f"Failed to connect to the host via ssh: {one_line(err, len(err))[-400:]}"
+        return err, None
 
 
 @dataclass(frozen=True)
@@ -224,7 +246,7 @@ def run_direct(
     stage: str,
     task: ExecTask,
     hosts: list[Host],
-    argv_of: Callable[[Host, str], list[str] | None],
+    argv_of: Callable[[Host, str], list[str] | None] | Transport,
     *,
     forks: int,
     progress: Callable[[str, str, str], None],
@@ -234,11 +256,12 @@ def run_direct(
     events_file: Path | None = None,
     spool_dir: Path | None = None,
 ) -> DirectResult:
-    """Run each host's command of ``task`` (``argv_of(host, command)``: the ssh client), ``forks`` at a
-    time; every host ends with an outcome. ``watch``: the stage's deadline watch (it stops a host past
+    """Run each host's command of ``task`` (``argv_of(host, command)``: the ssh client, or a
+    :class:`Transport`: srun's steps), ``forks`` at a time; every host ends with an outcome. ``watch``: the stage's deadline watch (it stops a host past
     its deadline, its local client included); ``cancel``: Ctrl-C/SIGTERM, which ends every client and
     leaves the hosts' processes to the stage; the watch's stage bound does the same. ``spool_dir``: a
     private directory for the results a host ships (``task.ship``), else none are looked for."""
+    how = argv_of if isinstance(argv_of, Transport) else Transport(argv_of)
     env = dict(os.environ)
     if run_id:  # every client tagged (sb_fleet.fleet.reaper): a stop finds it, by its host's address
         env[reaper.CONTROL_TAG] = reaper.control_tag(run_id)
@@ -274,6 +297,7 @@ def run_direct(
             if spool is not None:
                 shipped[job.host] = spool
         out, err = job.out.text(), job.err.text()
+        err, unreachable = how.end_of(rc, out, err)
         res: dict[str, Any] = {"rc": rc, "stdout": out, "stderr": err, "changed": False}
         now = time.monotonic()
         events.append(
@@ -291,6 +315,7 @@ def run_direct(
         )
         if (
             not job.killed
+            and how.retry_not_started
             and rc == UNREACHABLE_RC
             and not out
             and NOT_STARTED.search(err)
@@ -314,9 +339,8 @@ def run_direct(
             outcomes[job.host] = HostOutcome(job.host, stage, Outcome.TIMEOUT, f"{task.name}: {why}")
             progress(job.host, Outcome.TIMEOUT, why)
             return
-        if rc == UNREACHABLE_RC:
-            tail = one_line(err, len(err))[-400:]
-            msg = f"Failed to connect to the host via ssh: {tail}"
+        if unreachable is not None:
+            msg = unreachable
             outcome, reason = classify("runner_on_unreachable", {"msg": msg, "unreachable": True})
             results[job.host] = {task.name: {**res, "msg": msg, "unreachable": True}}
             outcomes[job.host] = HostOutcome(job.host, stage, outcome, f"{task.name}: {reason}")
@@ -345,7 +369,7 @@ def run_direct(
     def start(h: Host) -> None:
         attempts[h.name] = attempts.get(h.name, 0) + 1
         cmd = task.commands[h.name]
-        argv = argv_of(h, cmd.command)
+        argv = how.argv_of(h, cmd.command)
         if argv is None:  # the caller sends only hosts with a path; should one slip through, say so
             outcomes[h.name] = HostOutcome(h.name, stage, Outcome.FAILED, "no ssh command for this host")
             progress(h.name, Outcome.FAILED, outcomes[h.name].reason)
@@ -360,11 +384,11 @@ def run_direct(
                 stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=env,
+                env=env if how.env_of is None else how.env_of(h),
                 start_new_session=True,  # Ctrl-C at the terminal is sb-fleet's to handle, not each client's
             )
         except OSError as exc:
-            outcomes[h.name] = HostOutcome(h.name, stage, Outcome.FAILED, f"ssh could not start: {exc}")
+            outcomes[h.name] = HostOutcome(h.name, stage, Outcome.FAILED, f"{argv[0]} could not start: {exc}")
             progress(h.name, Outcome.FAILED, outcomes[h.name].reason)
             return
         finally:

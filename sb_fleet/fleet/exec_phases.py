@@ -20,7 +20,8 @@ hostprep   RUN_FOLLOWS (or the end)   ``fleet.prep_timeout`` where the suite is 
 step       (the exec's end)           the first step's deadline (its benchmarks' timeouts + step_margin)
 =========  =========================  ===================================================================
 
-Only sb-fleet's own ssh clients (:mod:`sb_fleet.fleet.direct_exec`) read an exec's output as it comes;
+Only sb-fleet's own clients (:mod:`sb_fleet.fleet.direct_exec`: an ssh client, or under ``launcher:
+slurm`` an srun step, :func:`sb_fleet.fleet.executor.srun_transport`) read an exec's output as it comes;
 a play through Ansible hands it over when the task ends, and keeps the exec's whole deadline.
 """
 

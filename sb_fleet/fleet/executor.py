@@ -19,13 +19,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sb_fleet.config.inventory import Inventory
+from sb_fleet.config.inventory import Host, Inventory
 from sb_fleet.errors import InfraError
 from sb_fleet.fleet import reaper
 from sb_fleet.fleet.deadline_watch import DeadlineWatch
-from sb_fleet.fleet.direct_exec import ExecTask, direct_reason, run_direct
+from sb_fleet.fleet.direct_exec import ExecTask, Transport, direct_reason, run_direct
 from sb_fleet.fleet.progress import RUNNING, Progress
-from sb_fleet.fleet.slurm_launch import CONNECTION, PLUGIN_DIR, SrunReach
+from sb_fleet.fleet.slurm_launch import (
+    CONNECTION,
+    PLUGIN_DIR,
+    SrunReach,
+    launch_failure,
+    split_stderr,
+    srun_argv,
+    task_env,
+    timed_out,
+)
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.fleet.task_outcome import TASK_TIMEOUT, classify, one_line
 from sb_fleet.outcome import HostOutcome, Outcome
@@ -158,12 +167,21 @@ class Executor:
         self.shipped.clear()
 
     def direct_hosts(self, hosts: list[str]) -> list[str]:
-        """The hosts whose one command may go over sb-fleet's own ssh client (fleet.exec_via ssh, not under
-        Slurm, an inventory that asks for nothing Ansible's connection would do otherwise)."""
-        if not self.direct or self.srun is not None or self.ssh.control_path() is None:
+        """The hosts whose one command may go over sb-fleet's own client (fleet.exec_via ssh; an
+        inventory that asks for nothing Ansible's connection would do otherwise): an ssh client, or
+        under ``launcher: slurm`` an srun step (a node Slurm left out goes to the playbook, which says
+        why it is skipped)."""
+        if not self.direct:
             return []
+        if self.srun is None and self.ssh.control_path() is None:
+            return []
+        left_out = self.srun.left_out if self.srun is not None else {}
         by_name = {h.name: h for h in self.inventory.hosts}
-        return [h for h in hosts if h in by_name and direct_reason(by_name[h]) is None]
+        return [
+            h
+            for h in hosts
+            if h in by_name and h not in left_out and direct_reason(by_name[h], self.srun is not None) is None
+        ]
 
     def stop_host(self, host: str) -> str:
         """End what this run started for ``host``: its processes on the host (a new connection), and
@@ -403,7 +421,7 @@ def run_direct_stage(
             stage,
             task,
             [by_name[h] for h in hosts],
-            ex.ssh.exec_command,
+            ex.ssh.exec_command if ex.srun is None else srun_transport(ex.srun, ex.run_id),
             forks=min(ex.forks, max(len(hosts), 1)),
             progress=ex.progress.update,
             cancel=cancel,
@@ -446,8 +464,8 @@ def run_direct_stage(
             outcomes[h] = got.outcomes.get(h) or HostOutcome(
                 h, stage, Outcome.PENDING, "interrupted before the host started"
             )
-            if outcomes[h].outcome in (Outcome.OK, Outcome.FAILED):  # logged in: ssh's 255 is unreachable
-                ex.masters[h] = time.monotonic()
+            if ex.srun is None and outcomes[h].outcome in (Outcome.OK, Outcome.FAILED):
+                ex.masters[h] = time.monotonic()  # logged in: ssh's 255 is unreachable
     for h, spool in got.shipped.items():  # a host stopped at its deadline: what it sent is not taken
         if h in stopped or outcomes[h].outcome not in (Outcome.OK, Outcome.FAILED):
             spool.unlink(missing_ok=True)
@@ -455,6 +473,36 @@ def run_direct_stage(
             ex.shipped[h] = spool
     status = "canceled" if got.canceled else "successful"
     return StageResult(stage, outcomes, got.results, status, None, time.monotonic() - t0)
+
+
+def srun_transport(srun: SrunReach, run_id: str) -> Transport:
+    """The one exec per node as an srun step in the command's allocation (``launcher: slurm``), read as
+    it comes like an ssh client's: ``/bin/sh -c`` runs the same line a login shell would; the step has no
+    time limit of its own (as the playbook's steps): the task's timeout and its phases' deadlines end it
+    from here. srun and so its step carry
+    the run's tags (:func:`sb_fleet.fleet.reaper.step_env`): a stop finds the srun here and the step's
+    processes on the node. srun's own failure (the step never ran) makes the node unreachable."""
+
+    def env_of(host: Host) -> dict[str, str]:
+        env = task_env()
+        if run_id:
+            env[reaper.CONTROL_TAG] = reaper.control_tag(run_id)
+            env[HOST_TAG] = reaper.host_tag(run_id, host.name)
+        return env
+
+    def ended(rc: int, out: str, err: str) -> tuple[str, str | None]:
+        task, own = split_stderr(err)
+        failure = launch_failure(rc, out, own)
+        if timed_out(own):
+            task += "sb-fleet: the srun step timed out (its time limit)\n"
+        return task, (f"srun on the node: {failure}" if failure else None)
+
+    return Transport(
+        lambda h, cmd: srun_argv(srun.srun, srun.job_id, h.name, ["/bin/sh", "-c", cmd]),
+        env_of,
+        ended,
+        retry_not_started=False,
+    )
 
 
 def stop_again(ex: Executor, watch: DeadlineWatch, left: list[str], stopped: dict[str, str]) -> None:

@@ -172,12 +172,10 @@ def dry_run(run: RunInputs, hosts: list[str], validate: bool = False, opts: Opti
     opts = opts or Options()
     health = not opts.skip_health and run.rendered.check is not None
     fleet = run.config.fleet
-    # each phase of the one exec watched from the control node: sb-fleet's own ssh clients only
-    phased = (
-        fleet.exec_via == "ssh"
-        and fleet.launcher == "ssh"
-        and all(direct_reason(run.inventory.get(h)) is None for h in hosts)
-    )
+    # each phase of the one exec watched from the control node: sb-fleet's own clients only (ssh, or
+    # srun's steps under launcher: slurm)
+    srun = fleet.launcher == "slurm"
+    phased = fleet.exec_via == "ssh" and all(direct_reason(run.inventory.get(h), srun) is None for h in hosts)
     nightly = validate_deadlines(run.config, run.plan, health, warm=True, phased=phased)
     cold = validate_deadlines(run.config, run.plan, health, warm=False, phased=phased)
     return f"{text}\n\n{describe_bound(nightly, cold, len(hosts), opts.forks or fleet.forks, phased)}"

@@ -183,8 +183,9 @@ def describe_bound(
     lines += ["cold (the suite installed on a host), instead or as well:", *rows(cold, nightly)]
     if not phased:
         lines.append(
-            "  (the exec goes through Ansible or srun here: its phases are not watched apart, so a hung host "
-            "holds it for its whole deadline, fleet.deploy_timeout's included)"
+            "  (the exec goes through Ansible here (fleet.exec_via: ansible, or a host whose inventory asks "
+            "for Ansible's connection): its phases are not watched apart, so a hung host holds it for its "
+            "whole deadline, fleet.deploy_timeout's included)"
         )
     for name, deadlines in (("nightly", nightly), ("cold", cold)):
         total = wall_bound(deadlines, hosts, forks)

@@ -263,3 +263,27 @@ def test_what_follows_the_results_marker_is_spooled_not_kept_as_output(tmp_path:
     assert got.results["plain"]["the task"]["stdout"] == "no marker here\n"
     assert got.outcomes["killed"].outcome == Outcome.TIMEOUT
     assert sorted(p.name for p in tmp_path.iterdir()) == [got.shipped["ships"].name]
+
+
+def test_under_slurm_the_client_is_an_srun_step_tagged_and_its_own_failure_is_unreachable():
+    """launcher: slurm: the same exec, its client an srun step in the command's job, tagged with the run
+    and the node; srun's own failure lines are not the task's stderr, and a step that never ran makes the
+    node unreachable (the real srun: tests/integration/test_slurm.py)."""
+    from sb_fleet.fleet.executor import srun_transport
+    from sb_fleet.fleet.slurm_launch import SrunReach
+
+    how = srun_transport(SrunReach("srun", "41"), "run-7")
+    host = Host("node9", ())
+    argv = how.argv_of(host, "echo hi")
+    assert argv is not None
+    assert argv[0] == "srun" and "--jobid=41" in argv and "--nodelist=node9" in argv, argv
+    assert argv[-3:] == ["/bin/sh", "-c", "echo hi"], argv
+    assert not any(a.startswith("--time") for a in argv), argv  # no step limit: the phases end it
+    assert how.env_of is not None
+    env = how.env_of(host)
+    assert env["SB_FLEET_TAG"] == "run-7/node9" and env["SB_FLEET_CTL"].startswith("run-7:"), env
+    assert "PYTHONPATH" not in env and "SSH_AUTH_SOCK" not in env, env  # task_env: nothing else
+    err, why = how.end_of(1, "", "srun: error: Unable to create step for job 41: Invalid node name\n")
+    assert why is not None and "Invalid node name" in why and err == "", (err, why)
+    err, why = how.end_of(3, "out\n", "task said\nsrun: error: node9: task 0: Exited with exit code 3\n")
+    assert (err, why) == ("task said\n", None)
