@@ -285,20 +285,33 @@ def fast_commands(
 ) -> dict[str, str]:
     """deploy.yml's raw command per host: where this suite version is in the workspace, link it and
     ``exec`` its first_exec with the host's spec; else print the need-suite line only (nothing a cold
-    host would need rides along)."""
+    host would need rides along).
+
+    The login shell first becomes a shell that carries the process tag in its own environment
+    (:func:`tagged_shell`): the ``cd`` into the workspace is the first thing that can hang (a workspace on
+    a dead NFS mount), and a stop finds the process that hangs there by its tag."""
     suite = shlex.quote(doc["suite_dir"])
     out: dict[str, str] = {}
     for host in hosts:
         h = doc["hosts"][host]
         py = shlex.quote(h["python"])
-        out[host] = (
-            f"{TAG['var']}={shlex.quote(f'{run_tag}/{host}')}; export {TAG['var']}; "
+        out[host] = tagged_shell(
+            f"{run_tag}/{host}",
             f"cd {sh_path(h['workspace'])} 2>/dev/null && [ -f {suite}/sb_bench/host/first_exec.py ] "
             f"&& command -v {py} >/dev/null && ln -sfn -- {suite} suite "
             f"&& exec {py} {FIRST_EXEC} --spec-b64 {shlex.quote(exec_spec(doc, host, health, step, ship))}; "
-            f"echo {shlex.quote(NEED_SUITE)}"
+            f"echo {shlex.quote(NEED_SUITE)}",
         )
     return out
+
+
+def tagged_shell(tag: str, script: str) -> str:
+    """A line for a host's login shell that runs ``script`` (shell code sb-fleet wrote, every value in it
+    quoted) in ``/bin/sh`` with ``SB_FLEET_TAG=<tag>`` in that shell's own environment from its start:
+    ``exec env`` replaces the login shell, so no process of the command lacks the tag (an ``export`` in
+    the login shell would tag only its children, and a ``cd`` that hangs in it would be found by
+    nothing)."""
+    return f"exec env {TAG['var']}={shlex.quote(tag)} /bin/sh -c {shlex.quote(script)}"
 
 
 def suite_invocations(
@@ -334,12 +347,11 @@ def suite_invocations(
 
 def suite_commands(invocations: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """:func:`suite_invocations` as one line per host for its login shell, for sb-fleet's own ssh client
-    (sb_fleet.fleet.direct_exec), which has no argv of its own to hand over: the process tag exported,
-    then ``exec`` of the same argv, every word quoted (no value is read as shell code)."""
+    (sb_fleet.fleet.direct_exec), which has no argv of its own to hand over: ``exec env`` with the process
+    tag, then the same argv, every word quoted (no value is read as shell code); the tag is in the
+    environment of every process of it from the start."""
     return {
-        host: (
-            f"{TAG['var']}={shlex.quote(str(inv['tag']))}; export {TAG['var']}; "
-            f"exec {' '.join(shlex.quote(str(a)) for a in inv['argv'])}"
-        )
+        host: f"exec env {TAG['var']}={shlex.quote(str(inv['tag']))} "
+        + " ".join(shlex.quote(str(a)) for a in inv["argv"])
         for host, inv in invocations.items()
     }

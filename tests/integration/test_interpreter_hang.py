@@ -205,3 +205,83 @@ def test_hostprep_hung_where_the_suite_is_in_place_ends_at_its_own_deadline(hfle
         15,
         "every process of the run but the idle ssh masters to be gone",
     )
+
+
+def _tagged(run_id: str, host: str) -> list[str]:
+    """The run's processes on ``host`` (its tag in their environment), as lines: pid, state, command."""
+    from tests.fleetlib.hangs import run_processes
+
+    tag = f"SB_FLEET_TAG={run_id}/{host}".encode()
+    out = []
+    for p in run_processes(run_id):
+        try:
+            env = Path(f"/proc/{p.pid}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if tag in env:
+            out.append(f"{p.pid} {state} {p.cmdline}")
+    return out
+
+
+def test_a_workspace_on_a_filesystem_that_never_answers_is_unhealthy_within_the_checks_deadline(
+    hfleet, tmp_path
+):
+    """The nightly case (the suite in place), then the victim's workspace covered by a filesystem that
+    never answers (a FUSE mount whose daemon never reads: a hard NFS mount whose server is gone,
+    tests/fleetlib/hungfs.py): the exec's ``cd`` into it waits in the kernel before any Python runs. The
+    control node ends the checks' phase at health.exec_timeout + 5 s: validate returns within that + 60 s,
+    the victim ``unhealthy``, the others judged, and the waiting shell is ended (a stop's SIGTERM ends a
+    killable wait) while the filesystem still hangs."""
+    from tests.fleetlib.hungfs import hung_mount
+
+    fleet, _ = hfleet
+    good1, victim, good2 = (h.name for h in fleet.hosts)
+    for h in fleet.hosts:
+        shutil.rmtree(h.workspace, ignore_errors=True)
+    cfg = fleet.config(CONFIG.replace("@CHECK@", str(CHECK_S)).replace("@PREP@", "180"), "fs.yaml")
+    inv = fleet.inventory(name="fs.ini")
+    r = _sb("deploy", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / "deploy"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    ws = Path(fleet.host(victim).workspace)
+    run_dir = tmp_path / "fs"
+    limit = CHECK_S + 5 + 60
+    with hung_mount(ws):
+        t0 = time.monotonic()
+        p = subprocess.Popen(
+            [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(ROOT),
+        )
+        try:
+            run_id = run_id_of(run_dir)
+            waiting: list[str] = []  # the victim's processes seen waiting on the filesystem (state D)
+            while p.poll() is None and time.monotonic() - t0 < limit:
+                waiting += [x for x in _tagged(run_id, victim) if x.split()[1] == "D"]
+                time.sleep(0.2)
+            took = time.monotonic() - t0
+            if p.poll() is None:
+                p.terminate()
+            out, err = p.communicate(timeout=90)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        print(f"validate with {victim}'s workspace on a filesystem that never answers: {took:.1f} s")
+        assert took < limit, f"validate ran {took:.0f} s (limit {limit} s)\n{err[-3000:]}"
+        assert waiting, "nothing of the victim's exec ever waited on the filesystem"
+        # ended while the filesystem still hangs: the stop, not the unmount, ended them
+        wait_for(lambda: not _tagged(run_id, victim), 15, f"{victim}'s processes to be gone")
+    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
+    v = oc[victim]
+    assert v["outcome"] == "unhealthy", v
+    assert f"health checks: no end within {CHECK_S + 5} s" in v["reason"], v
+    # the stop found the shell that waits in the kernel by its tag (the login shell became a tagged
+    # /bin/sh before its cd) and ended it
+    assert "stopped on the host: stopped " in v["reason"], v
+    for h in (good1, good2):
+        assert oc[h]["outcome"] == "ok", oc[h]
+    verdicts = {h["name"]: h["verdict"] for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
+    assert verdicts[good1] == verdicts[good2] == "pass", verdicts

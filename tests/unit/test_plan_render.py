@@ -194,7 +194,11 @@ def test_every_config_and_inventory_value_reaches_ansible_as_data(tmp_path, bad)
     vars_text = ansible_data.dump({"sb_exec": cmds, "sb_suite": argv})
     assert sorted(unsafe_strings(vars_text)) == sorted([*cmds.values(), *argv])
     assert load_rendered(vars_text)["sb_exec"] == cmds
-    words = shlex.split(cmds["h1"].split(" && exec ", 1)[1].rsplit("; echo ", 1)[0])
+    # the login shell becomes /bin/sh with the process tag in its environment, running the script
+    outer = shlex.split(cmds["h1"])
+    assert outer[:3] == ["exec", "env", "SB_FLEET_TAG=R/h1"] and outer[3:5] == ["/bin/sh", "-c"], outer
+    assert len(outer) == 6
+    words = shlex.split(outer[5].split(" && exec ", 1)[1].rsplit("; echo ", 1)[0])
     assert (
         words[:3] == [f"/ipy {one_line}", "suite/sb_bench/host/first_exec.py", "--spec-b64"]
         and len(words) == 4
