@@ -459,7 +459,12 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
     judged = judge_soak(rounds, SoakCriteria.from_stage(stage))
     atomic_write_json(
         ctx.dir / f"soak-{stage.name}.json",
-        {"schema_version": 1, "stage": stage.name, "nodes": {h: n.to_dict() for h, n in judged.items()}},
+        {
+            "schema_version": 1,
+            "stage": stage.name,
+            "nodes": {h: n.to_dict() for h, n in judged.items()},
+            "rounds": {h: [_round_json(r) for r in rs] for h, rs in rounds.items()},
+        },
     )
     evidence = [r.run_dir for r in st.soak_rounds.get(stage.name, [])] + [
         _rel(ctx, closing),
@@ -506,6 +511,21 @@ def _soak_rounds(ctx: _Ctx, stage: Stage, hosts: Sequence[str], closing: Path) -
                 )
             )
     return out
+
+
+def _round_json(r: SoakRound) -> dict[str, Any]:
+    """One node's round as the report plots it: its figures and counters per round."""
+    return {
+        "index": r.index,
+        "start": iso(r.start),
+        "end": iso(r.end),
+        "ok": r.ok,
+        "reason": r.reason,
+        "metrics": {c: m.value if isinstance(m, Measurement) else m for c, m in r.metrics.items()},
+        "counters_start": dict(r.counters_start or {}),
+        "counters": dict(r.counters),
+        "throttled_windows": r.throttled_windows,
+    }
 
 
 def _noise(run_dir: Path) -> dict[tuple[str, str], float]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,45 @@ def _timeline_svg(summary: Mapping[str, Any], now: float) -> str:
     return "".join(out)
 
 
+def _series(rounds: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Per figure and per counter, its (round, value) points: a counter's start reading at round - 0.5
+    and its end reading at the round, so growth inside a round shows; counters that stay 0 the whole
+    soak are left out (a healthy node's dozens of flat lines say nothing)."""
+    figures: dict[str, list[tuple[float, float]]] = {}
+    counters: dict[str, list[tuple[float, float]]] = {}
+    for r in rounds:
+        i = float(r.get("index") or 0)
+        for c, v in (r.get("metrics") or {}).items():
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                figures.setdefault(c, []).append((i, float(v)))
+        for when, key in ((i - 0.5, "counters_start"), (i, "counters")):
+            for c, v in (r.get(key) or {}).items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    counters.setdefault(c, []).append((when, float(v)))
+    return figures | {k: pts for k, pts in counters.items() if any(v for _, v in pts)}
+
+
+def _spark(points: Sequence[tuple[float, float]], n_rounds: int, width: int = 220, height: int = 34) -> str:
+    """A small line of values over the soak's rounds, its first and last values beside it."""
+    if not points:
+        return ""
+    lo, hi = min(v for _, v in points), max(v for _, v in points)
+    span = (hi - lo) or 1.0
+    xs = max(n_rounds, 1)
+
+    def xy(p: tuple[float, float]) -> str:
+        return (
+            f"{4 + (p[0] - 0.5) / xs * (width - 8):.1f},{height - 4 - (p[1] - lo) / span * (height - 8):.1f}"
+        )
+
+    line = " ".join(xy(p) for p in sorted(points))
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
+        f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="1.5"/></svg>'
+        f" <small>{points[0][1]:.4g} → {points[-1][1]:.4g}</small>"
+    )
+
+
 def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
     rows = []
     for host, node in (doc.get("nodes") or {}).items():
@@ -189,9 +229,18 @@ def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
             f"<tr><td>{html.escape(host)}</td><td>{'passed' if node.get('passed') else '<b>failed</b>'}</td>"
             f"<td><table><tr>{cells}</tr></table></td><td>{fails}</td></tr>"
         )
+    plots = []
+    for host, rounds in (doc.get("rounds") or {}).items():
+        n = max((int(r.get("index") or 0) for r in rounds), default=0)
+        cells = "".join(
+            f"<tr><td>{html.escape(k)}</td><td>{_spark(pts, n)}</td></tr>"
+            for k, pts in sorted(_series(rounds).items())
+        )
+        if cells:
+            plots.append(f"<h3>{html.escape(host)}: per round</h3><table>{cells}</table>")
     return (
         f"<h2>Soak {html.escape(name)}</h2><table><tr><th>node</th><th>soak</th><th>rounds</th>"
-        f"<th>findings</th></tr>{''.join(rows)}</table>"
+        f"<th>findings</th></tr>{''.join(rows)}</table>" + "".join(plots)
     )
 
 

@@ -262,6 +262,7 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
     md = (d / "campaign.md").read_text()
     assert "| " + single + " | **rejected** | single-node | single-node |" in md
     page = (d / "campaign.html").read_text()
+    assert f"{counter}: per round" in page and "0 → 7" in page  # the counter plotted over the rounds
     assert (
         "<svg" in page
         and good1 in page

@@ -211,3 +211,32 @@ def test_campaign_report_md_and_html(campaign, tmp_path):
     assert "failed 1 of 3 rounds" in page and "<script" not in page
     paths = write_campaign_report(tmp_path, state, campaign, "2026-11-29T08:05:00+00:00")
     assert [p.name for p in paths] == ["campaign.md", "campaign.html"] and all(p.exists() for p in paths)
+
+
+def test_the_soak_is_plotted_per_round():
+    from sb_fleet.report.campaign_report import _series
+
+    rounds = [
+        {
+            "index": i,
+            "metrics": {"noop/step_time": 1.0 + i},
+            "counters_start": {"ib.symbol_error[mlx5_0/1]": 0 if i < 2 else 7, "gpu.xid": 0},
+            "counters": {},
+        }
+        for i in (1, 2, 3)
+    ]
+    series = _series(rounds)
+    assert series["noop/step_time"] == [(1.0, 2.0), (2.0, 3.0), (3.0, 4.0)]
+    assert series["ib.symbol_error[mlx5_0/1]"] == [(0.5, 0.0), (1.5, 7.0), (2.5, 7.0)]
+    assert "gpu.xid" not in series  # 0 the whole soak: no plot
+    summary = {
+        "campaign": {"file": "c.yaml", "digest": "0" * 64, "description": ""},
+        "started": "2026-11-29T08:00:00+00:00",
+        "updated": "2026-11-29T08:05:00+00:00",
+        "finished": True,
+        "nodes": {},
+    }
+    doc = {"nodes": {}, "rounds": {"h4": rounds}}
+    page = campaign_html(summary, {"soak": doc}, 0.0)
+    assert "h4: per round" in page and "ib.symbol_error[mlx5_0/1]" in page and "<polyline" in page
+    assert "0 → 7" in page
