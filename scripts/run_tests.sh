@@ -28,7 +28,7 @@ PY=.venv/bin/python
 ART=test-artifacts
 I=tests/integration
 # The queue, in the order the workers take it (see above).
-ORDER=(slurm faults docker container spine run_honesty interpreter_hang data_not_code hostile_hosts deadlines history
+ORDER=(slurm faults docker container spine accept run_honesty interpreter_hang data_not_code hostile_hosts deadlines history
   security report_html health prometheus direct_exec collect_master validate_rules report_inventory)
 
 files() { for n in "$@"; do echo "$I/test_$n.py"; done; }
