@@ -20,16 +20,20 @@ hostprep   RUN_FOLLOWS (or the end)   ``fleet.prep_timeout`` where the suite is 
 step       (the exec's end)           the first step's deadline (its benchmarks' timeouts + step_margin)
 =========  =========================  ===================================================================
 
-Only sb-fleet's own clients (:mod:`sb_fleet.fleet.direct_exec`: an ssh client, or under ``launcher:
-slurm`` an srun step, :func:`sb_fleet.fleet.executor.srun_transport`) read an exec's output as it comes;
-a play through Ansible hands it over when the task ends, and keeps the exec's whole deadline.
+sb-fleet's own clients (:mod:`sb_fleet.fleet.direct_exec`: an ssh client, or under ``launcher: slurm``
+an srun step, :func:`sb_fleet.fleet.executor.srun_transport`) read an exec's output as it comes. A play
+through Ansible (``fleet.exec_via: ansible``, a host that needs Ansible's connection: a password,
+``become``) hands it over only when the task ends: there the host watches the same phases itself
+(:meth:`ExecPhases.host_watch`, a POSIX shell script that needs no Python) and ends the exec at a phase's
+deadline, saying which (:meth:`ExecPhases.late_on_host`); the host's outcome is then the same.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sb_fleet.plan.tasks import HEALTH_DONE, INSTALLING, RUN_FOLLOWS, SUITE_READY
+from sb_fleet.plan.host_exec import PhaseWatch
+from sb_fleet.plan.tasks import HEALTH_DONE, INSTALLING, PHASE_LATE, RUN_FOLLOWS, SUITE_READY
 
 LINE_KEEP = 256  # bytes of a line kept while it is incomplete: every marker is shorter
 
@@ -58,6 +62,24 @@ class ExecPhases:
 
     def clock(self, t0: float) -> PhaseClock:
         return PhaseClock(self, t0)
+
+    def host_watch(self) -> PhaseWatch:
+        """The same phases for the exec's own watch on the host (:data:`sb_fleet.plan.host_exec.PHASE_WATCH`),
+        where the exec goes through Ansible and its output arrives only at its end."""
+        install = (self.install.name, self.install.seconds) if self.install is not None else None
+        return PhaseWatch(tuple((ph.name, ph.seconds, end) for ph, end in self.phases), install)
+
+    def late_on_host(self, stdout: str) -> Phase | None:
+        """The phase the host's own watch ended the exec in (its ``PHASE_LATE <name> <seconds>`` line in
+        the exec's output), or None."""
+        for line in reversed(stdout.splitlines()[-20:]):
+            words = line.split()
+            if len(words) == 3 and words[0] == PHASE_LATE:
+                every = [ph for ph, _ in self.phases] + ([self.install] if self.install is not None else [])
+                for ph in every:
+                    if ph.name == words[1] and str(ph.seconds) == words[2]:
+                        return ph
+        return None
 
 
 @dataclass

@@ -139,7 +139,8 @@ class Executor:
         run it over sb-fleet's own ssh clients, the others the playbook."""
         fast = self.direct_hosts(hosts) if direct is not None else []
         if not fast:
-            return run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop, done)
+            res = run_playbook(self, stage, playbook, hosts, cancel, extravars, deadline, stop, done)
+            return self.late_on_hosts(stage, direct, res, hosts)
         assert direct is not None
         res = run_direct_stage(self, stage, direct, fast, cancel, deadline, stop)
         chosen = set(fast)
@@ -151,6 +152,7 @@ class Executor:
                 )
             return res
         more = run_playbook(self, stage, playbook, rest, cancel, extravars, deadline, stop, done)
+        more = self.late_on_hosts(stage, direct, more, rest)
         return StageResult(
             stage,
             {**res.outcomes, **more.outcomes},
@@ -159,6 +161,33 @@ class Executor:
             more.rc,
             res.duration_s + more.duration_s,
         )
+
+    def late_on_hosts(
+        self, stage: str, task: ExecTask | None, res: StageResult, hosts: list[str]
+    ) -> StageResult:
+        """Hosts whose exec went through the playbook and was ended by its own phase watch on the host
+        (:meth:`sb_fleet.fleet.exec_phases.ExecPhases.late_on_host`): the outcome the control node's watch
+        gives over its own clients (``timeout``, the phase's reason, ``details.phase``; no result kept),
+        after a sweep of the run's processes there (one that left the exec's session)."""
+        if task is None or task.phases is None:
+            return res
+        for h in hosts:
+            out = res.results.get(h, {}).get(task.name, {})
+            late = task.phases.late_on_host(str(out.get("stdout") or ""))
+            if late is None:
+                continue
+            said = self.stop_host(h) if self.run_id else "not swept (no run id)"
+            o = HostOutcome(
+                h,
+                stage,
+                Outcome.TIMEOUT,
+                one_line(f"{late.reason()}; ended by the exec's own watch on the host; then {said}", 600),
+                details={"phase": late.name},
+            )
+            res.outcomes[h] = o
+            res.results.pop(h, None)
+            self.progress.update(h, Outcome.TIMEOUT, o.reason)
+        return res
 
     def drop_shipped(self) -> None:
         """Remove the results the hosts' execs sent that no collect has read (an interrupted run)."""

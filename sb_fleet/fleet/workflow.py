@@ -172,13 +172,14 @@ def dry_run(run: RunInputs, hosts: list[str], validate: bool = False, opts: Opti
     opts = opts or Options()
     health = not opts.skip_health and run.rendered.check is not None
     fleet = run.config.fleet
-    # each phase of the one exec watched from the control node: sb-fleet's own clients only (ssh, or
-    # srun's steps under launcher: slurm)
+    # each phase of the one exec keeps its own deadline: watched from the control node over sb-fleet's own
+    # clients (ssh, or srun's steps under launcher: slurm), read as they come; through Ansible the host
+    # watches them itself
     srun = fleet.launcher == "slurm"
-    phased = fleet.exec_via == "ssh" and all(direct_reason(run.inventory.get(h), srun) is None for h in hosts)
-    nightly = validate_deadlines(run.config, run.plan, health, warm=True, phased=phased)
-    cold = validate_deadlines(run.config, run.plan, health, warm=False, phased=phased)
-    return f"{text}\n\n{describe_bound(nightly, cold, len(hosts), opts.forks or fleet.forks, phased)}"
+    direct = fleet.exec_via == "ssh" and all(direct_reason(run.inventory.get(h), srun) is None for h in hosts)
+    nightly = validate_deadlines(run.config, run.plan, health, warm=True, ships=direct)
+    cold = validate_deadlines(run.config, run.plan, health, warm=False, ships=direct)
+    return f"{text}\n\n{describe_bound(nightly, cold, len(hosts), opts.forks or fleet.forks, direct)}"
 
 
 def finish(

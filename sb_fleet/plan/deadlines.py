@@ -97,14 +97,23 @@ def starts_in_exec(config: Config, plan: Plan) -> bool:
 
 
 def validate_deadlines(
-    config: Config, plan: Plan, health: bool = True, *, warm: bool = False, phased: bool = True
+    config: Config,
+    plan: Plan,
+    health: bool = True,
+    *,
+    warm: bool = False,
+    phased: bool = True,
+    ships: bool | None = None,
 ) -> list[Deadline]:
     """validate's stages in order, each with its deadline per host. ``warm``: the nightly case, the suite
     in place on every host (its one exec: the checks, hostprep within ``fleet.prep_timeout`` and the first
     step); else a cold run, where a host's exec says it lacks the suite and the suite's transfer follows
     (an install: ``fleet.deploy_timeout``). ``phased``: each phase of that exec keeps its own deadline
-    (sb-fleet's own ssh clients read its marker lines as they come: sb_fleet.fleet.exec_phases); else
-    (Ansible's path, Slurm) the exec has only its whole deadline, fleet.deploy_timeout's included."""
+    (sb-fleet's own clients read its marker lines as they come, or through Ansible the host watches
+    them itself: sb_fleet.fleet.exec_phases); else the exec has only its whole deadline,
+    fleet.deploy_timeout's included. ``ships``: the first step's results come with the exec (sb-fleet's
+    own clients only; default: ``phased``)."""
+    ships = phased if ships is None else ships
     out = []
     if config.fleet.launcher == "slurm" and not config.slurm.job_id:  # salloc waits for the nodes first
         out.append(Deadline(config.slurm.grant_timeout, "slurm allocation", "slurm.grant_timeout", False))
@@ -144,7 +153,7 @@ def validate_deadlines(
     if config.fleet.runtime != "none":
         out.append(image_deadline(config))
     out += [step_deadline(s.id, s.timeout) for s in plan.steps[1 if first is not None else 0 :]]
-    if phased and first is not None and len(plan.steps) == 1:  # the results come with the exec
+    if ships and first is not None and len(plan.steps) == 1:  # the results come with the exec
         out.append(
             Deadline(
                 0,
@@ -184,8 +193,9 @@ def describe_bound(
     if not phased:
         lines.append(
             "  (the exec goes through Ansible here (fleet.exec_via: ansible, or a host whose inventory asks "
-            "for Ansible's connection): its phases are not watched apart, so a hung host holds it for its "
-            "whole deadline, fleet.deploy_timeout's included)"
+            "for Ansible's connection): the host watches its phases itself, with POSIX shell tools only (a "
+            "host without setsid, mkfifo or mktemp holds its exec for the whole deadline); the suite's "
+            "transfer to a cold host keeps its whole deadline, fleet.deploy_timeout's included)"
         )
     for name, deadlines in (("nightly", nightly), ("cold", cold)):
         total = wall_bound(deadlines, hosts, forks)

@@ -32,7 +32,7 @@ from typing import Any
 
 from sb_fleet.config.inventory import Inventory
 from sb_fleet.plan.run_plan import HostSetup
-from sb_fleet.plan.tasks import NEED_SUITE, TAG
+from sb_fleet.plan.tasks import INSTALLING, NEED_SUITE, PHASE_LATE, TAG
 
 EXEC_HOSTS_FILE = "exec-hosts.json"
 EXEC_HOSTS_VERSION = 1
@@ -282,6 +282,7 @@ def fast_commands(
     health: HealthFirst | None,
     step: FirstStep | None,
     ship: ShipResults | None = None,
+    watch: PhaseWatch | None = None,
 ) -> dict[str, str]:
     """deploy.yml's raw command per host: where this suite version is in the workspace, link it and
     ``exec`` its first_exec with the host's spec; else print the need-suite line only (nothing a cold
@@ -301,17 +302,113 @@ def fast_commands(
             f"&& command -v {py} >/dev/null && ln -sfn -- {suite} suite "
             f"&& exec {py} {FIRST_EXEC} --spec-b64 {shlex.quote(exec_spec(doc, host, health, step, ship))}; "
             f"echo {shlex.quote(NEED_SUITE)}",
+            watch,
         )
     return out
 
 
-def tagged_shell(tag: str, script: str) -> str:
+# The exec's phases watched on the host itself, for a host whose exec goes through Ansible (which hands
+# its output over only when the task ends, so the control node cannot watch the phases as over its own
+# clients). POSIX sh and coreutils/util-linux only: nothing here needs the host's Python, which is what may
+# hang. Arguments: the late line's mark, hostprep's "installing" line, the install phase's name and
+# seconds, the number of phases, then each phase's name, seconds and the line that ends it ("" for the
+# last, which the command's end ends), then the command. The command runs in a session of its own; its
+# stdout is read line by line as it comes (and passed on), the current phase and since when kept in a
+# file; a loop beside it ends the session (SIGTERM, SIGKILL 5 s later) once a phase outlives its
+# seconds, and the script then prints "<mark> <phase> <seconds>" and exits 124. Without mktemp, mkfifo
+# or setsid the command runs unwatched (its task's whole timeout holds).
+PHASE_WATCH = r"""late=$1 inst=$2 iname=$3 isecs=$4 n=$5
+shift 5
+d=$(mktemp -d "${TMPDIR:-/tmp}/.sb-fleet-watch.XXXXXX" 2>/dev/null) || d=
+if [ -z "$d" ] || ! setsid -w true 2>/dev/null || ! mkfifo "$d/out" 2>/dev/null; then
+  [ -n "$d" ] && rm -rf -- "$d"
+  shift $((3 * n))
+  exec "$@"
+fi
+trap 'rm -rf -- "$d"' EXIT
+i=0
+while [ "$i" -lt "$n" ]; do
+  printf '%s\n%s\n%s\n' "$1" "$2" "$3" > "$d/p$i"
+  shift 3
+  i=$((i + 1))
+done
+at() {  # at INDEX SINCE [NAME SECONDS]: the phase now, written whole (a rename)
+  if [ $# -gt 2 ]; then name=$3 secs=$4; else { read -r name; read -r secs; } < "$d/p$1"; fi
+  printf '%s %s %s %s\n' "$1" "$2" "$name" "$secs" > "$d/now.tmp" && mv -f "$d/now.tmp" "$d/now"
+}
+at 0 "$(date +%s)"
+# the command leads a session of its own (its process group's id written first), setsid waiting for it
+setsid -w /bin/sh -c 'echo $$ > "$0/group"; exec "$@"' "$d" "$@" > "$d/out" &
+pid=$!
+(
+  while kill -0 "$pid" 2>/dev/null; do
+    if { read -r idx since name secs; } < "$d/now" 2>/dev/null &&
+      [ $(( $(date +%s) - since )) -gt "$secs" ]; then
+      printf '%s %s %s\n' "$late" "$name" "$secs" > "$d/late"
+      g=$(cat "$d/group" 2>/dev/null)
+      if [ -n "$g" ]; then
+        kill -TERM "-$g" 2>/dev/null; kill -CONT "-$g" 2>/dev/null
+        j=0
+        while kill -0 "-$g" 2>/dev/null && [ "$j" -lt 50 ]; do sleep 0.1; j=$((j + 1)); done
+        kill -KILL "-$g" 2>/dev/null
+      fi
+      exit 0
+    fi
+    sleep 1
+  done
+) &
+watch=$!
+idx=0
+while IFS= read -r line || [ -n "$line" ]; do
+  printf '%s\n' "$line"
+  if [ "$idx" -lt "$n" ]; then
+    { read -r name; read -r secs; read -r end; } < "$d/p$idx"
+    if [ -n "$end" ] && { [ "$line" = "$end" ] || [ "${line#"$end "}" != "$line" ]; }; then
+      idx=$((idx + 1))
+      [ "$idx" -lt "$n" ] && at "$idx" "$(date +%s)"
+    elif [ "$line" = "$inst" ] && [ "$name" = hostprep ] && [ -n "$isecs" ]; then
+      { read -r i0 since rest; } < "$d/now"
+      at "$idx" "$since" "$iname" "$isecs"
+    fi
+  fi
+done < "$d/out"
+wait "$pid"
+rc=$?
+kill "$watch" 2>/dev/null
+wait "$watch" 2>/dev/null
+if [ -s "$d/late" ]; then cat "$d/late"; exit 124; fi
+exit "$rc"
+"""
+
+
+@dataclass(frozen=True)
+class PhaseWatch:
+    """The phases of an exec for :data:`PHASE_WATCH`: each (name, seconds, the line that ends it; "" for
+    the last), and hostprep's longer deadline once it says it installs (name, seconds; None: none)."""
+
+    phases: tuple[tuple[str, int, str], ...]
+    install: tuple[str, int] | None = None
+
+    def args(self) -> list[str]:
+        iname, isecs = self.install if self.install is not None else ("", "")
+        out = [PHASE_LATE, INSTALLING, iname, str(isecs), str(len(self.phases))]
+        for name, secs, end in self.phases:
+            out += [name, str(int(secs)), end]
+        return out
+
+
+def tagged_shell(tag: str, script: str, watch: PhaseWatch | None = None) -> str:
     """A line for a host's login shell that runs ``script`` (shell code sb-fleet wrote, every value in it
     quoted) in ``/bin/sh`` with ``SB_FLEET_TAG=<tag>`` in that shell's own environment from its start:
     ``exec env`` replaces the login shell, so no process of the command lacks the tag (an ``export`` in
     the login shell would tag only its children, and a ``cd`` that hangs in it would be found by
-    nothing)."""
-    return f"exec env {TAG['var']}={shlex.quote(tag)} /bin/sh -c {shlex.quote(script)}"
+    nothing). ``watch``: the phases are watched on the host by :data:`PHASE_WATCH` (every argument
+    quoted: data, never code)."""
+    head = f"exec env {TAG['var']}={shlex.quote(tag)} /bin/sh -c "
+    if watch is None:
+        return head + shlex.quote(script)
+    args = " ".join(shlex.quote(a) for a in [*watch.args(), "/bin/sh", "-c", script])
+    return f"{head}{shlex.quote(PHASE_WATCH)} sb-fleet-watch {args}"
 
 
 def suite_invocations(

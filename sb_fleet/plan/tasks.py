@@ -25,6 +25,9 @@ SUITE_READY = "SB_FLEET_SUITE_READY"
 # hostprep: the line (stdout) when it starts building the venv or installing requirements (an install, not
 # a check: its deadline is fleet.deploy_timeout, not fleet.prep_timeout); sb_bench.host.hostprep.INSTALLING
 INSTALLING = "SB_FLEET_INSTALLING"
+# What the exec's own phase watch prints when a phase outlived its deadline on a host whose exec goes
+# through Ansible (sb_fleet.plan.host_exec.PHASE_WATCH): the line, the phase's name and its seconds.
+PHASE_LATE = "SB_FLEET_PHASE_LATE"
 IMAGE_DIGEST = "image digest"  # container-deploy.yml / container run: the image's digest
 IMAGE_LOAD = "load the image"  # container-deploy.yml: loading a tarball / creating an enroot image
 IMAGE_CHECK = "the suite runs in the image"  # container-deploy.yml: the image's torch facts

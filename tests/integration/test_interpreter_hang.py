@@ -285,3 +285,70 @@ def test_a_workspace_on_a_filesystem_that_never_answers_is_unhealthy_within_the_
         assert oc[h]["outcome"] == "ok", oc[h]
     verdicts = {h["name"]: h["verdict"] for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
     assert verdicts[good1] == verdicts[good2] == "pass", verdicts
+
+
+def test_through_ansible_the_host_watches_the_phases_itself(hfleet, tmp_path):
+    """``fleet.exec_via: ansible`` (the path of a host that needs Ansible's connection: a password,
+    ``become``): Ansible hands the exec's output over only when the task ends, so the control node cannot
+    watch its phases; the host does (sb_fleet.plan.host_exec.PHASE_WATCH, POSIX shell: no Python). The
+    nightly case with the victim's interpreter a wrapper that never runs Python: validate returns within
+    health.exec_timeout + 5 s + 60 s (fleet.deploy_timeout is 3600 s), the victim ``unhealthy`` naming the
+    phase and the host's own watch, the others judged, nothing of the run left."""
+    fleet, wrapper = hfleet
+    good1, victim, good2 = (h.name for h in fleet.hosts)
+    for h in fleet.hosts:
+        shutil.rmtree(h.workspace, ignore_errors=True)
+    body = CONFIG.replace("@CHECK@", str(CHECK_S)).replace("@PREP@", "180")
+    cfg = fleet.config(body.replace("  forks: 8\n", "  forks: 8\n  exec_via: ansible\n"), "ansible.yaml")
+    plain = fleet.inventory(name="plain-ansible.ini")
+    r = _sb("deploy", "-i", str(plain), "-c", str(cfg), "--run-dir", str(tmp_path / "deploy"))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    inv = fleet.inventory(name="ansible.ini", host_vars={victim: {"sb_python": str(wrapper)}})
+    dry = _sb("validate", "--dry-run", "-i", str(inv), "-c", str(cfg), "--run-dir", str(tmp_path / "dry"))
+    assert dry.returncode == 0, dry.stderr
+    assert "the host watches its phases itself" in dry.stdout, dry.stdout
+    run_dir = tmp_path / "ansible"
+    limit = CHECK_S + 5 + 60
+    t0 = time.monotonic()
+    p = subprocess.Popen(
+        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
+    try:
+        run_id = run_id_of(run_dir)
+        seen_hang = False
+        while p.poll() is None and time.monotonic() - t0 < limit:
+            seen_hang = seen_hang or bool(_sleepers())
+            time.sleep(0.2)
+        took = time.monotonic() - t0
+        if p.poll() is None:
+            p.terminate()
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    print(f"validate through Ansible with {victim}'s interpreter hung: {took:.1f} s")
+    assert took < limit, f"validate ran {took:.0f} s (limit {limit} s)\n{err[-3000:]}"
+    assert seen_hang, "the planted hang never ran"
+    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert not (run_dir / "ansible" / "deploy" / "direct-exec.json").exists(), "the exec went over ssh"
+    oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
+    v = oc[victim]
+    assert v["outcome"] == "unhealthy", v
+    assert f"health checks: no end within {CHECK_S + 5} s" in v["reason"], v
+    assert "ended by the exec's own watch on the host" in v["reason"], v
+    for h in (good1, good2):
+        assert oc[h]["outcome"] == "ok", oc[h]
+    verdicts = {h["name"]: h["verdict"] for h in json.loads((run_dir / "report.json").read_text())["hosts"]}
+    assert verdicts[good1] == verdicts[good2] == "pass", verdicts
+    wait_for(lambda: not _sleepers(), 15, "the hung interpreter (the wrapper and its sleep) to be gone")
+    wait_for(
+        lambda: all(
+            x.cmdline.startswith("ssh: ") and "[mux]" in x.cmdline for x in run_processes(run_id, run_dir)
+        ),
+        15,
+        "every process of the run but the idle ssh masters to be gone",
+    )

@@ -109,11 +109,15 @@ def test_dry_run_prints_every_deadline_and_the_bound(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     run = create_run(tmp_path / "again", cfg, inv)
     config = load_config(cfg)
-    # the inventory's hosts are local (ansible_connection=local): Ansible's path, no phases watched apart
-    nightly = validate_deadlines(config, run.plan, warm=True, phased=False)
-    cold = validate_deadlines(config, run.plan, warm=False, phased=False)
+    # the inventory's hosts are local (ansible_connection=local): Ansible's path, where the host watches
+    # the exec's phases itself (the same deadlines); the results do not come with the exec
+    nightly = validate_deadlines(config, run.plan, warm=True, ships=False)
+    cold = validate_deadlines(config, run.plan, warm=False, ships=False)
     want = describe_bound(nightly, cold, 3, 2, phased=False)
     assert want in r.output, r.output
+    assert "the host watches its phases itself" in r.output
+    assert nightly == validate_deadlines(config, run.plan, warm=True, phased=True, ships=False)
+    assert nightly != validate_deadlines(config, run.plan, warm=True, phased=False)
     assert "health.exec_timeout" in r.output and "collect.host_timeout" in r.output
     assert f"validate's wall time, nightly: at most {wall_bound(nightly, 3, 2)} s" in r.output
     assert f"validate's wall time, cold: at most {wall_bound(cold, 3, 2)} s" in r.output

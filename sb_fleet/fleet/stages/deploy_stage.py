@@ -160,7 +160,10 @@ def _deploy(
             return old or None, None
         sb_exec: dict[str, Any]
         if part == "fast":
-            sb_exec = lines = fast_commands(doc, on, tag, checks_first, first, ship)
+            lines = fast_commands(doc, on, tag, checks_first, first, ship)
+            # the hosts whose exec goes through the playbook watch its phases themselves
+            played = [h for h in on if h not in set(ex.direct_hosts(on))]
+            sb_exec = fast_commands(doc, played, tag, checks_first, first, ship, phases(False).host_watch())
             task = ExecTask(
                 HOSTPREP_FAST,
                 {h: HostExec(c) for h, c in lines.items()},
