@@ -18,7 +18,10 @@
 #   then, alone: every other integration file (QUIET: those that judge measured figures, planted
 #                slowdowns, link shaping and the fleet statistics get the machine to themselves).
 #
-# Each queued file has its own sshd fleet on its own loopback subnet, so two of them can run at once.
+# Each queued file has its own sshd fleet on its own loopback subnet, so two of them can run at once;
+# files whose hosts share state are one item, run one after the other (spine+run_honesty: the spine's
+# hosts keep their venv in the test user's shared cache, which run_honesty's `cleanup --cache` removes;
+# side by side, CI failed on 2026-11-29).
 # An integration file not named in the queue runs in the quiet part: a new test gets a quiet machine
 # unless it is queued on purpose. Each part's output is kept in test-artifacts/ and printed when the
 # workers end; the exit status is non-zero if any part failed.
@@ -28,17 +31,22 @@ PY=.venv/bin/python
 ART=test-artifacts
 I=tests/integration
 # The queue, in the order the workers take it (see above).
-ORDER=(slurm faults docker container spine accept run_honesty interpreter_hang data_not_code hostile_hosts deadlines history
-  security report_html health prometheus direct_exec collect_master validate_rules report_inventory)
+# An item a+b is one pytest process running a's file, then b's: files whose hosts share state.
+ORDER=(slurm faults docker container spine+run_honesty accept interpreter_hang data_not_code hostile_hosts deadlines
+  history security report_html health prometheus direct_exec collect_master validate_rules report_inventory)
 
-files() { for n in "$@"; do echo "$I/test_$n.py"; done; }
-mapfile -t queued < <(files "${ORDER[@]}")
+# item_files ITEM: its files, one per line
+item_files() { local n; for n in ${1//+/ }; do echo "$I/test_$n.py"; done; }
+queued=()
+for item in "${ORDER[@]}"; do
+  while read -r f; do
+    [ -f "$f" ] || { echo "scripts/run_tests.sh: $f is queued but does not exist" >&2; exit 2; }
+    queued+=("$f")
+  done < <(item_files "$item")
+done
 quiet=()
 for f in "$I"/test_*.py; do
   case " ${queued[*]} " in *" $f "*) ;; *) quiet+=("$f") ;; esac
-done
-for f in "${queued[@]}"; do
-  [ -f "$f" ] || { echo "scripts/run_tests.sh: $f is queued but does not exist" >&2; exit 2; }
 done
 
 mkdir -p "$ART"
@@ -64,15 +72,16 @@ worker() {
     shift
     run "$name" "$@"
   fi
-  local f
-  for f in "${queued[@]}"; do
-    mkdir "$Q/$(basename "$f" .py)" 2> /dev/null || continue
-    run "$(basename "$f" .py)" --durations=10 "$f"
+  local item
+  for item in "${ORDER[@]}"; do
+    mkdir "$Q/$item" 2> /dev/null || continue
+    mapfile -t item_paths < <(item_files "$item")
+    run "$item" --durations=10 "${item_paths[@]}"
   done
 }
 
 echo "tests: three workers (the suite, then the queue; unit and fuzz, then the queue; the queue) over" \
-  "${#queued[@]} integration files; then ${#quiet[@]} integration files alone"
+  "${#queued[@]} integration files (${#ORDER[@]} items); then ${#quiet[@]} integration files alone"
 t0=$SECONDS
 worker suite --durations=10 tests/suite &
 w1=$!
@@ -84,7 +93,7 @@ wait "$w1" "$w2" "$w3"
 echo "tests: the three workers took $((SECONDS - t0)) s"
 
 fail=0
-for name in suite unit-fuzz $(for f in "${queued[@]}"; do basename "$f" .py; done); do
+for name in suite unit-fuzz "${ORDER[@]}"; do
   echo "== lane-$name.log:"
   cat "$ART/lane-$name.log" 2> /dev/null || echo "(no output: it never ran)"
   rc=$(cat "$ART/lane-$name.rc" 2> /dev/null || echo 1)
@@ -95,7 +104,7 @@ t1=$SECONDS
 "$PY" -m pytest -q --durations=30 "${quiet[@]}"
 q=$?
 echo "tests: the quiet part took $((SECONDS - t1)) s, exit $q"
-for name in suite unit-fuzz $(for f in "${queued[@]}"; do basename "$f" .py; done); do
+for name in suite unit-fuzz "${ORDER[@]}"; do
   rc=$(cat "$ART/lane-$name.rc" 2> /dev/null || echo 1)
   tail -n 1 "$ART/lane-$name.log" 2> /dev/null | sed 's/^== /tests: /'
   [ "$rc" -eq 0 ] || fail=1
