@@ -33,7 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sb_fleet.config.traffic_patterns import PatternType
-from sb_fleet.config.yamlsrc import LineMap, parse_yaml, read_capped
+from sb_fleet.config.yamlsrc import LineMap, child_node, parse_yaml, read_capped
 from sb_fleet.errors import InputError
 
 StageKind = Literal["sanity", "single_node", "fabric", "soak"]
@@ -290,47 +290,11 @@ _KIND_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _child(node: yaml.Node | None, part: Any) -> yaml.Node | None:
-    """The value at key or index ``part`` of ``node``, through merge keys (``<<: *x``), as LineMap finds it;
-    here for the column, which LineMap does not give."""
-    if isinstance(node, yaml.MappingNode):
-        merges = []
-        for k, v in node.value:
-            if isinstance(k, yaml.ScalarNode):
-                if k.value == str(part):
-                    return v
-                if k.tag == "tag:yaml.org,2002:merge":
-                    merges.append(v)
-        for m in merges:
-            for sub in m.value if isinstance(m, yaml.SequenceNode) else [m]:
-                found = _child(sub, part)
-                if found is not None:
-                    return found
-        return None
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-        return node.value[part]
-    return None
-
-
-def _position(lines: LineMap, loc: Sequence[Any]) -> tuple[int, int] | None:
-    """(line, column), 1-based, of the deepest node along ``loc`` that exists."""
-    node = lines.root
-    if node is None:
-        return None
-    best = (node.start_mark.line + 1, node.start_mark.column + 1)
-    for part in loc:
-        node = _child(node, part)
-        if node is None:
-            break
-        best = (node.start_mark.line + 1, node.start_mark.column + 1)
-    return best
-
-
 def _key_position(lines: LineMap, loc: Sequence[Any]) -> tuple[int, int] | None:
     """(line, column) of the key ``loc[-1]`` itself (an unknown key is pointed at, not its value)."""
     parent = lines.root
     for part in loc[:-1]:
-        parent = _child(parent, part)
+        parent = child_node(parent, part)
     if isinstance(parent, yaml.MappingNode) and loc:
         for k, _v in parent.value:
             if isinstance(k, yaml.ScalarNode) and k.value == str(loc[-1]):
@@ -340,7 +304,7 @@ def _key_position(lines: LineMap, loc: Sequence[Any]) -> tuple[int, int] | None:
 
 def _where(lines: LineMap, loc: Sequence[Any], at_key: bool = False) -> str:
     field = ".".join(str(p) for p in loc) or "(top level)"
-    pos = (_key_position(lines, loc) if at_key else None) or _position(lines, loc)
+    pos = (_key_position(lines, loc) if at_key else None) or lines.position(loc)
     return f"line {pos[0]}, column {pos[1]}, field {field}" if pos else f"field {field}"
 
 

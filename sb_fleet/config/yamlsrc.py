@@ -25,17 +25,25 @@ class LineMap:
 
     def line(self, loc: Sequence[Any]) -> int | None:
         """1-based line of the deepest node along ``loc`` that exists."""
+        pos = self.position(loc)
+        return pos[0] if pos is not None else None
+
+    def position(self, loc: Sequence[Any]) -> tuple[int, int] | None:
+        """(line, column), 1-based, of the deepest node along ``loc`` that exists."""
         node = self.root
-        best = node.start_mark.line + 1 if node is not None else None
+        if node is None:
+            return None
+        best = (node.start_mark.line + 1, node.start_mark.column + 1)
         for part in loc:
-            node = _child(node, part)
+            node = child_node(node, part)
             if node is None:
                 break
-            best = node.start_mark.line + 1
+            best = (node.start_mark.line + 1, node.start_mark.column + 1)
         return best
 
 
-def _child(node: yaml.Node | None, part: Any) -> yaml.Node | None:
+def child_node(node: yaml.Node | None, part: Any) -> yaml.Node | None:
+    """The value at key or index ``part`` of ``node``, through merge keys (``<<: *x``); None if absent."""
     if isinstance(node, yaml.MappingNode):
         merges = []
         for k, v in node.value:
@@ -46,7 +54,7 @@ def _child(node: yaml.Node | None, part: Any) -> yaml.Node | None:
                     merges.append(v)
         for m in merges:
             for sub in m.value if isinstance(m, yaml.SequenceNode) else [m]:
-                found = _child(sub, part)
+                found = child_node(sub, part)
                 if found is not None:
                     return found
         return None

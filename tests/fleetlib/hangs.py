@@ -206,3 +206,42 @@ def run_id_of(run_dir: Path, timeout: float = 60) -> str:
     manifest = run_dir / "manifest.json"
     wait_for(manifest.exists, timeout, f"{manifest}")
     return str(json.loads(manifest.read_text())["run_id"])
+
+
+@dataclass
+class Polled:
+    """A command run while a probe was polled: its wall time, exit status, output, the run's id, and
+    ``seen``: (time, value) of every poll whose value was true."""
+
+    took: float
+    returncode: int
+    out: str
+    err: str
+    run_id: str
+    seen: list
+
+
+def run_polled(argv: list[str], run_dir: Path, limit: float, probe, env=None, cwd=None) -> Polled:  # noqa: ANN001
+    """Start ``argv`` (an sb-fleet command writing ``run_dir``), call ``probe(run_id)`` every 0.2 s while
+    it runs, at most ``limit`` s (then SIGTERM; SIGKILL if it outlives the wait for its output)."""
+    import subprocess
+
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    try:
+        run_id = run_id_of(run_dir)
+        seen = []
+        while p.poll() is None and time.monotonic() - t0 < limit:
+            value = probe(run_id)
+            if value:
+                seen.append((time.monotonic(), value))
+            time.sleep(0.2)
+        took = time.monotonic() - t0
+        if p.poll() is None:
+            p.terminate()
+        out, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return Polled(took, p.returncode, out, err, run_id, seen)

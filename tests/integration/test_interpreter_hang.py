@@ -18,12 +18,11 @@ import json
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.fleetlib.hangs import hang_python, hung, run_id_of, run_processes, wait_for
+from tests.fleetlib.hangs import hang_python, hung, run_polled, run_processes, wait_for
 
 from .conftest import ROOT, SB_FLEET, started_fleet
 
@@ -96,31 +95,14 @@ def test_an_interpreter_that_never_starts_is_unhealthy_within_the_checks_deadlin
     inv = fleet.inventory(name=f"{warmth}.ini", host_vars={victim: {"sb_python": str(wrapper)}})
     run_dir = tmp_path / warmth
     limit = CHECK_S + 5 + 60
-    t0 = time.monotonic()
-    p = subprocess.Popen(
-        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(ROOT),
-    )
-    try:
-        run_id = run_id_of(run_dir)
-        seen_hang = False
-        while p.poll() is None and time.monotonic() - t0 < limit:
-            seen_hang = seen_hang or bool(hung(run_id, victim))
-            time.sleep(0.2)
-        took = time.monotonic() - t0
-        if p.poll() is None:
-            p.terminate()
-        out, err = p.communicate(timeout=90)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    argv = [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"]
+    r = run_polled(argv, run_dir, limit, lambda run_id: hung(run_id, victim), cwd=str(ROOT))
+    run_id, took, out, err = r.run_id, r.took, r.out, r.err
     print(f"validate ({warmth}) with {victim}'s interpreter hung: {took:.1f} s")
     assert took < limit, f"validate ran {took:.0f} s (limit {limit} s)\n{err[-3000:]}"
+    seen_hang = bool(r.seen)
     assert seen_hang, "the planted hang never ran"
-    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert r.returncode == 1, out[-2000:] + err[-3000:]
     oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     v = oc[victim]
     assert v["outcome"] == "unhealthy", v
@@ -166,28 +148,12 @@ def test_hostprep_hung_where_the_suite_is_in_place_ends_at_its_own_deadline(hfle
         name="prep.ini", host_vars={h.name: {"sb_python": str(wrapper)} for h in fleet.hosts}
     )
     run_dir = tmp_path / "prep"
-    t0 = time.monotonic()
-    p = subprocess.Popen(
-        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(ROOT),
-    )
-    try:
-        run_id = run_id_of(run_dir)
-        seen: list[float] = []  # when the victim's hang was seen alive
-        while p.poll() is None and time.monotonic() - t0 < 30 + prep_s + 60:
-            if hung(run_id, victim):
-                seen.append(time.monotonic())
-            time.sleep(0.2)
-        took = time.monotonic() - t0
-        out, err = p.communicate(timeout=90)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    argv = [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"]
+    r = run_polled(argv, run_dir, 30 + prep_s + 60, lambda run_id: hung(run_id, victim), cwd=str(ROOT))
+    run_id, took, out, err = r.run_id, r.took, r.out, r.err
+    seen = [t for t, _ in r.seen]  # when the victim's hang was seen alive
     print(f"validate with {victim} hung in hostprep (suite in place): {took:.1f} s")
-    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert r.returncode == 1, out[-2000:] + err[-3000:]
     assert seen and seen[-1] - seen[0] <= prep_s + 30, (seen[:1], seen[-1:])
     oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     d = oc[victim]["stages"]["deploy"]
@@ -247,33 +213,22 @@ def test_a_workspace_on_a_filesystem_that_never_answers_is_unhealthy_within_the_
     run_dir = tmp_path / "fs"
     limit = CHECK_S + 5 + 60
     with hung_mount(ws):
-        t0 = time.monotonic()
-        p = subprocess.Popen(
-            [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        argv = [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"]
+        # the victim's processes seen waiting on the filesystem (state D)
+        r = run_polled(
+            argv,
+            run_dir,
+            limit,
+            lambda run_id: [x for x in _tagged(run_id, victim) if x.split()[1] == "D"],
             cwd=str(ROOT),
         )
-        try:
-            run_id = run_id_of(run_dir)
-            waiting: list[str] = []  # the victim's processes seen waiting on the filesystem (state D)
-            while p.poll() is None and time.monotonic() - t0 < limit:
-                waiting += [x for x in _tagged(run_id, victim) if x.split()[1] == "D"]
-                time.sleep(0.2)
-            took = time.monotonic() - t0
-            if p.poll() is None:
-                p.terminate()
-            out, err = p.communicate(timeout=90)
-        finally:
-            if p.poll() is None:
-                p.kill()
+        run_id, took, out, err = r.run_id, r.took, r.out, r.err
         print(f"validate with {victim}'s workspace on a filesystem that never answers: {took:.1f} s")
         assert took < limit, f"validate ran {took:.0f} s (limit {limit} s)\n{err[-3000:]}"
-        assert waiting, "nothing of the victim's exec ever waited on the filesystem"
+        assert r.seen, "nothing of the victim's exec ever waited on the filesystem"
         # ended while the filesystem still hangs: the stop, not the unmount, ended them
         wait_for(lambda: not _tagged(run_id, victim), 15, f"{victim}'s processes to be gone")
-    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert r.returncode == 1, out[-2000:] + err[-3000:]
     oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     v = oc[victim]
     assert v["outcome"] == "unhealthy", v
@@ -309,31 +264,14 @@ def test_through_ansible_the_host_watches_the_phases_itself(hfleet, tmp_path):
     assert "the host watches its phases itself" in dry.stdout, dry.stdout
     run_dir = tmp_path / "ansible"
     limit = CHECK_S + 5 + 60
-    t0 = time.monotonic()
-    p = subprocess.Popen(
-        [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(ROOT),
-    )
-    try:
-        run_id = run_id_of(run_dir)
-        seen_hang = False
-        while p.poll() is None and time.monotonic() - t0 < limit:
-            seen_hang = seen_hang or bool(_sleepers())
-            time.sleep(0.2)
-        took = time.monotonic() - t0
-        if p.poll() is None:
-            p.terminate()
-        out, err = p.communicate(timeout=90)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    argv = [SB_FLEET, "validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir), "--quiet"]
+    r = run_polled(argv, run_dir, limit, lambda run_id: _sleepers(), cwd=str(ROOT))
+    run_id, took, out, err = r.run_id, r.took, r.out, r.err
+    seen_hang = bool(r.seen)
     print(f"validate through Ansible with {victim}'s interpreter hung: {took:.1f} s")
     assert took < limit, f"validate ran {took:.0f} s (limit {limit} s)\n{err[-3000:]}"
     assert seen_hang, "the planted hang never ran"
-    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert r.returncode == 1, out[-2000:] + err[-3000:]
     assert not (run_dir / "ansible" / "deploy" / "direct-exec.json").exists(), "the exec went over ssh"
     oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     v = oc[victim]

@@ -550,7 +550,7 @@ def test_launcher_slurm_an_interpreter_that_never_starts_is_unhealthy_within_the
     node): validate returns within health.exec_timeout + 5 s + 60 s although fleet.deploy_timeout is
     300 s, slnode2 ``unhealthy`` with the phase's reason, the others judged, the allocation released and
     nothing of the run left on the nodes (the wrapper's sleep included) or here."""
-    from tests.fleetlib.hangs import run_id_of, run_processes, wait_for
+    from tests.fleetlib.hangs import run_polled, run_processes, wait_for
 
     c, fleet, cfg = cluster
     _idle(c)
@@ -578,29 +578,13 @@ def test_launcher_slurm_an_interpreter_that_never_starts_is_unhealthy_within_the
     assert "its phases are not watched apart" not in dry.stdout, dry.stdout
     run_dir = tmp_path / "never"
     limit = check_s + 5 + 60
-    t0 = time.monotonic()
-    p = subprocess.Popen(
-        [SB_FLEET, "validate", "-i", "slurm:partition=gpu", "-c", str(hang_cfg), "--run-dir", str(run_dir),
-         "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **c.env},
-    )  # fmt: skip
-    try:
-        run_id = run_id_of(run_dir)
-        seen = False
-        while p.poll() is None and time.monotonic() - t0 < limit:
-            seen = seen or bool(_sleepers())
-            time.sleep(0.2)
-        took = time.monotonic() - t0
-        if p.poll() is None:
-            p.terminate()
-        out, err = p.communicate(timeout=90)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    argv = [SB_FLEET, "validate", "-i", "slurm:partition=gpu", "-c", str(hang_cfg), "--run-dir", str(run_dir)]
+    r = run_polled([*argv, "--quiet"], run_dir, limit, lambda _: _sleepers(), env={**os.environ, **c.env})
+    run_id, took, out, err = r.run_id, r.took, r.out, r.err
     print(f"launcher slurm, slnode2's interpreter never starts ({warmth}): validate {took:.1f} s")
     assert took < limit, f"validate ran {took:.0f} s (limit {limit} s)\n{err[-3000:]}"
-    assert seen, "the planted hang never ran"
-    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    assert r.seen, "the planted hang never ran"
+    assert r.returncode == 1, out[-2000:] + err[-3000:]
     oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
     v = oc["slnode2"]
     assert v["outcome"] == "unhealthy", v
