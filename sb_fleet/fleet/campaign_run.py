@@ -57,6 +57,7 @@ from sb_fleet.campaign.stage_judgement import (
 )
 from sb_fleet.config.campaign_spec import Campaign, CampaignError, Stage, check_benchmarks, load_campaign
 from sb_fleet.config.slurm_inventory import is_slurm_source
+from sb_fleet.config.yamlsrc import load_yaml
 from sb_fleet.errors import RunDirError, SbFleetError, UsageError
 from sb_fleet.exits import EXIT_FAILED, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK
 from sb_fleet.report.campaign_report import write_campaign_report
@@ -115,7 +116,9 @@ def _say(opts: AcceptOptions, message: str) -> None:
 
 
 def _raw_config(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_text())
+    """The config's document as written (the stages' configs are narrowed from it), read within the
+    bounds every user file gets (sb_fleet.config.yamlsrc)."""
+    data, _ = load_yaml(path, "config")
     return data if isinstance(data, dict) else {}
 
 
@@ -288,22 +291,34 @@ def _validate(
     _stopped(run_dir)
 
 
-def _report_rows(run_dir: Path) -> tuple[dict[str, Mapping[str, Any]], dict[str, dict[str, float]]]:
-    """report.json's host rows and each host's figures (column -> value) of a validate run."""
+def _report_rows(
+    run_dir: Path,
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, dict[str, float]], dict[tuple[str, str], float]]:
+    """Of a validate run, read once: report.json's host rows, each host's figures (column -> value) and
+    (host, column) -> the figure's own measured relative noise, where the run measured it."""
     doc = _read_json(run_dir / "report.json") or {}
     rows = {str(h.get("name")): h for h in doc.get("hosts") or [] if isinstance(h, Mapping)}
     values: dict[str, dict[str, float]] = {}
+    noise: dict[tuple[str, str], float] = {}
     try:
         fleet = load_fleet(run_dir)
     except SbFleetError:
-        return rows, values
+        return rows, values, noise
     for i, h in enumerate(fleet.hosts):
         values[h] = {
             c: float(fleet.values[i, j])
             for j, c in enumerate(fleet.columns)
             if math.isfinite(fleet.values[i, j])
         }
-    return rows, values
+        if fleet.noise is not None:
+            noise.update(
+                {
+                    (h, c): float(fleet.noise[i, j])
+                    for j, c in enumerate(fleet.columns)
+                    if math.isfinite(fleet.noise[i, j])
+                }
+            )
+    return rows, values, noise
 
 
 def _run_sanity(ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str]) -> dict[str, StageOutcome]:
@@ -338,7 +353,7 @@ def _run_bench(ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str]) -> 
             f"stage {stage.name}{' ' + pattern if pattern else ''}: {len(hosts)} node(s), {_rel(ctx, rd)}",
         )
         _validate(ctx, stage, rd, hosts, pattern, health=False)
-        rows, values = _report_rows(rd)
+        rows, values, _ = _report_rows(rd)
         rel = _rel(ctx, rd)
         for h in hosts:
             parts[h].append(
@@ -486,8 +501,7 @@ def _soak_rounds(ctx: _Ctx, stage: Stage, hosts: Sequence[str], closing: Path) -
     out: dict[str, list[SoakRound]] = {h: [] for h in hosts}
     for k, rec in enumerate(records):
         rd = ctx.dir / rec.run_dir
-        rows, values = _report_rows(rd)
-        noise = _noise(rd)
+        rows, values, noise = _report_rows(rd)
         last = k == len(records) - 1
         for h in rec.hosts:
             if h not in out:
@@ -525,22 +539,6 @@ def _round_json(r: SoakRound) -> dict[str, Any]:
         "counters_start": dict(r.counters_start or {}),
         "counters": dict(r.counters),
         "throttled_windows": r.throttled_windows,
-    }
-
-
-def _noise(run_dir: Path) -> dict[tuple[str, str], float]:
-    """(host, column) -> the figure's own measured relative noise, where the run measured it."""
-    try:
-        fleet = load_fleet(run_dir)
-    except SbFleetError:
-        return {}
-    if fleet.noise is None:
-        return {}
-    return {
-        (h, c): float(fleet.noise[i, j])
-        for i, h in enumerate(fleet.hosts)
-        for j, c in enumerate(fleet.columns)
-        if math.isfinite(fleet.noise[i, j])
     }
 
 

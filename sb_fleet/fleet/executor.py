@@ -25,16 +25,7 @@ from sb_fleet.fleet import reaper
 from sb_fleet.fleet.deadline_watch import DeadlineWatch
 from sb_fleet.fleet.direct_exec import ExecTask, Transport, direct_reason, run_direct
 from sb_fleet.fleet.progress import RUNNING, Progress
-from sb_fleet.fleet.slurm_launch import (
-    CONNECTION,
-    PLUGIN_DIR,
-    SrunReach,
-    launch_failure,
-    split_stderr,
-    srun_argv,
-    task_env,
-    timed_out,
-)
+from sb_fleet.fleet.slurm_launch import CONNECTION, PLUGIN_DIR, SrunReach, srun_argv, step_end
 from sb_fleet.fleet.ssh import SshSettings
 from sb_fleet.fleet.task_outcome import TASK_TIMEOUT, classify, one_line
 from sb_fleet.outcome import HostOutcome, Outcome
@@ -508,22 +499,17 @@ def srun_transport(srun: SrunReach, run_id: str) -> Transport:
     """The one exec per node as an srun step in the command's allocation (``launcher: slurm``), read as
     it comes like an ssh client's: ``/bin/sh -c`` runs the same line a login shell would; the step has no
     time limit of its own (as the playbook's steps): the task's timeout and its phases' deadlines end it
-    from here. srun and so its step carry
-    the run's tags (:func:`sb_fleet.fleet.reaper.step_env`): a stop finds the srun here and the step's
-    processes on the node. srun's own failure (the step never ran) makes the node unreachable."""
+    from here. srun and so its step carry the run's tags (:func:`sb_fleet.fleet.reaper.step_env`, as the
+    srun connection's steps): a stop finds the srun here and the step's processes on the node. srun's own failure (the step never ran) makes the node unreachable."""
+
+    tags = {reaper.CONTROL_TAG: reaper.control_tag(run_id), reaper.RUN_VAR: run_id} if run_id else {}
+    environ = {**os.environ, **tags}
 
     def env_of(host: Host) -> dict[str, str]:
-        env = task_env()
-        if run_id:
-            env[reaper.CONTROL_TAG] = reaper.control_tag(run_id)
-            env[HOST_TAG] = reaper.host_tag(run_id, host.name)
-        return env
+        return reaper.step_env(host.name, environ)
 
     def ended(rc: int, out: str, err: str) -> tuple[str, str | None]:
-        task, own = split_stderr(err)
-        failure = launch_failure(rc, out, own)
-        if timed_out(own):
-            task += "sb-fleet: the srun step timed out (its time limit)\n"
+        task, failure = step_end(rc, out, err)
         return task, (f"srun on the node: {failure}" if failure else None)
 
     return Transport(

@@ -107,6 +107,15 @@ def timed_out(own: list[str]) -> bool:
     return any(_TIME_LIMIT.search(x) for x in own)
 
 
+def step_end(rc: int, out: str, err: str) -> tuple[str, str | None]:
+    """A finished step's stderr read: the task's own text (with a line saying so where the step's time
+    limit ended it), and srun's own failure (the step never ran) or None."""
+    task, own = split_stderr(err)
+    if timed_out(own):
+        task += "sb-fleet: the srun step timed out (its time limit)\n"
+    return task, launch_failure(rc, out, own)
+
+
 @dataclass(frozen=True)
 class SrunReach:
     """How steps reach the nodes under ``launcher: slurm``: srun in this job; the nodes left out of it,

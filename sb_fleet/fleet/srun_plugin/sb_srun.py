@@ -12,7 +12,7 @@ from ansible.errors import AnsibleConnectionFailure, AnsibleFileNotFound
 from ansible.plugins.connection import ConnectionBase
 
 from sb_fleet.fleet.reaper import step_env
-from sb_fleet.fleet.slurm_launch import end_step, launch_failure, split_stderr, srun_argv, timed_out
+from sb_fleet.fleet.slurm_launch import end_step, srun_argv, step_end
 
 DOCUMENTATION = """
     name: sb_srun
@@ -70,12 +70,9 @@ class Connection(ConnectionBase):
         except BaseException:  # the task's timeout, an interrupt: the step ends with the task
             end_step(p)
             raise
-        task, own = split_stderr(err.decode(errors="replace"))
-        failure = launch_failure(p.returncode, out.decode(errors="replace"), own)
+        task, failure = step_end(p.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
         if failure:
             raise AnsibleConnectionFailure(f"srun on {node}: {failure}")
-        if timed_out(own):
-            task += "sb-fleet: the srun step timed out (its time limit)\n"
         return p.returncode, out, task.encode()
 
     def exec_command(

@@ -162,7 +162,8 @@ def _deploy(
         if part == "fast":
             lines = fast_commands(doc, on, tag, checks_first, first, ship)
             # the hosts whose exec goes through the playbook watch its phases themselves
-            played = [h for h in on if h not in set(ex.direct_hosts(on))]
+            direct = set(ex.direct_hosts(on))
+            played = [h for h in on if h not in direct]
             sb_exec = fast_commands(doc, played, tag, checks_first, first, ship, phases(False).host_watch())
             task = ExecTask(
                 HOSTPREP_FAST,
