@@ -283,6 +283,22 @@ class SshFleet:
                     os.kill(pid, signal.SIGKILL)
         h.proc.wait(timeout=5)
 
+    def home_files(self, match: Callable[[str], bool]) -> list[str]:
+        """Files anywhere in the hosts' user's home whose name ``match`` accepts, other fleets' trees left out.
+
+        Fleets of tests that run beside this one keep their workspaces and temporary directories in the same
+        home (``ws-<fleet>``, ``tmp-<fleet>``), one of them with a filesystem that never answers mounted on
+        a host's workspace, where a stat waits for ever: the walk keeps to this fleet's own and the rest.
+        """
+        home = Path(self.user.pw_dir)
+        own = {self.ws_root.name, self.tmp_root.name}
+        found: list[str] = []
+        for top, dirs, files in os.walk(home, onerror=lambda _e: None):
+            if top == str(home):
+                dirs[:] = [d for d in dirs if not d.startswith(("ws-", "tmp-")) or d in own]
+            found += [os.path.join(top, f) for f in files if match(f)]
+        return sorted(found)
+
     def processes(self, name: str, needle: bytes = b"sb_bench") -> list[int]:
         """Pids of processes of this host (found by their working directory under its workspace)."""
         ws = self.host(name).workspace

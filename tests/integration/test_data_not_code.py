@@ -154,9 +154,9 @@ def _stage(run_dir: Path, stage: str) -> dict[str, dict]:
     return {o["host"]: o for o in json.loads((run_dir / "outcomes" / f"{stage}.json").read_text())["hosts"]}
 
 
-def _no_markers(markers: Path) -> None:
+def _no_markers(markers: Path, fleet) -> None:
     ran = sorted(p.name for p in markers.iterdir())
-    home = [str(p) for p in Path("/home/sbtest").rglob("*-subst") if p.is_file()]
+    home = fleet.home_files(lambda name: name.endswith("-subst"))
     assert not ran and not home, (ran, home)
 
 
@@ -171,7 +171,7 @@ def test_hostile_values_are_data_through_every_command(dfleet, tmp_path):
         inv, hosts = _inventory(dfleet, tmp_path / "inv.yml", markers)
         run_dir = tmp_path / "run"
         r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir))
-        _no_markers(markers)
+        _no_markers(markers, dfleet)
         assert r.returncode == 0, r.stdout + r.stderr
         oc = _outcomes(run_dir)
         assert all(o["outcome"] == "ok" for o in oc.values()), oc
@@ -206,7 +206,7 @@ def test_hostile_values_are_data_through_every_command(dfleet, tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         for path in ws.values():
             assert not Path(path).exists(), path
-        _no_markers(markers)
+        _no_markers(markers, dfleet)
     finally:
         shutil.rmtree(markers, ignore_errors=True)
 
@@ -231,7 +231,7 @@ def test_deploy_after_validate_runs_no_benchmark(dfleet, tmp_path):
         assert (run_dir / "ansible" / "deploy" / "direct-exec.json").is_file()
         stdout = run_dir / "ansible" / "deploy" / "artifacts" / "deploy" / "stdout"
         assert not stdout.exists() or "SB_FLEET_RUN_FOLLOWS" not in stdout.read_text()
-        _no_markers(markers)
+        _no_markers(markers, dfleet)
     finally:
         shutil.rmtree(markers, ignore_errors=True)
 

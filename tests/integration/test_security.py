@@ -239,7 +239,7 @@ def test_shell_metacharacters_in_inventory_never_execute(sfleet, tmp_path):
     run_dir = tmp_path / _rid()
     r = sb_fleet("validate", "-i", str(inv), "-c", str(cfg), "--run-dir", str(run_dir))
     created = sorted(str(p) for p in Path("/tmp").glob(f"sbf-pwned-{os.getpid()}*"))
-    homes = sorted(str(p) for p in Path("/home/sbtest").rglob(f"sbf-pwned-{os.getpid()}*") if p.is_file())
+    homes = sfleet.home_files(lambda name: name.startswith(f"sbf-pwned-{os.getpid()}"))
     assert not created and not homes, (created, homes)
     assert r.returncode == 0, r.stdout + r.stderr
     oc = json.loads((run_dir / "outcomes.json").read_text())["hosts"]
