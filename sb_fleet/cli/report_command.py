@@ -104,6 +104,7 @@ def _report(
     --textfile-dir, --pushgateway: also there). Exit code 0: the gate passed; 1: it failed; 2: bad input.
     """
     from sb_fleet.fleet.prometheus_outputs import check_textfile_dir, write_and_expose
+    from sb_fleet.gc_pause import collector_paused
     from sb_fleet.report.analyse import report
     from sb_fleet.report.writers import plot_worker
 
@@ -124,7 +125,8 @@ def _report(
 
     out_dir = out if out is not None else _default_out(source)
     rec = _recorded_reruns(source)  # a validate run: judged with the re-runs validate made, as it was
-    with plot_worker.started(source):  # a large run: matplotlib is imported beside the analysis
+    # A large run: matplotlib is imported beside the analysis, which makes no reference cycles.
+    with collector_paused(), plot_worker.started(source):
         result = report(
             source,
             inventory=inventory,
