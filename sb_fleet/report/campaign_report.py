@@ -13,10 +13,11 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from sb_fleet.analysis.superbench.metric_names import parse_metric
 from sb_fleet.campaign.acceptance_record import campaign_summary
 from sb_fleet.campaign.campaign_state import CampaignState
 from sb_fleet.config.campaign_spec import Campaign
@@ -128,22 +129,78 @@ def _t(s: str | None) -> float | None:
         return None
 
 
-def _timeline_svg(summary: Mapping[str, Any], now: float) -> str:
-    """One row per node, one bar per stage attempt, all on one time axis."""
+ROUND_COLOURS = {True: "#43a047", False: "#c62828"}
+MERGE_BELOW_PX = 4.0
+TICK_STEPS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400)
+
+
+def _ticks(span: float, most: int = 8) -> list[float]:
+    """Offsets (s) of the time axis's ticks: the smallest whole step of :data:`TICK_STEPS_S` that gives at
+    most ``most`` ticks over ``span``."""
+    step = next(
+        (s for s in TICK_STEPS_S if span / s <= most),
+        TICK_STEPS_S[-1] * math.ceil(span / most / TICK_STEPS_S[-1]),
+    )
+    return [k * step for k in range(1, int(span // step) + 1)]
+
+
+def _offset(seconds: float) -> str:
+    if seconds >= 86400 and seconds % 3600 == 0:
+        return f"+{seconds / 3600:g} h"
+    return f"+{seconds / 3600:g} h" if seconds >= 3600 else f"+{seconds / 60:g} min"
+
+
+def round_spans(
+    rounds: Sequence[Mapping[str, Any]], x0: float, scale: float
+) -> list[tuple[float, float, bool, list[int]]]:
+    """A node's soak rounds as (x, width, ok, round indices) in the timeline's pixels, each round its own
+    bar; rounds narrower than :data:`MERGE_BELOW_PX` of one outcome less than a pixel apart are drawn as one
+    (a 72-hour soak of 1-minute rounds is thousands of rounds on 900 pixels): a failed round and a gap
+    (the control node stopped) stay visible."""
+    out: list[tuple[float, float, bool, list[int]]] = []
+    for r in sorted(rounds, key=lambda r: int(r.get("index") or 0)):
+        a, b = _t(r.get("start")), _t(r.get("end"))
+        if a is None or b is None:
+            continue
+        x, w, ok = x0 + a * scale, max((b - a) * scale, 1.0), bool(r.get("ok"))
+        if out and out[-1][2] == ok and w < MERGE_BELOW_PX and x - (out[-1][0] + out[-1][1]) < 1.0:
+            px, pw, _, idx = out[-1]
+            out[-1] = (px, max(pw, x + w - px), ok, [*idx, int(r.get("index") or 0)])
+        else:
+            out.append((x, w, ok, [int(r.get("index") or 0)]))
+    return out
+
+
+def _timeline_svg(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, Any]], now: float) -> str:
+    """One row per node (a ``g`` with its ``data-host``), one bar per stage attempt, all on one time axis;
+    a soak's bar is its rounds, each coloured by the node's outcome in it, over a strip of the stage's
+    outcome (a node whose rounds all passed can fail the soak's judgement: drift, a counter)."""
     spans = [(_t(t["start"]), _t(t["end"]) or now) for n in summary["nodes"].values() for t in n["timeline"]]
     starts = [a for a, _ in spans if a is not None]
     if not starts:
         return "<p>No stage has started.</p>"
     t0, t1 = min(starts), max(max(b for _, b in spans if b is not None), min(starts) + 1)
-    label_w, width, row_h = 180, 900, 22
+    label_w, width, row_h = 200, 1100, 22
     nodes = list(summary["nodes"].items())
-    height = row_h * len(nodes) + 30
+    height = row_h * len(nodes) + 34
     scale = (width - label_w - 10) / (t1 - t0)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
+    soak_rounds = {name: doc.get("rounds") or {} for name, doc in soaks.items()}
+    axis_y = height - 22
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        f'id="timeline" font-family="sans-serif">'
+    ]
+    for off in _ticks(t1 - t0):
+        x = label_w + off * scale
+        out.append(
+            f'<line x1="{x:.1f}" y1="2" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#ddd"/>'
+            f'<text x="{x:.1f}" y="{axis_y + 16}" font-size="10" text-anchor="middle">{_offset(off)}</text>'
+        )
     for i, (host, n) in enumerate(nodes):
         y = 5 + i * row_h
         colour = VERDICT_COLOURS.get(n["verdict"], "#555")
         out.append(
+            f'<g class="node-timeline" data-host="{html.escape(host)}" data-verdict="{html.escape(n["verdict"])}">'
             f'<text x="0" y="{y + 14}" font-size="12" fill="{colour}">{html.escape(host)} ({n["verdict"]})</text>'
         )
         for t in n["timeline"]:
@@ -155,20 +212,32 @@ def _timeline_svg(summary: Mapping[str, Any], now: float) -> str:
             w = max((b - a) * scale, 2)
             fill = COLOURS.get(t["outcome"], "#777")
             tip = f"{t['stage']} attempt {t['attempt']}: {t['outcome']} ({t['start']} - {t['end'] or 'running'})"
+            rounds = (soak_rounds.get(t["stage"]) or {}).get(host)
+            if rounds:
+                out.append(
+                    f'<rect class="attempt" x="{x:.1f}" y="{y + row_h - 8}" width="{w:.1f}" height="4" '
+                    f'fill="{fill}"><title>{html.escape(tip)}</title></rect>'
+                )
+                for rx, rw, ok, idx in round_spans(rounds, label_w - t0 * scale, scale):
+                    which = f"round {idx[0]}" if len(idx) == 1 else f"rounds {idx[0]}-{idx[-1]}"
+                    out.append(
+                        f'<rect class="round" x="{rx:.1f}" y="{y + 2}" width="{rw - 1.5 if rw > 4 else rw:.1f}" '
+                        f'height="{row_h - 11}" fill="{ROUND_COLOURS[ok]}">'
+                        f"<title>{html.escape(t['stage'])} {which}: {'passed' if ok else 'failed'}</title></rect>"
+                    )
+                continue
             out.append(
-                f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{row_h - 6}" fill="{fill}" '
+                f'<rect class="attempt" x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{row_h - 6}" fill="{fill}" '
                 f'stroke="#fff"><title>{html.escape(tip)}</title></rect>'
             )
             if w > 40:
                 out.append(
                     f'<text x="{x + 3:.1f}" y="{y + 14}" font-size="10" fill="#fff">{html.escape(t["stage"])}</text>'
                 )
-    axis_y = height - 8
+        out.append("</g>")
     out.append(
-        f'<text x="{label_w}" y="{axis_y}" font-size="10">{html.escape(datetime.fromtimestamp(t0).isoformat(timespec="seconds"))}</text>'
-    )
-    out.append(
-        f'<text x="{width - 10}" y="{axis_y}" font-size="10" text-anchor="end">+{(t1 - t0) / 60:.1f} min</text>'
+        f'<text x="{label_w}" y="{axis_y + 16}" font-size="10" text-anchor="end">'
+        f"{html.escape(datetime.fromtimestamp(t0, timezone.utc).isoformat(timespec='seconds'))} </text>"
     )
     out.append("</svg>")
     return "".join(out)
@@ -177,13 +246,14 @@ def _timeline_svg(summary: Mapping[str, Any], now: float) -> str:
 def _series(rounds: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
     """Per figure and per counter, its (round, value) points: a counter's start reading at round - 0.5
     and its end reading at the round, so growth inside a round shows; counters that stay 0 the whole
-    soak are left out (a healthy node's dozens of flat lines say nothing)."""
+    soak are left out (a healthy node's dozens of flat lines say nothing), and so are return codes (a failed
+    round is drawn as one)."""
     figures: dict[str, list[tuple[float, float]]] = {}
     counters: dict[str, list[tuple[float, float]]] = {}
     for r in rounds:
         i = float(r.get("index") or 0)
         for c, v in (r.get("metrics") or {}).items():
-            if isinstance(v, (int, float)) and math.isfinite(v):
+            if isinstance(v, (int, float)) and math.isfinite(v) and not parse_metric(c).is_return_code:
                 figures.setdefault(c, []).append((i, float(v)))
         for when, key in ((i - 0.5, "counters_start"), (i, "counters")):
             for c, v in (r.get(key) or {}).items():
@@ -213,6 +283,20 @@ def _spark(points: Sequence[tuple[float, float]], n_rounds: int, width: int = 22
     )
 
 
+def _trend_text(t: Mapping[str, Any] | None) -> str:
+    """A judged figure's drift beside its plot: the fitted change over the soak against its threshold."""
+    if (
+        not t
+        or not isinstance(t.get("change"), (int, float))
+        or not isinstance(t.get("threshold"), (int, float))
+    ):
+        return ""
+    words = f"drift {t['change']:+.1%}, limit {t['threshold']:.1%} (noise {float(t.get('noise') or 0):.1%})"
+    return (
+        f'<b style="color:{COLOURS["failed"]}">{words}</b>' if t.get("fails") else f"<small>{words}</small>"
+    )
+
+
 def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
     rows = []
     for host, node in (doc.get("nodes") or {}).items():
@@ -232,14 +316,19 @@ def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
     plots = []
     for host, rounds in (doc.get("rounds") or {}).items():
         n = max((int(r.get("index") or 0) for r in rounds), default=0)
+        trends = {
+            str(t.get("metric")): t
+            for t in ((doc.get("nodes") or {}).get(host) or {}).get("trends") or []
+            if isinstance(t, Mapping)
+        }
         cells = "".join(
-            f"<tr><td>{html.escape(k)}</td><td>{_spark(pts, n)}</td></tr>"
+            f"<tr><td>{html.escape(k)}</td><td>{_spark(pts, n)}</td><td>{_trend_text(trends.get(k))}</td></tr>"
             for k, pts in sorted(_series(rounds).items())
         )
         if cells:
             plots.append(f"<h3>{html.escape(host)}: per round</h3><table>{cells}</table>")
     return (
-        f"<h2>Soak {html.escape(name)}</h2><table><tr><th>node</th><th>soak</th><th>rounds</th>"
+        f"<h2>Soak stage {html.escape(name)}</h2><table><tr><th>node</th><th>soak</th><th>rounds</th>"
         f"<th>findings</th></tr>{''.join(rows)}</table>" + "".join(plots)
     )
 
@@ -254,7 +343,11 @@ def campaign_html(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
     )
     legend = " ".join(
         f'<span style="background:{col};color:#fff;padding:0 4px">{word}</span>'
-        for word, col in COLOURS.items()
+        for word, col in [
+            *COLOURS.items(),
+            ("round passed", ROUND_COLOURS[True]),
+            ("round failed", ROUND_COLOURS[False]),
+        ]
     )
     return (
         '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Acceptance campaign</title>'
@@ -264,7 +357,7 @@ def campaign_html(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
         f"(sha256 {c['digest'][:12]}) {html.escape(c['description'])}</p>"
         f"<p>started {summary['started']}, updated {summary['updated']}, "
         f"{'finished' if summary['finished'] else '<b>not finished</b>'}</p>"
-        f"<h2>Timeline per node</h2><p>{legend}</p>{_timeline_svg(summary, now)}"
+        f"<h2>Timeline per node</h2><p>{legend}</p>{_timeline_svg(summary, soaks, now)}"
         "<h2>Nodes</h2><table><tr><th>node</th><th>verdict</th><th>stage reached</th><th>failed stage</th>"
         f"<th>reason</th></tr>{rows}</table>"
         + "".join(_soak_html(name, doc) for name, doc in soaks.items())

@@ -45,6 +45,7 @@ from sb_fleet.config.campaign_spec import parse_duration
 from tests.fleetlib.corpus import CpuGroup
 from tests.fleetlib.hangs import run_id_of, run_processes, wait_for, wait_run_gone
 
+from .cdp import CHROMIUM, Browser
 from .conftest import ROOT, SB_FLEET, sb_fleet, started_fleet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -120,6 +121,8 @@ SHARE = (os.cpu_count() or 1) / 6
 SLOWEST = 0.4
 PERIOD_US = 10_000  # short against a timed GEMM sample; the kernel's smallest quota is 1 ms
 METRIC = "gemm-flops/fp32_flops"
+ARTIFACTS = ROOT / "test-artifacts"
+FINISHED: dict[str, Path] = {}  # the finished campaign's directory, for the browser's test
 
 
 def quota_fraction(index: int) -> float:
@@ -415,19 +418,67 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
     again = sb_fleet("accept", "--resume", str(d), "--quiet", timeout=60)
     assert again.returncode == 1, again.stderr[-2000:]
     assert [x["index"] for x in _state(d)["soak_rounds"]["soak"]] == list(range(1, ROUNDS + 1))
+    FINISHED["dir"] = d
 
 
-def test_bad_input_is_one_line(setup, tmp_path):
-    inv, cfg, campaign, _, _ = setup
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(
-        campaign.read_text().replace("benchmarks: [noop], on_failure", "benchmarks: [nope], on_failure")
-    )
-    r = sb_fleet(
-        "accept", "-c", str(cfg), "-i", str(inv), "--campaign", str(bad), "--dir", str(tmp_path / "x")
-    )
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "line 5" in lines[0] and "'nope'" in lines[0], r.stderr
-    r = sb_fleet("accept", "--resume", str(tmp_path / "nothing"))
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+# Per node's timeline: (its box, the centre of its first bar and the element there, its bars' titles).
+TIMELINES = """
+Array.from(document.querySelectorAll('g.node-timeline')).map(function (g) {
+  var box = g.getBoundingClientRect();
+  var first = g.querySelector('rect');
+  first.scrollIntoView({block: 'center'});
+  var r = first.getBoundingClientRect();
+  var hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+  return {host: g.getAttribute('data-host'), verdict: g.getAttribute('data-verdict'),
+          w: box.width, h: box.height, right: box.right + window.scrollX,
+          first_visible: hit === first || first.contains(hit),
+          attempts: Array.from(g.querySelectorAll('rect.attempt')).map(function (e) { return e.textContent; }),
+          rounds: Array.from(g.querySelectorAll('rect.round')).map(function (e) {
+            return [e.textContent, e.getAttribute('fill'), e.getBoundingClientRect().width]; })};
+})
+"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_the_campaign_page_in_a_browser():
+    """campaign.html of the campaign above in headless chromium: every node's timeline drawn and in view,
+    one bar per stage attempt, the soak's rounds each its own bar (the failed one red); a screenshot in
+    test-artifacts/campaign-html.png."""
+    if "dir" not in FINISHED:
+        pytest.skip("the campaign test did not finish a campaign")
+    d = FINISHED["dir"]
+    records = {p.stem: json.loads(p.read_text()) for p in (d / "acceptance").glob("*.json")}
+    rounds = json.loads((d / "soak-soak.json").read_text())["rounds"]
+    with Browser(1400, 900) as b:
+        b.call(
+            "Page.navigate", {"url": (d / "campaign.html").as_uri()}
+        )  # no script: no data-ready to wait for
+        b.wait_for("document.readyState === 'complete' && !!document.getElementById('timeline')")
+        assert not b.exceptions()
+        drawn = {t["host"]: t for t in b.eval(TIMELINES)}
+        width = b.eval("document.documentElement.scrollWidth")
+        b.eval("window.scrollTo(0, 0)")
+        ARTIFACTS.mkdir(exist_ok=True)
+        b.screenshot(ARTIFACTS / "campaign-html.png", full_page=True)
+    assert sorted(drawn) == sorted(records), (sorted(drawn), sorted(records))
+    for host, rec in records.items():
+        t = drawn[host]
+        assert t["verdict"] == rec["verdict"] and t["w"] > 0 and t["h"] > 0 and t["right"] <= width, t
+        assert t["first_visible"], t
+        # one bar per attempt of a stage (the soak's as the strip under its rounds), each titled with it
+        assert len(t["attempts"]) == len(rec["timeline"]), (t["attempts"], rec["timeline"])
+        for bar, step in zip(t["attempts"], rec["timeline"], strict=True):
+            assert bar.startswith(f"{step['stage']} attempt {step['attempt']}: {step['outcome']}"), (
+                bar,
+                step,
+            )
+        mine = rounds.get(host, [])
+        assert [x[0] for x in t["rounds"]] == [
+            f"soak round {r['index']}: {'passed' if r['ok'] else 'failed'}" for r in mine
+        ], t["rounds"]
+        assert all(w >= 1 for _, _, w in t["rounds"]), t["rounds"]
+    flaky = sorted(records)[2]  # host003: its round 2 failed
+    failed = {h: [x for x in t["rounds"] if "failed" in x[0]] for h, t in drawn.items()}
+    assert {h: f for h, f in failed.items() if f} == {
+        flaky: [["soak round 2: failed", "#c62828", failed[flaky][0][2]]]
+    }

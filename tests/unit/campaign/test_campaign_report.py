@@ -1,0 +1,94 @@
+"""The campaign page's timeline (sb_fleet.report.campaign_report): rounds drawn one bar each, merged only
+where they are narrower than a few pixels, a failed round and a gap always visible; the time axis's ticks."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from sb_fleet.report.campaign_report import _ticks, campaign_html, round_spans
+
+T0 = datetime(2026, 11, 29, 8, 0, tzinfo=timezone.utc)
+
+
+def _rounds(
+    n: int, length_s: float, failed: tuple[int, ...] = (), gap_after: int | None = None
+) -> list[dict]:
+    out, t = [], T0
+    for i in range(1, n + 1):
+        out.append(
+            {
+                "index": i,
+                "start": t.isoformat(),
+                "end": (t + timedelta(seconds=length_s)).isoformat(),
+                "ok": i not in failed,
+            }
+        )
+        t += timedelta(seconds=length_s)
+        if i == gap_after:
+            t += timedelta(seconds=length_s * 50)
+    return out
+
+
+def test_wide_rounds_are_a_bar_each():
+    spans = round_spans(_rounds(6, 60, failed=(2,)), -T0.timestamp() * 0.5, 0.5)  # 30 px a round
+    assert [(ok, idx) for _, _, ok, idx in spans] == [(True, [1]), (False, [2])] + [
+        (True, [i]) for i in range(3, 7)
+    ]
+    assert spans[0][0] == 0.0 and spans[1][0] == 30.0 and all(w == 30.0 for _, w, _, _ in spans)
+
+
+def test_thousands_of_narrow_rounds_merge_but_a_failed_one_and_a_gap_stay():
+    scale = 900 / (4320 * 60)  # 72 hours of 1-minute rounds on 900 pixels: 0.2 px a round
+    spans = round_spans(_rounds(4320, 60, failed=(2000,), gap_after=3000), -T0.timestamp() * scale, scale)
+    assert [(ok, idx[0], idx[-1]) for _, _, ok, idx in spans] == [
+        (True, 1, 1999),
+        (False, 2000, 2000),
+        (True, 2001, 3000),
+        (True, 3001, 4320),  # after a stop of 50 rounds' length: a gap of 10 px
+    ]
+    assert all(w >= 1.0 for _, w, _, _ in spans)
+
+
+def test_ticks():
+    assert _ticks(200) == [60, 120, 180]
+    assert _ticks(72 * 3600) == [k * 12 * 3600 for k in range(1, 7)]
+    assert len(_ticks(400 * 86400)) <= 8
+
+
+def test_every_node_its_own_timeline_row():
+    node = {
+        "verdict": "rejected",
+        "stage_reached": "soak",
+        "failed_stage": "soak",
+        "reason": "drifted",
+        "timeline": [
+            {
+                "stage": "sanity",
+                "attempt": 1,
+                "outcome": "passed",
+                "start": T0.isoformat(),
+                "end": (T0 + timedelta(seconds=30)).isoformat(),
+            },
+            {
+                "stage": "soak",
+                "attempt": 1,
+                "outcome": "held_out",
+                "start": (T0 + timedelta(seconds=30)).isoformat(),
+                "end": (T0 + timedelta(seconds=400)).isoformat(),
+            },
+        ],
+    }
+    summary = {
+        "campaign": {"file": "c.yaml", "digest": "0" * 64, "description": ""},
+        "started": T0.isoformat(),
+        "updated": T0.isoformat(),
+        "finished": True,
+        "nodes": {"n<1>": node, "n2": {**node, "verdict": "accepted"}},
+    }
+    rounds = _rounds(6, 60, failed=(3,))
+    page = campaign_html(summary, {"soak": {"nodes": {}, "rounds": {"n<1>": rounds}}}, T0.timestamp())
+    assert (
+        page.count('class="node-timeline"') == 2 and 'data-host="n&lt;1&gt;"' in page and "n<1>" not in page
+    )
+    assert page.count('class="round"') == 6 and "soak round 3: failed" in page
+    assert page.count('class="attempt"') == 4  # n2's soak has no rounds: its attempt is a bar of its own
