@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from sb_fleet.analysis.fleet_results import load_fleet
-from sb_fleet.analysis.soak import Measurement, SoakCriteria, SoakRound, judge_soak
+from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, judge_soak
 from sb_fleet.campaign.acceptance_record import write_records
 from sb_fleet.campaign.campaign_state import (
     STATE_NAME,
@@ -470,22 +470,12 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
 
     wf.health_check(_options(ctx, closing, hosts, ctx.config_path, True))
     _stopped(closing)
-    rounds = _soak_rounds(ctx, stage, hosts, closing)
-    judged = judge_soak(rounds, SoakCriteria.from_stage(stage))
-    atomic_write_json(
-        ctx.dir / f"soak-{stage.name}.json",
-        {
-            "schema_version": 1,
-            "stage": stage.name,
-            "nodes": {h: n.to_dict() for h, n in judged.items()},
-            "rounds": {h: [_round_json(r) for r in rs] for h, rs in rounds.items()},
-        },
-    )
-    evidence = [r.run_dir for r in st.soak_rounds.get(stage.name, [])] + [
-        _rel(ctx, closing),
-        f"soak-{stage.name}.json",
-    ]
-    outcomes = {h: soak_outcome(n, evidence) for h, n in judged.items()}
+    judged = soak_judgement(ctx.dir, st, stage, hosts, closing)
+    round_dirs = {r.index: r.run_dir for r in st.soak_rounds.get(stage.name, [])}
+    outcomes = {
+        h: soak_outcome(n, soak_evidence(n, round_dirs, f"soak-{stage.name}.json", _rel(ctx, closing)))
+        for h, n in judged.items()
+    }
     decision = gate_stage(stage, hosts, outcomes)
     st.apply(decision, _now())
     st.finish_stage(stage.name, _now())
@@ -494,13 +484,46 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
         _say(ctx.opts, f"soak {stage.name}: {h} failed: {why}")
 
 
-def _soak_rounds(ctx: _Ctx, stage: Stage, hosts: Sequence[str], closing: Path) -> dict[str, list[SoakRound]]:
+MAX_EVIDENCE_ROUNDS = 20
+
+
+def soak_evidence(node: NodeSoak, round_dirs: Mapping[int, str], judgement: str, closing: str) -> list[str]:
+    """A node's soak evidence: the judgement (every round's figures and counters, and where each round's run
+    directory is), the closing check, and the run directories of the rounds its failing findings name (the
+    first :data:`MAX_EVIDENCE_ROUNDS`): a 72-hour soak of 1-minute rounds is 4,320 of them."""
+    rounds = sorted({i for f in node.failures for i in f.rounds if i in round_dirs})
+    return [judgement, closing] + [round_dirs[i] for i in rounds[:MAX_EVIDENCE_ROUNDS]]
+
+
+def soak_judgement(
+    directory: Path, state: CampaignState, stage: Stage, hosts: Sequence[str], closing: Path
+) -> dict[str, NodeSoak]:
+    """The soak's judgement: every node's rounds read back from the rounds' run directories, judged
+    together (:func:`sb_fleet.analysis.soak.judge_soak`) and written with them to ``soak-<stage>.json``."""
+    rounds = soak_rounds(directory, state, stage, hosts, closing)
+    judged = judge_soak(rounds, SoakCriteria.from_stage(stage))
+    atomic_write_json(
+        Path(directory) / f"soak-{stage.name}.json",
+        {
+            "schema_version": 1,
+            "stage": stage.name,
+            "round_dirs": {str(r.index): r.run_dir for r in state.soak_rounds.get(stage.name, [])},
+            "nodes": {h: n.to_dict() for h, n in judged.items()},
+            "rounds": {h: [_round_json(r) for r in rs] for h, rs in rounds.items()},
+        },
+    )
+    return judged
+
+
+def soak_rounds(
+    directory: Path, state: CampaignState, stage: Stage, hosts: Sequence[str], closing: Path
+) -> dict[str, list[SoakRound]]:
     """Every node's rounds read back from the rounds' run directories (report, figures with their measured
     noise, the health document that opened the round), the closing check's counters on the last."""
-    records = ctx.state.soak_rounds.get(stage.name, [])
+    records = state.soak_rounds.get(stage.name, [])
     out: dict[str, list[SoakRound]] = {h: [] for h in hosts}
     for k, rec in enumerate(records):
-        rd = ctx.dir / rec.run_dir
+        rd = Path(directory) / rec.run_dir
         rows, values, noise = _report_rows(rd)
         last = k == len(records) - 1
         for h in rec.hosts:

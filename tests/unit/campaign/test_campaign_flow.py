@@ -268,3 +268,31 @@ def test_records_say_verdict_stage_criteria_evidence_and_versions(campaign, tmp_
 def test_a_record_before_the_end_says_in_progress(campaign):
     state = CampaignState.new(campaign, HOSTS, T0)
     assert node_record("h1", state, campaign, "x")["verdict"] == "in_progress"
+
+
+def test_a_soaks_rounds_store_their_nodes_once(campaign, tmp_path):
+    """Every round of a soak runs on the same nodes: the state file names them once, not once a round, and
+    reads back equal; a round on other nodes names its own."""
+    d = tmp_path / "camp"
+    hosts = [f"node{i:04d}" for i in range(1000)]
+    state = CampaignState.new(campaign, hosts, T0)
+    for i in range(1, 101):
+        state.record_round("soak", RoundRecord(i, "a", "b", f"runs/soak-round-{i:02d}", list(hosts)), T0)
+    state.record_round("soak", RoundRecord(101, "a", "b", "runs/soak-round-101", hosts[:10]), T0)
+    save_state(d, state)
+    rows = json.loads((d / STATE_NAME).read_text())["soak_rounds"]["soak"]
+    assert [("hosts" in r, r.get("same_hosts", False)) for r in rows] == [(True, False)] + [
+        (False, True)
+    ] * 99 + [(True, False)]
+    assert (d / STATE_NAME).stat().st_size < 400_000  # 101 rounds of 1,000 nodes: 1.4 MB naming them each round
+    resumed = load_state(d, campaign.digest)
+    assert resumed == state and resumed.soak_rounds["soak"][50].hosts == hosts
+    assert resumed.soak_rounds["soak"][100].hosts == hosts[:10]
+    rows[0]["same_hosts"], rows[0]["hosts"] = True, None
+    del rows[0]["hosts"]
+    doc = json.loads((d / STATE_NAME).read_text())
+    doc["soak_rounds"]["soak"] = rows
+    (d / STATE_NAME).write_text(json.dumps(doc))
+    (d / PREVIOUS_NAME).unlink(missing_ok=True)
+    with pytest.raises(RunDirError, match="first round says same_hosts"):
+        load_state(d, campaign.digest)
