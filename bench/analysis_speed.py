@@ -18,6 +18,7 @@ trees' runs alternate on the same fleet. Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -62,11 +63,17 @@ def run_once(tree: Path, src: Path, inv: Path, out: Path) -> tuple[float, float,
 
 def stages(src: Path, inv: Path, out: Path) -> dict[str, float]:
     """In this process (a fresh one): the seconds of the report's analysis and of each output, rendered
-    and written as ``sb-fleet report`` does (figures_of and the plots' start are the html's share)."""
+    and written as ``sb-fleet report`` does (figures_of and the plots' start are the html's share).
+
+    Where the tree renders metrics.prom's benchmark families in a child beside the analysis
+    (sb_fleet/report/writers/prom_early.py), ``prom`` is what this process still spends on the file (the
+    other families, the wait for the child, the append and fsync) and ``prom_beside`` the child's share,
+    timed again here afterwards (it is not in the total: it runs on the other core)."""
     import datetime as dt
 
     t0 = time.perf_counter()
     from sb_fleet.analysis.figures.measured import figures_of
+    from sb_fleet.analysis.fleet_results import load_fleet
     from sb_fleet.report.analyse import report
     from sb_fleet.report.writers import figures_html, plot_worker, quarantine
     from sb_fleet.report.writers import report_html as html
@@ -75,6 +82,15 @@ def stages(src: Path, inv: Path, out: Path) -> dict[str, float]:
     from sb_fleet.report.writers import report_markdown as markdown
     from sb_fleet.report.writers import report_prometheus as prom
     from sb_fleet.safe_files import atomic_write_bytes
+
+    try:
+        from sb_fleet.report.writers import prom_early
+    except ImportError:  # a tree from before it
+        prom_early = None
+    try:
+        from sb_fleet.gc_pause import collector_paused
+    except ImportError:  # a tree from before it
+        collector_paused = contextlib.nullcontext
 
     out.mkdir(parents=True, exist_ok=True)
     took: dict[str, float] = {"imports": time.perf_counter() - t0}
@@ -86,9 +102,18 @@ def stages(src: Path, inv: Path, out: Path) -> dict[str, float]:
         atomic_write_bytes(out / name, data, mode=0o644)
         took[key] = took.get(key, 0.0) + time.perf_counter() - t
 
-    with plot_worker.started(src):
+    settings = prom.PromSettings()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(collector_paused())  # as sb-fleet report does, where the tree has it
+        stack.enter_context(plot_worker.started(src))
         t = time.perf_counter()
-        result = report(src, inventory=inv)
+        fleet = load_fleet(src)
+        part = None
+        if prom_early is not None:
+            part = stack.enter_context(prom_early.started(fleet, settings, out / "metrics.prom"))
+            result = report(src, inventory=inv, loaded=fleet)
+        else:
+            result = report(src, inventory=inv)
         took["analysis"] = time.perf_counter() - t
         t = time.perf_counter()
         figs = figures_of(result.fleet)
@@ -97,13 +122,24 @@ def stages(src: Path, inv: Path, out: Path) -> dict[str, float]:
         t = time.perf_counter()
         doc = json_report.build(result, figs)
         took["json"] = time.perf_counter() - t
+        generated = dt.datetime.fromisoformat(doc["generated"])
+        if part is not None:
+            t = time.perf_counter()
+            rest = prom.series(result, settings, prom.identity(result, generated), benchmarks=False)
+            if not part.finish(rest.render(settings.openmetrics)):
+                raise SystemExit("the benchmark families' child did not answer")
+            took["prom"] = time.perf_counter() - t
         timed("json", "report.json", lambda: json_report.dumps(doc))
         timed("md", "report.md", lambda: markdown.render(result, figs).encode())
         timed("html", "report.html", lambda: html.render(result, doc, figs, plots).encode())
         timed("junit", "junit.xml", lambda: junit.render(result).encode())
         timed("quarantine", "quarantine.txt", lambda: quarantine.render(result).encode())
-        generated = dt.datetime.fromisoformat(doc["generated"])
-        timed("prom", "metrics.prom", lambda: prom.render(result, prom.PromSettings(), generated))
+        if part is None:
+            timed("prom", "metrics.prom", lambda: prom.render(result, settings, generated))
+        else:
+            t = time.perf_counter()
+            prom.benchmark_series(result.fleet, settings).render(settings.openmetrics, end=False)
+            took["prom_beside"] = time.perf_counter() - t
     return took
 
 
@@ -178,15 +214,19 @@ def main() -> None:
             f"{name:>6} {n:>7} {m:>8} {size_mb:>9.1f} {wall:>8.2f} {cpu:>7.2f} {peak:>12.0f} "
             f"{cpu / n * 1e6:>12.0f} {out_mb:>11.1f}"
         )
-    print("\nstages, one run in a fresh process (s; share of their total; the plots' helper beside them):")
+    print(
+        "\nstages, one run in a fresh process (s; share of their total; the plots' helper beside them;"
+        " beside: metrics.prom's benchmark families, rendered by a child during the analysis, not in the total):"
+    )
     keys = ("imports", "analysis", *OUTPUTS)
-    print(f"{'tree':>6} {'hosts':>7} " + " ".join(f"{k:>14}" for k in keys) + f" {'total':>7}")
+    print(f"{'tree':>6} {'hosts':>7} " + " ".join(f"{k:>14}" for k in keys) + f" {'total':>7} {'beside':>7}")
     for (name, n), took in parts.items():
         if took is None:
             continue
         total = sum(took.get(k, 0.0) for k in keys)
         cells = " ".join(f"{took.get(k, 0.0):>6.3f} {100 * took.get(k, 0.0) / total:>5.1f}%" for k in keys)
-        print(f"{name:>6} {n:>7} {cells} {total:>7.2f}")
+        beside = f"{took['prom_beside']:>7.3f}" if "prom_beside" in took else f"{'-':>7}"
+        print(f"{name:>6} {n:>7} {cells} {total:>7.2f} {beside}")
     this = [r for r in rows if r[0] == "this"]
     if len(this) >= 2:
         first, last = this[0], this[-1]

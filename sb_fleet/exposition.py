@@ -374,7 +374,7 @@ class Series:
         # A family's samples: one by one (name -> labels -> points), or one table (never both).
         self._samples: dict[str, dict[tuple[str, ...], list[tuple[float, float | None]]]] = {}
         self._tables: dict[str, _Table] = {}
-        self._rendered: dict[bool, bytes] = {}  # format -> text, until the next change
+        self._rendered: dict[tuple[bool, bool], bytes] = {}  # (format, # EOF) -> text, until the next change
         # Label values given to add_table, made safe; whether a safe list repeats a value (by identity).
         self._made_safe: dict[int, tuple[Sequence[object], list[str]]] = {}
         self._no_repeats: dict[int, tuple[list[str], bool]] = {}
@@ -605,7 +605,7 @@ class Series:
                     g.add_metric(list(key), v, timestamp=t)
             yield g
 
-    def _text(self, openmetrics: bool) -> Iterator[bytes]:
+    def _text(self, openmetrics: bool, end: bool = True) -> Iterator[bytes]:
         esc = _Escaper()
         for name, fam in self._families.items():
             table = self._tables.get(name)
@@ -631,15 +631,17 @@ class Series:
                     lines.append(f"\n{name}{labels} {go_float(v)}{ts}")
             yield "".join(lines).encode()
             yield b"\n"
-        if openmetrics:
+        if openmetrics and end:
             yield b"# EOF\n"
 
-    def render(self, openmetrics: bool = False) -> bytes:
+    def render(self, openmetrics: bool = False, end: bool = True) -> bytes:
         """The text format (0.0.4), or OpenMetrics 1.0 (ends with ``# EOF``), byte for byte as
         ``prometheus_client`` writes :meth:`collect`, but from the tables: each host's and metric's label
         values escaped once, not each sample's. Made once per format (the run's file, its textfile copy and
-        the push share it)."""
+        the push share it). ``end=False``: OpenMetrics without its ``# EOF`` (families that another series'
+        text follows in the same exposition)."""
         self._settle()
-        if openmetrics not in self._rendered:
-            self._rendered[openmetrics] = b"".join(self._text(openmetrics))
-        return self._rendered[openmetrics]
+        key = (openmetrics, end or not openmetrics)
+        if key not in self._rendered:
+            self._rendered[key] = b"".join(self._text(openmetrics, end))
+        return self._rendered[key]

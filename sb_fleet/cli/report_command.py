@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,10 +104,11 @@ def _report(
     Writes report.json, report.md, report.html, junit.xml, quarantine.txt and metrics.prom (Prometheus;
     --textfile-dir, --pushgateway: also there). Exit code 0: the gate passed; 1: it failed; 2: bad input.
     """
+    from sb_fleet.analysis.fleet_results import load_fleet
     from sb_fleet.fleet.prometheus_outputs import check_textfile_dir, write_and_expose
     from sb_fleet.gc_pause import collector_paused
     from sb_fleet.report.analyse import report
-    from sb_fleet.report.writers import plot_worker
+    from sb_fleet.report.writers import plot_worker, prom_early
 
     if (superbench_output or output_all) and rules is None:
         raise UsageError(
@@ -125,8 +127,16 @@ def _report(
 
     out_dir = out if out is not None else _default_out(source)
     rec = _recorded_reruns(source)  # a validate run: judged with the re-runs validate made, as it was
-    # A large run: matplotlib is imported beside the analysis, which makes no reference cycles.
-    with collector_paused(), plot_worker.started(source):
+    # A large run: matplotlib is imported beside the analysis, which makes no reference cycles, and
+    # metrics.prom's benchmark families are rendered beside it too (unless the series go elsewhere as well).
+    publishing = bool(outputs.textfile_dir or outputs.pushgateway)
+    with collector_paused(), plot_worker.started(source), contextlib.ExitStack() as stack:
+        fleet = load_fleet(source)
+        early = (
+            None
+            if publishing
+            else stack.enter_context(prom_early.started(fleet, outputs.settings, out_dir / "metrics.prom"))
+        )
         result = report(
             source,
             inventory=inventory,
@@ -138,10 +148,11 @@ def _report(
             split_checks=rec.split_checks if rec else None,
             unconfirmed=rec.unconfirmed if rec else (),
             reruns=_rerun_values(source) if rec else None,
+            loaded=fleet,
         )
         if rec is not None and rec.document is not None:
             result.confirmation = rec.document
-        paths, prom_warnings = write_and_expose(result, out_dir, outputs)
+        paths, prom_warnings = write_and_expose(result, out_dir, outputs, early)
     for w in prom_warnings:  # never the verdict's business: said, whatever --quiet says, and the exit stands
         click.secho(f"WARNING: {w}", fg="yellow", err=True)
     for rule, patterns in result.rules_unmatched.items():

@@ -36,6 +36,7 @@ from sb_fleet.safe_files import atomic_write_bytes, safe_name
 
 if TYPE_CHECKING:
     from sb_fleet.report.report_result import ReportResult
+    from sb_fleet.report.writers.prom_early import BenchmarkPart
 
 JOB = "sb-fleet"
 PUSH_TIMEOUT_S = 30.0
@@ -210,19 +211,23 @@ def publish(series: Series, outputs: PromOutputs, hosts: Sequence[str]) -> list[
 
 
 def write_and_expose(
-    result: ReportResult, out_dir: Path, outputs: PromOutputs
+    result: ReportResult, out_dir: Path, outputs: PromOutputs, early: BenchmarkPart | None = None
 ) -> tuple[list[Path], list[str]]:
     """The report files (metrics.prom among them) written into ``out_dir``, then the same series sent
     where ``outputs`` says; the paths written and the warnings. The run's identity (a digest of a results
-    file, ~0.2 s for a 10,000-host one) is worked out in a thread beside the other report files."""
+    file, ~0.2 s for a 10,000-host one) is worked out in a thread beside the other report files.
+    ``early``: metrics.prom's benchmark families being rendered by a child already
+    (:mod:`sb_fleet.report.writers.prom_early`), used when the series go nowhere else."""
     import datetime as dt
     from concurrent.futures import ThreadPoolExecutor
 
     from sb_fleet.report.analyse import write_reports
     from sb_fleet.report.writers.report_prometheus import identity, series
 
+    if outputs.textfile_dir or outputs.pushgateway:
+        early = None  # the series published are the whole series
     with ThreadPoolExecutor(1, thread_name_prefix="run-identity") as pool:
         run = pool.submit(identity, result, dt.datetime.now(dt.timezone.utc))
-        made = series(result, outputs.settings, run.result)
-        paths = write_reports(result, out_dir, outputs.settings, made)
+        made = series(result, outputs.settings, run.result, benchmarks=early is None)
+        paths = write_reports(result, out_dir, outputs.settings, made, early)
     return paths, publish(made, outputs, [h.name for h in result.hosts])

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sb_fleet.analysis.superbench.rules import Diagnosis, RuleSummary
     from sb_fleet.exposition import Series
     from sb_fleet.history.confirm import Confirmation
+    from sb_fleet.report.writers.prom_early import BenchmarkPart
     from sb_fleet.report.writers.report_prometheus import PromSettings
 
 REPORT_SCHEMA_VERSION = 1
@@ -68,6 +69,7 @@ def report(
     split_checks: Mapping[str, tuple[bool, str]] | None = None,
     unconfirmed: Collection[str] = (),
     reruns: Mapping[str, Mapping[str, float]] | None = None,
+    loaded: Fleet | None = None,
 ) -> ReportResult:
     """Judge every host of a run directory or results-summary.jsonl (and with ``history``, against
     each host's own past; the run is recorded there). ``split_checks``: validate's re-run of the
@@ -75,10 +77,11 @@ def report(
     that did not show again is reported and does not fail the gate, nor does anything found inside a
     split that did not show again. ``unconfirmed``: hosts validate's bound left out of its confirmation
     run; one that fails on fleet statistics alone is ``unconfirmed``, not failed. ``reruns``: validate's
-    re-run values (host -> metric -> value), drawn beside the first ones."""
+    re-run values (host -> metric -> value), drawn beside the first ones. ``loaded``: ``source`` loaded
+    already (:func:`load_fleet`), by a caller that starts work on the results before they are judged."""
     t0 = time.perf_counter()
     gates = gates or Gates()
-    fleet = load_fleet(Path(source))
+    fleet = loaded if loaded is not None else load_fleet(Path(source))
     warnings: list[str] = []
 
     expected: list[HostInfo] = list(fleet.expected_hosts)
@@ -562,9 +565,10 @@ def write_reports(
     out_dir: Path | str,
     prometheus: PromSettings | None = None,
     metrics: Series | None = None,
+    early: BenchmarkPart | None = None,
 ) -> list[Path]:
     """Write report.json, report.md, report.html, junit.xml, quarantine.txt and metrics.prom into
-    ``out_dir`` (``prometheus``, ``metrics``: as :func:`sb_fleet.report.writers.write_all`)."""
+    ``out_dir`` (``prometheus``, ``metrics``, ``early``: as :func:`sb_fleet.report.writers.write_all`)."""
     from sb_fleet.report.writers import write_all
 
-    return write_all(result, Path(out_dir), prometheus, metrics)
+    return write_all(result, Path(out_dir), prometheus, metrics, early)

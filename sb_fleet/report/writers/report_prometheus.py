@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from sb_fleet.history.record import run_meta
 from sb_fleet.report.writers.report_json import top_finding
 
 if TYPE_CHECKING:
+    from sb_fleet.analysis.fleet_results import Fleet
     from sb_fleet.report.report_result import ReportResult
 
 FILE = "metrics.prom"
@@ -226,10 +227,43 @@ def _table(columns: list[np.ndarray], n: int) -> np.ndarray:
     return np.column_stack(columns) if columns else np.empty((n, 0))
 
 
-def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> dict[str, int]:
+def _metric_groups(f: Fleet) -> tuple[dict[tuple[str, str], list[int]], dict[str, list[int]]]:
+    """The results' columns by (benchmark, metric) (a metric's ranks) and by benchmark (its return codes)."""
+    groups: dict[tuple[str, str], list[int]] = {}  # (benchmark, metric) -> columns (ranks)
+    codes: dict[str, list[int]] = {}  # benchmark -> its return-code columns
+    for c, col in enumerate(f.columns):
+        mn = parse_metric(col)
+        if mn.is_return_code:
+            codes.setdefault(mn.group, []).append(c)
+        else:
+            groups.setdefault((mn.group, mn.base), []).append(c)
+    return groups, codes
+
+
+def _left_out(groups: Sized, codes: Sized) -> dict[str, int]:
+    return {
+        "metrics": max(0, len(groups) - MAX_METRICS),
+        "benchmarks": max(0, len(codes) - MAX_BENCHMARKS),
+    }
+
+
+def benchmark_names_left_out(f: Fleet) -> dict[str, int]:
+    """How many metric and benchmark names of the results the benchmark families leave out (their bounds)."""
+    return _left_out(*_metric_groups(f))
+
+
+def benchmark_series(f: Fleet, settings: PromSettings) -> Series:
+    """The benchmark families alone (each metric's values, each benchmark's return codes): they need the
+    results, not the judgement, so a large report renders them beside its analysis
+    (:mod:`sb_fleet.report.writers.prom_early`), and :func:`series` then leaves them out."""
+    s = Series()
+    _benchmarks(s, settings.fleet, f, settings.per_rank)
+    return s
+
+
+def _benchmarks(s: Series, fleet: str, f: Fleet, per_rank: bool) -> dict[str, int]:
     """The benchmark series, a table per family (hosts x metrics, in the report's order); how many metric
     and benchmark names were left out (beyond the bounds)."""
-    f = result.fleet
     labels = ("fleet", "host", "benchmark", "metric", *(("rank",) if per_rank else ()))
     declared: set[str] = set()
 
@@ -259,18 +293,8 @@ def _benchmarks(s: Series, fleet: str, result: ReportResult, per_rank: bool) -> 
         "A benchmark's return code on the host (the worst of its ranks; 0: it ran).",
         ("fleet", "host", "benchmark"),
     )
-    groups: dict[tuple[str, str], list[int]] = {}  # (benchmark, metric) -> columns (ranks)
-    codes: dict[str, list[int]] = {}  # benchmark -> its return-code columns
-    for c, col in enumerate(f.columns):
-        mn = parse_metric(col)
-        if mn.is_return_code:
-            codes.setdefault(mn.group, []).append(c)
-        else:
-            groups.setdefault((mn.group, mn.base), []).append(c)
-    left = {
-        "metrics": max(0, len(groups) - MAX_METRICS),
-        "benchmarks": max(0, len(codes) - MAX_BENCHMARKS),
-    }
+    groups, codes = _metric_groups(f)
+    left = _left_out(groups, codes)
     codes = dict(list(codes.items())[:MAX_BENCHMARKS])
     values = np.asarray(f.values, dtype=float)
     n = values.shape[0]
@@ -327,12 +351,14 @@ def series(
     settings: PromSettings,
     run: RunIdentity | Callable[[], RunIdentity],
     streaks: Mapping[str, int] | None = None,
+    benchmarks: bool = True,
 ) -> Series:
     """Every series of the run. ``streaks`` (host -> runs in a row the gate counted it failing) defaults to
     what the run's history view says, when it has one. The per-host series are tables (hosts x verdicts,
     hosts x metrics): each host's and metric's label values made safe and escaped once. ``run`` may be a
     function that waits for the run's identity (worked out beside the rest): it is asked when the series
-    are first read."""
+    are first read. ``benchmarks=False``: without the benchmark families (:func:`benchmark_series` has
+    them)."""
     fleet = settings.fleet
     s = Series()
     _declare_run(s)
@@ -385,7 +411,10 @@ def series(
     if streaks is not None:
         runs = np.array([float(streaks.get(h.name, 0)) for h in hosts]).reshape(n, 1)
         s.add_table("sb_fleet_host_gate_failed_runs_in_a_row", runs, rows, None, fixed)
-    left = _benchmarks(s, fleet, result, settings.per_rank)
+    if benchmarks:
+        left = _benchmarks(s, fleet, result.fleet, settings.per_rank)
+    else:
+        left = benchmark_names_left_out(result.fleet)
     left["health_checks"] = _health(s, fleet, result.health) if result.health is not None else 0
     for kind, k in left.items():
         s.add("sb_fleet_exposition_left_out", {"fleet": fleet, "kind": kind}, k)
