@@ -60,14 +60,18 @@ def test_two_processes_write_the_file_one_writes(run, tmp_path, monkeypatch, ope
     assert lines(got) == lines(want) and len(got.splitlines()) == len(want.splitlines())
     names = [ln.split()[2] for ln in got.decode().splitlines() if ln.startswith("# TYPE ")]
     assert len(names) == len(set(names)) and "sb_fleet_benchmark_value" in names  # each family whole, once
-    assert names.index("sb_fleet_benchmark_return_code") < names.index("sb_fleet_run_info")  # the child's first
+    assert names.index("sb_fleet_benchmark_return_code") < names.index(
+        "sb_fleet_run_info"
+    )  # the child's first
     if openmetrics:
         assert got.endswith(b"\n# EOF\n") and got.count(b"# EOF") == 1
         families = list(om_families(got.decode()))
     else:
         families = list(text_string_to_metric_families(got.decode()))
         promtool_check(got)
-    assert sum(len(f.samples) for f in families) == sum(1 for ln in got.splitlines() if not ln.startswith(b"#"))
+    assert sum(len(f.samples) for f in families) == sum(
+        1 for ln in got.splitlines() if not ln.startswith(b"#")
+    )
     assert [p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".")] == []
     assert oct((tmp_path / "out" / "metrics.prom").stat().st_mode & 0o777) == oct(0o644)
 
@@ -95,10 +99,13 @@ def test_a_child_that_fails_leaves_the_file_written_here(run, tmp_path, monkeypa
 def test_leaving_early_kills_the_child_and_leaves_nothing(run, tmp_path, monkeypatch):
     monkeypatch.setattr(prom_early, "LARGE_CELLS", 1)
     out = tmp_path / "deep" / "out"
-    with pytest.raises(KeyboardInterrupt):
-        with prom_early.started(load_fleet(run), prom.PromSettings(), out / "metrics.prom") as part:
-            assert part is not None and part.tmp.parent == out
-            raise KeyboardInterrupt
+    fleet = load_fleet(run)
+    with (
+        pytest.raises(KeyboardInterrupt),
+        prom_early.started(fleet, prom.PromSettings(), out / "metrics.prom") as part,
+    ):
+        assert part is not None and part.tmp.parent == out
+        raise KeyboardInterrupt
     assert not (tmp_path / "deep").exists()  # the directories it made, empty, are gone
     with pytest.raises(ChildProcessError):
         os.waitpid(part.pid, os.WNOHANG)  # reaped
