@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -32,8 +31,7 @@ from typing import Any
 
 import yaml
 
-from sb_fleet.analysis.fleet_results import load_fleet
-from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, judge_soak
+from sb_fleet.analysis.soak import NodeSoak, SoakCriteria
 from sb_fleet.campaign.acceptance_record import write_records
 from sb_fleet.campaign.campaign_state import (
     STATE_NAME,
@@ -45,15 +43,14 @@ from sb_fleet.campaign.campaign_state import (
     save_state,
 )
 from sb_fleet.campaign.gating import StageOutcome, entrants, gate_stage, soak_outcome
+from sb_fleet.campaign.soak_series import judge_series, read_series, round_rows, series_json
 from sb_fleet.campaign.stage_judgement import (
     StageConfigError,
     bench_outcome,
     combined,
-    health_counters,
     is_infra,
     sanity_outcome,
     stage_config,
-    throttled_windows,
 )
 from sb_fleet.config.campaign_spec import Campaign, CampaignError, Stage, check_benchmarks, load_campaign
 from sb_fleet.config.slurm_inventory import is_slurm_source
@@ -291,36 +288,6 @@ def _validate(
     _stopped(run_dir)
 
 
-def _report_rows(
-    run_dir: Path,
-) -> tuple[dict[str, Mapping[str, Any]], dict[str, dict[str, float]], dict[tuple[str, str], float]]:
-    """Of a validate run, read once: report.json's host rows, each host's figures (column -> value) and
-    (host, column) -> the figure's own measured relative noise, where the run measured it."""
-    doc = _read_json(run_dir / "report.json") or {}
-    rows = {str(h.get("name")): h for h in doc.get("hosts") or [] if isinstance(h, Mapping)}
-    values: dict[str, dict[str, float]] = {}
-    noise: dict[tuple[str, str], float] = {}
-    try:
-        fleet = load_fleet(run_dir)
-    except SbFleetError:
-        return rows, values, noise
-    for i, h in enumerate(fleet.hosts):
-        values[h] = {
-            c: float(fleet.values[i, j])
-            for j, c in enumerate(fleet.columns)
-            if math.isfinite(fleet.values[i, j])
-        }
-        if fleet.noise is not None:
-            noise.update(
-                {
-                    (h, c): float(fleet.noise[i, j])
-                    for j, c in enumerate(fleet.columns)
-                    if math.isfinite(fleet.noise[i, j])
-                }
-            )
-    return rows, values, noise
-
-
 def _run_sanity(ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str]) -> dict[str, StageOutcome]:
     from sb_fleet.fleet import workflow as wf
 
@@ -353,7 +320,7 @@ def _run_bench(ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str]) -> 
             f"stage {stage.name}{' ' + pattern if pattern else ''}: {len(hosts)} node(s), {_rel(ctx, rd)}",
         )
         _validate(ctx, stage, rd, hosts, pattern, health=False)
-        rows, values, _ = _report_rows(rd)
+        rows, values, _ = round_rows(rd)
         rel = _rel(ctx, rd)
         for h in hosts:
             parts[h].append(
@@ -498,71 +465,24 @@ def soak_evidence(node: NodeSoak, round_dirs: Mapping[int, str], judgement: str,
 def soak_judgement(
     directory: Path, state: CampaignState, stage: Stage, hosts: Sequence[str], closing: Path
 ) -> dict[str, NodeSoak]:
-    """The soak's judgement: every node's rounds read back from the rounds' run directories, judged
-    together (:func:`sb_fleet.analysis.soak.judge_soak`) and written with them to ``soak-<stage>.json``."""
-    rounds = soak_rounds(directory, state, stage, hosts, closing)
-    judged = judge_soak(rounds, SoakCriteria.from_stage(stage))
+    """The soak's judgement: every node's rounds read back from the rounds' run directories
+    (:mod:`sb_fleet.campaign.soak_series`: each directory once, kept in columns), judged node by node, and
+    written with them to ``soak-<stage>.json``."""
+    records = state.soak_rounds.get(stage.name, [])
+    series = read_series(directory, records, stage, hosts, closing)
+    judged = dict(judge_series(series, records, SoakCriteria.from_stage(stage)))
     atomic_write_json(
         Path(directory) / f"soak-{stage.name}.json",
         {
-            "schema_version": 1,
+            "schema_version": 2,
             "stage": stage.name,
-            "round_dirs": {str(r.index): r.run_dir for r in state.soak_rounds.get(stage.name, [])},
+            "round_dirs": {str(r.index): r.run_dir for r in records},
+            "round_times": {str(r.index): [r.start, r.end] for r in records},
             "nodes": {h: n.to_dict() for h, n in judged.items()},
-            "rounds": {h: [_round_json(r) for r in rs] for h, rs in rounds.items()},
+            "rounds": {h: series_json(s, records) for h, s in series.items()},
         },
     )
     return judged
-
-
-def soak_rounds(
-    directory: Path, state: CampaignState, stage: Stage, hosts: Sequence[str], closing: Path
-) -> dict[str, list[SoakRound]]:
-    """Every node's rounds read back from the rounds' run directories (report, figures with their measured
-    noise, the health document that opened the round), the closing check's counters on the last."""
-    records = state.soak_rounds.get(stage.name, [])
-    out: dict[str, list[SoakRound]] = {h: [] for h in hosts}
-    for k, rec in enumerate(records):
-        rd = Path(directory) / rec.run_dir
-        rows, values, noise = _report_rows(rd)
-        last = k == len(records) - 1
-        for h in rec.hosts:
-            if h not in out:
-                continue
-            judged = bench_outcome(h, stage, rows.get(h), values.get(h, {}), label=f"round {rec.index}")
-            doc = _read_json(rd / "health" / f"{h}.json")
-            end_doc = _read_json(closing / "health" / f"{h}.json") if last else None
-            vals = values.get(h, {})
-            out[h].append(
-                SoakRound(
-                    index=rec.index,
-                    start=datetime.fromisoformat(rec.start),
-                    end=datetime.fromisoformat(rec.end),
-                    ok=judged.passed,
-                    reason=judged.reason,
-                    metrics={c: Measurement(v, noise.get((h, c))) for c, v in vals.items()},
-                    counters=health_counters(end_doc) if isinstance(end_doc, Mapping) else {},
-                    counters_start=health_counters(doc) if isinstance(doc, Mapping) else None,
-                    throttled_windows=throttled_windows(doc if isinstance(doc, Mapping) else None, vals),
-                    run_dir=rec.run_dir,
-                )
-            )
-    return out
-
-
-def _round_json(r: SoakRound) -> dict[str, Any]:
-    """One node's round as the report plots it: its figures and counters per round."""
-    return {
-        "index": r.index,
-        "start": iso(r.start),
-        "end": iso(r.end),
-        "ok": r.ok,
-        "reason": r.reason,
-        "metrics": {c: m.value if isinstance(m, Measurement) else m for c, m in r.metrics.items()},
-        "counters_start": dict(r.counters_start or {}),
-        "counters": dict(r.counters),
-        "throttled_windows": r.throttled_windows,
-    }
 
 
 # -- the campaign

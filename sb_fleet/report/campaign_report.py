@@ -49,7 +49,8 @@ def _soaks(directory: Path, campaign: Campaign) -> dict[str, Mapping[str, Any]]:
         except (OSError, ValueError):
             continue
         if isinstance(doc, dict):
-            out[st.name] = doc
+            # the rounds in columns since schema 2; an older file's are not drawn
+            out[st.name] = doc if doc.get("schema_version") == 2 else {**doc, "rounds": {}, "round_times": {}}
     return out
 
 
@@ -184,7 +185,6 @@ def _timeline_svg(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
     nodes = list(summary["nodes"].items())
     height = row_h * len(nodes) + 34
     scale = (width - label_w - 10) / (t1 - t0)
-    soak_rounds = {name: doc.get("rounds") or {} for name, doc in soaks.items()}
     axis_y = height - 22
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
@@ -212,7 +212,7 @@ def _timeline_svg(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
             w = max((b - a) * scale, 2)
             fill = COLOURS.get(t["outcome"], "#777")
             tip = f"{t['stage']} attempt {t['attempt']}: {t['outcome']} ({t['start']} - {t['end'] or 'running'})"
-            rounds = (soak_rounds.get(t["stage"]) or {}).get(host)
+            rounds = round_list(soaks[t["stage"]], host) if t["stage"] in soaks else []
             if rounds:
                 out.append(
                     f'<rect class="attempt" x="{x:.1f}" y="{y + row_h - 8}" width="{w:.1f}" height="4" '
@@ -243,23 +243,66 @@ def _timeline_svg(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
     return "".join(out)
 
 
-def _series(rounds: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
-    """Per figure and per counter, its (round, value) points: a counter's start reading at round - 0.5
-    and its end reading at the round, so growth inside a round shows; counters that stay 0 the whole
-    soak are left out (a healthy node's dozens of flat lines say nothing), and so are return codes (a failed
-    round is drawn as one)."""
-    figures: dict[str, list[tuple[float, float]]] = {}
-    counters: dict[str, list[tuple[float, float]]] = {}
-    for r in rounds:
-        i = float(r.get("index") or 0)
-        for c, v in (r.get("metrics") or {}).items():
-            if isinstance(v, (int, float)) and math.isfinite(v) and not parse_metric(c).is_return_code:
-                figures.setdefault(c, []).append((i, float(v)))
-        for when, key in ((i - 0.5, "counters_start"), (i, "counters")):
-            for c, v in (r.get(key) or {}).items():
-                if isinstance(v, (int, float)) and math.isfinite(v):
-                    counters.setdefault(c, []).append((when, float(v)))
-    return figures | {k: pts for k, pts in counters.items() if any(v for _, v in pts)}
+def round_list(doc: Mapping[str, Any], host: str) -> list[dict[str, Any]]:
+    """A node's rounds of a soak (``soak-<stage>.json``: its columns, the rounds' times) as
+    ``{index, start, end, ok}`` rows."""
+    node = (doc.get("rounds") or {}).get(host) or {}
+    times = doc.get("round_times") or {}
+    out = []
+    for i, ok in zip(node.get("index") or [], node.get("ok") or [], strict=False):
+        start, end = (list(times.get(str(i)) or []) + [None, None])[:2]
+        out.append({"index": i, "start": start, "end": end, "ok": bool(ok)})
+    return out
+
+
+def _series(node: Mapping[str, Any]) -> dict[str, list[tuple[float, float]]]:
+    """Of a node's soak columns, per figure and per counter its (round, value) points: a counter's start
+    reading at round - 0.5 and its end reading at the round, so growth inside a round shows; counters that
+    stay 0 the whole soak are left out (a healthy node's dozens of flat lines say nothing), and so are return
+    codes (a failed round is drawn as one)."""
+    index = list(node.get("index") or [])
+    out: dict[str, list[tuple[float, float]]] = {}
+    for c, values in (node.get("metrics") or {}).items():
+        if parse_metric(c).is_return_code:
+            continue
+        pts = [
+            (float(i), float(v))
+            for i, v in zip(index, values or [], strict=False)
+            if isinstance(v, (int, float)) and math.isfinite(v)
+        ]
+        if pts:
+            out[c] = pts
+    for c, readings in (node.get("counters") or {}).items():
+        pts = [
+            (float(r[0]) - (0.5 if r[1] == "start" else 0.0), float(r[2]))
+            for r in readings or []
+            if isinstance(r, (list, tuple))
+            and len(r) == 3
+            and isinstance(r[0], (int, float))
+            and isinstance(r[2], (int, float))
+            and math.isfinite(r[2])
+        ]
+        if any(v for _, v in pts):
+            out[c] = pts
+    return out
+
+
+def thinned(points: Sequence[tuple[float, float]], buckets: int) -> list[tuple[float, float]]:
+    """At most two points per bucket of x (its lowest and highest value, in order): a plot of thousands of
+    rounds as wide as its pixels, every spike kept."""
+    pts = sorted(points)
+    if len(pts) <= 2 * buckets:
+        return pts
+    x0, x1 = pts[0][0], pts[-1][0]
+    width = (x1 - x0) / buckets or 1.0
+    groups: dict[int, list[tuple[float, float]]] = {}
+    for p in pts:
+        groups.setdefault(min(int((p[0] - x0) / width), buckets - 1), []).append(p)
+    out: list[tuple[float, float]] = []
+    for g in groups.values():
+        lo, hi = min(g, key=lambda p: p[1]), max(g, key=lambda p: p[1])
+        out += sorted({lo, hi})
+    return out
 
 
 def _spark(points: Sequence[tuple[float, float]], n_rounds: int, width: int = 220, height: int = 34) -> str:
@@ -275,7 +318,7 @@ def _spark(points: Sequence[tuple[float, float]], n_rounds: int, width: int = 22
             f"{4 + (p[0] - 0.5) / xs * (width - 8):.1f},{height - 4 - (p[1] - lo) / span * (height - 8):.1f}"
         )
 
-    line = " ".join(xy(p) for p in sorted(points))
+    line = " ".join(xy(p) for p in thinned(points, width))
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
         f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="1.5"/></svg>'
@@ -314,8 +357,8 @@ def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
             f"<td><table><tr>{cells}</tr></table></td><td>{fails}</td></tr>"
         )
     plots = []
-    for host, rounds in (doc.get("rounds") or {}).items():
-        n = max((int(r.get("index") or 0) for r in rounds), default=0)
+    for host, node in (doc.get("rounds") or {}).items():
+        n = max((int(i) for i in node.get("index") or [] if isinstance(i, int)), default=0)
         trends = {
             str(t.get("metric")): t
             for t in ((doc.get("nodes") or {}).get(host) or {}).get("trends") or []
@@ -323,7 +366,7 @@ def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
         }
         cells = "".join(
             f"<tr><td>{html.escape(k)}</td><td>{_spark(pts, n)}</td><td>{_trend_text(trends.get(k))}</td></tr>"
-            for k, pts in sorted(_series(rounds).items())
+            for k, pts in sorted(_series(node).items())
         )
         if cells:
             plots.append(f"<h3>{html.escape(host)}: per round</h3><table>{cells}</table>")

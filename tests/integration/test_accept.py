@@ -472,9 +472,10 @@ def test_the_campaign_page_in_a_browser():
                 bar,
                 step,
             )
-        mine = rounds.get(host, [])
+        mine = rounds.get(host, {"index": [], "ok": []})  # its rounds in columns
         assert [x[0] for x in t["rounds"]] == [
-            f"soak round {r['index']}: {'passed' if r['ok'] else 'failed'}" for r in mine
+            f"soak round {i}: {'passed' if ok else 'failed'}"
+            for i, ok in zip(mine["index"], mine["ok"], strict=True)
         ], t["rounds"]
         assert all(w >= 1 for _, _, w in t["rounds"]), t["rounds"]
     flaky = sorted(records)[2]  # host003: its round 2 failed
@@ -482,3 +483,19 @@ def test_the_campaign_page_in_a_browser():
     assert {h: f for h, f in failed.items() if f} == {
         flaky: [["soak round 2: failed", "#c62828", failed[flaky][0][2]]]
     }
+
+
+def test_bad_input_is_one_line(setup, tmp_path):
+    inv, cfg, campaign, _, _ = setup
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        campaign.read_text().replace("benchmarks: [noop], on_failure", "benchmarks: [nope], on_failure")
+    )
+    r = sb_fleet(
+        "accept", "-c", str(cfg), "-i", str(inv), "--campaign", str(bad), "--dir", str(tmp_path / "x")
+    )
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "line 5" in lines[0] and "'nope'" in lines[0], r.stderr
+    r = sb_fleet("accept", "--resume", str(tmp_path / "nothing"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -284,7 +284,9 @@ def test_a_soaks_rounds_store_their_nodes_once(campaign, tmp_path):
     assert [("hosts" in r, r.get("same_hosts", False)) for r in rows] == [(True, False)] + [
         (False, True)
     ] * 99 + [(True, False)]
-    assert (d / STATE_NAME).stat().st_size < 400_000  # 101 rounds of 1,000 nodes: 1.4 MB naming them each round
+    assert (
+        d / STATE_NAME
+    ).stat().st_size < 400_000  # 101 rounds of 1,000 nodes: 1.4 MB naming them each round
     resumed = load_state(d, campaign.digest)
     assert resumed == state and resumed.soak_rounds["soak"][50].hosts == hosts
     assert resumed.soak_rounds["soak"][100].hosts == hosts[:10]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from sb_fleet.report.campaign_report import _ticks, campaign_html, round_spans
+from sb_fleet.report.campaign_report import _ticks, campaign_html, round_list, round_spans, thinned
 
 T0 = datetime(2026, 11, 29, 8, 0, tzinfo=timezone.utc)
 
@@ -86,9 +86,23 @@ def test_every_node_its_own_timeline_row():
         "nodes": {"n<1>": node, "n2": {**node, "verdict": "accepted"}},
     }
     rounds = _rounds(6, 60, failed=(3,))
-    page = campaign_html(summary, {"soak": {"nodes": {}, "rounds": {"n<1>": rounds}}}, T0.timestamp())
+    doc = {
+        "nodes": {},
+        "round_times": {str(r["index"]): [r["start"], r["end"]] for r in rounds},
+        "rounds": {"n<1>": {"index": [r["index"] for r in rounds], "ok": [r["ok"] for r in rounds]}},
+    }
+    assert round_list(doc, "n<1>") == rounds and round_list(doc, "n2") == []
+    page = campaign_html(summary, {"soak": doc}, T0.timestamp())
     assert (
         page.count('class="node-timeline"') == 2 and 'data-host="n&lt;1&gt;"' in page and "n<1>" not in page
     )
     assert page.count('class="round"') == 6 and "soak round 3: failed" in page
     assert page.count('class="attempt"') == 4  # n2's soak has no rounds: its attempt is a bar of its own
+
+
+def test_a_plot_of_thousands_of_rounds_keeps_every_spike():
+    pts = [(float(i), 1.0) for i in range(1, 4321)]
+    pts[2999] = (3000.0, 0.2)  # one slow round
+    out = thinned(pts, 220)
+    assert len(out) <= 440 and (3000.0, 0.2) in out and out[0] == (1.0, 1.0) and out[-1][0] > 4300
+    assert thinned(pts[:100], 220) == pts[:100]

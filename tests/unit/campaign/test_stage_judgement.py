@@ -216,19 +216,19 @@ def test_campaign_report_md_and_html(campaign, tmp_path):
 def test_the_soak_is_plotted_per_round():
     from sb_fleet.report.campaign_report import _series
 
-    rounds = [
-        {
-            "index": i,
-            "metrics": {"noop/step_time": 1.0 + i},
-            "counters_start": {"ib.symbol_error[mlx5_0/1]": 0 if i < 2 else 7, "gpu.xid": 0},
-            "counters": {},
-        }
-        for i in (1, 2, 3)
-    ]
-    series = _series(rounds)
-    assert series["noop/step_time"] == [(1.0, 2.0), (2.0, 3.0), (3.0, 4.0)]
-    assert series["ib.symbol_error[mlx5_0/1]"] == [(0.5, 0.0), (1.5, 7.0), (2.5, 7.0)]
-    assert "gpu.xid" not in series  # 0 the whole soak: no plot
+    node = {
+        "index": [1, 2, 3],
+        "ok": [True, True, True],
+        "metrics": {"noop/step_time": [2.0, None, 4.0], "noop/return_code": [0, 0, 0]},
+        "counters": {
+            "ib.symbol_error[mlx5_0/1]": [[1, "start", 0], [2, "start", 7], [3, "end", 7]],
+            "gpu.xid": [[1, "start", 0], [3, "end", 0]],
+        },
+    }
+    series = _series(node)
+    assert series["noop/step_time"] == [(1.0, 2.0), (3.0, 4.0)]
+    assert series["ib.symbol_error[mlx5_0/1]"] == [(0.5, 0.0), (1.5, 7.0), (3.0, 7.0)]
+    assert "gpu.xid" not in series and "noop/return_code" not in series  # 0 the whole soak: no plot
     summary = {
         "campaign": {"file": "c.yaml", "digest": "0" * 64, "description": ""},
         "started": "2026-11-29T08:00:00+00:00",
@@ -236,7 +236,7 @@ def test_the_soak_is_plotted_per_round():
         "finished": True,
         "nodes": {},
     }
-    doc = {"nodes": {}, "rounds": {"h4": rounds}}
+    doc = {"nodes": {}, "rounds": {"h4": node}}
     page = campaign_html(summary, {"soak": doc}, 0.0)
     assert "h4: per round" in page and "ib.symbol_error[mlx5_0/1]" in page and "<polyline" in page
     assert "0 → 7" in page

@@ -1,0 +1,358 @@
+"""What an acceptance campaign's soak costs the control node, beyond its rounds' own validate runs: the state
+saved after every round, the soak's judgement over every round, the records and the report; measured at
+50-200 nodes x 20-200 rounds and extrapolated to a 72-hour soak of 1-minute rounds (4,320) on 1,000 nodes.
+
+The rounds are real-shaped: a finished campaign's directory (``--template``, e.g. the one
+``SB_FLEET_ACCEPT_SOAK=10m/1m pytest tests/integration/test_accept.py --basetemp=DIR`` leaves in
+``DIR/test_a_campaign_gates_soaks_an0/campaign``) gives its soak rounds' run directories, each node's files
+in them (report rows, figures with their measured noise, the health document with its counters), and
+each synthetic node is one of its nodes renamed (node ``k`` is template node ``k mod n``; round ``r`` is
+template round ``r mod m``): the judgement reads, parses and judges what it would on a real fleet. Each
+case runs in a process of its own (its peak RSS is the case's). The disk a round takes is read from the
+template's real round directories (per node and per round).
+
+Usage::
+
+    python bench/campaign_cost.py --template DIR [--hosts 50 100 200] [--rounds 20 100 200]
+
+What a round's validate itself costs the control node (SSH, Ansible, collect, the round's report) is
+measured by bench/scale.py (docs/speed.md); this script prints it beside its own figures for the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TARGET_HOSTS, TARGET_ROUNDS = 1000, 4320  # 72 hours of 1-minute rounds
+# The files of a round's run directory the judgement reads (report rows, figures, noise, the hosts and their
+# outcomes); health/<host>.json is linked per node.
+SHARED = [
+    "manifest.json",
+    "report.json",
+    "results-summary.jsonl",
+    "noise-summary.jsonl",
+    "hosts.json",
+    "invalid-values.json",
+    "outcomes.json",
+    "outcomes/run.json",
+    "outcomes/check.json",
+    "outcomes/collect.json",
+    "outcomes/benchmarks.json",
+    "outcomes/deploy.json",
+]
+
+CAMPAIGN = """\
+version: 1
+description: campaign_cost synthetic soak
+stages:
+  - name: soak
+    kind: soak
+    benchmarks: [gemm-flops]
+    duration: {rounds}m
+    round: 1m
+    watch: [gpu.xid, gpu.row_remap, ib.symbol_error, ib.link_downed]
+    max_failed_rounds: 0
+    drift: {{k: 3, min_change: 0.05, min_rounds: 5, metrics: [gemm-flops/fp32_flops]}}
+"""
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _expand(doc: Any, mapping: dict[str, list[str]]) -> Any:
+    """``doc`` with every per-host entry (a dict keyed by template host names, a list item naming one in
+    ``name``/``host``/``node``) replicated for the synthetic hosts that map to it, names replaced."""
+
+    def renamed(entry: Any, old: str, new: str) -> Any:
+        return json.loads(json.dumps(entry).replace(f'"{old}"', f'"{new}"').replace(f"/{old}", f"/{new}"))
+
+    if isinstance(doc, dict):
+        if doc and set(doc) & set(mapping) and all(k in mapping for k in doc):
+            return {new: renamed(v, old, new) for old, v in doc.items() for new in mapping[old]}
+        return {k: _expand(v, mapping) for k, v in doc.items()}
+    if isinstance(doc, list):
+        out: list[Any] = []
+        for item in doc:
+            key = next(
+                (
+                    item[k]
+                    for k in ("name", "host", "node")
+                    if isinstance(item, dict) and item.get(k) in mapping
+                ),
+                None,
+            )
+            if key is None:
+                out.append(_expand(item, mapping))
+            else:
+                out += [renamed(item, key, new) for new in mapping[key]]
+        return out
+    return doc
+
+
+def _expand_file(src: Path, dst: Path, mapping: dict[str, list[str]]) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.suffix == ".jsonl":
+        lines = []
+        for line in src.read_text().splitlines():
+            row = json.loads(line)
+            old = row.get("node")
+            lines += (
+                [json.dumps({**row, "node": new}) for new in mapping.get(old, [])]
+                if old in mapping
+                else [line]
+            )
+        dst.write_text("\n".join(lines) + "\n")
+    else:
+        dst.write_text(json.dumps(_expand(json.loads(src.read_text()), mapping)))
+
+
+def _template(campaign_dir: Path) -> tuple[list[Path], Path, list[str]]:
+    state = json.loads((campaign_dir / "campaign-state.json").read_text())
+    ((stage, rounds),) = state["soak_rounds"].items()
+    hosts = rounds[0].get("hosts")
+    dirs = [campaign_dir / r["run_dir"] for r in rounds]
+    closing = sorted(campaign_dir.glob(f"runs/{stage}-closing-check*"))[-1]
+    return dirs, closing, list(hosts)
+
+
+def build(work: Path, template: Path, n_hosts: int, n_rounds: int) -> tuple[Path, list[str]]:
+    """A synthetic campaign directory's soak rounds (run directories only; the state is built by the case)."""
+    dirs, closing, tmpl_hosts = _template(template)
+    hosts = [f"n{k:05d}" for k in range(n_hosts)]
+    mapping: dict[str, list[str]] = {h: [] for h in tmpl_hosts}
+    for k, h in enumerate(hosts):
+        mapping[tmpl_hosts[k % len(tmpl_hosts)]].append(h)
+    d = work / "campaign"
+    d.mkdir(mode=0o700)
+    expanded: dict[Path, Path] = {}
+    for src in [*dirs, closing]:
+        out = work / "expanded" / src.name
+        for name in SHARED:
+            if (src / name).is_file():
+                _expand_file(src / name, out / name, mapping)
+        (out / "health").mkdir(parents=True, exist_ok=True)
+        for old, news in mapping.items():
+            for new in news:
+                if (src / "health" / f"{old}.json").is_file():  # none where the node failed the round
+                    os.link(src / "health" / f"{old}.json", out / "health" / f"{new}.json")
+        expanded[src] = out
+    for r in range(1, n_rounds + 1):
+        src = expanded[dirs[(r - 1) % len(dirs)]]
+        shutil.copytree(src, d / "runs" / f"soak-round-{r:04d}", copy_function=os.link)
+    shutil.copytree(expanded[closing], d / "runs" / "soak-closing-check", copy_function=os.link)
+    return d, hosts
+
+
+def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
+    """One (hosts, rounds) case, in this process: build, then time the machinery on it."""
+    from sb_fleet.campaign.acceptance_record import write_records
+    from sb_fleet.campaign.campaign_state import CampaignState, RoundRecord, save_state
+    from sb_fleet.campaign.gating import gate_stage, soak_outcome
+    from sb_fleet.config.campaign_spec import load_campaign
+    from sb_fleet.fleet.campaign_run import soak_evidence, soak_judgement
+    from sb_fleet.report.campaign_report import write_campaign_report
+
+    work = Path(tempfile.mkdtemp(prefix="sbf-campaign-cost-"))
+    try:
+        d, hosts = build(work, template, n_hosts, n_rounds)
+        cfile = work / "campaign.yaml"
+        cfile.write_text(CAMPAIGN.format(rounds=n_rounds))
+        campaign = load_campaign(cfile)
+        stage = campaign.spec.stages[0]
+        t0 = datetime(2026, 11, 29, tzinfo=timezone.utc)
+        state = CampaignState.new(campaign, hosts, t0)
+        state.start_stage(stage.name, hosts, 1, t0)
+        save_state(d, state)
+        saves: list[tuple[float, float]] = []
+        for r in range(1, n_rounds + 1):
+            start, end = t0 + timedelta(minutes=r - 1), t0 + timedelta(minutes=r - 1, seconds=50)
+            rec = RoundRecord(r, start.isoformat(), end.isoformat(), f"runs/soak-round-{r:04d}", list(hosts))
+            c0, w0 = time.process_time(), time.perf_counter()
+            state.record_round(stage.name, rec, end)
+            save_state(d, state)
+            saves.append((time.process_time() - c0, time.perf_counter() - w0))
+        state_bytes = (d / "campaign-state.json").stat().st_size
+        rss0 = _rss_mb()
+        c0, w0 = time.process_time(), time.perf_counter()
+        judged = soak_judgement(d, state, stage, hosts, d / "runs" / "soak-closing-check")
+        judge_cpu, judge_wall = time.process_time() - c0, time.perf_counter() - w0
+        rss_judged = _rss_mb()
+        assert len(judged) == n_hosts and all(n.rounds == n_rounds for n in judged.values()), (
+            "not every round read"
+        )
+        judged_trends = sum(
+            1 for n in judged.values() for t in n.trends if t.metric == "gemm-flops/fp32_flops"
+        )
+        round_dirs = {r.index: r.run_dir for r in state.soak_rounds[stage.name]}
+        outcomes = {
+            h: soak_outcome(n, soak_evidence(n, round_dirs, "soak-soak.json", "runs/soak-closing-check"))
+            for h, n in judged.items()
+        }
+        c0, w0 = time.process_time(), time.perf_counter()
+        state.apply(gate_stage(stage, hosts, outcomes), t0)
+        state.finish_stage(stage.name, t0)
+        state.finish(t0)
+        save_state(d, state)
+        now = (t0 + timedelta(minutes=n_rounds)).isoformat()
+        write_records(d, state, campaign, now, None)
+        write_campaign_report(d, state, campaign, now)
+        records_cpu, records_wall = time.process_time() - c0, time.perf_counter() - w0
+        sizes = {
+            "state": (d / "campaign-state.json").stat().st_size,
+            "soak_json": (d / "soak-soak.json").stat().st_size,
+            "acceptance": sum(p.stat().st_size for p in (d / "acceptance").iterdir()),
+            "campaign_html": (d / "campaign.html").stat().st_size,
+            "campaign_md": (d / "campaign.md").stat().st_size,
+        }
+        verdicts = {n.status: 0 for n in state.hosts.values()}
+        for n in state.hosts.values():
+            verdicts[n.status] += 1
+        return {
+            "hosts": n_hosts,
+            "rounds": n_rounds,
+            "save_cpu_last": sum(c for c, _ in saves[-5:]) / min(5, len(saves)),
+            "save_wall_last": sum(w for _, w in saves[-5:]) / min(5, len(saves)),
+            "save_cpu_total": sum(c for c, _ in saves),
+            "state_bytes_before_judgement": state_bytes,
+            "judge_cpu": judge_cpu,
+            "judge_wall": judge_wall,
+            "rss_before_mb": rss0,
+            "rss_peak_mb": rss_judged,
+            "records_report_cpu": records_cpu,
+            "records_report_wall": records_wall,
+            "peak_rss_mb": _rss_mb(),
+            "sizes": sizes,
+            "judged_trends": judged_trends,
+            "verdicts": verdicts,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def round_disk(template: Path) -> dict[str, float]:
+    """A real round's run directory on disk: its bytes per node (the node's own files and its share of the
+    shared ones) and per round (the playbooks, the suite's archive, Ansible's artifacts)."""
+    dirs, _closing, hosts = _template(template)
+    per_host, fixed = [], []
+    for rd in dirs:
+        own = 0
+        total = 0
+        for p in rd.rglob("*"):
+            if not p.is_file():
+                continue
+            size = p.stat().st_size
+            total += size
+            parts = p.relative_to(rd).parts
+            if parts[0] in ("playbooks", "ansible", "inventory") or p.name in (
+                "config.yaml",
+                "config.json",
+                "plan.json",
+            ):
+                continue
+            own += size
+        per_host.append(own / len(hosts))
+        fixed.append(total - own)
+    return {"per_host_round": sum(per_host) / len(per_host), "per_round": sum(fixed) / len(fixed)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--template", type=Path, required=True, help="a finished campaign's directory")
+    ap.add_argument("--hosts", type=int, nargs="+", default=[50, 100, 200])
+    ap.add_argument("--rounds", type=int, nargs="+", default=[20, 100, 200])
+    ap.add_argument("--case", type=int, nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--json", type=Path, help="write every case's figures here")
+    args = ap.parse_args()
+    if args.case:
+        print(json.dumps(case(args.template, *args.case)))
+        return 0
+    results = []
+    print(
+        f"{'hosts':>6} {'rounds':>6} {'save/round':>11} {'judge CPU':>10} {'per host-round':>15} "
+        f"{'peak RSS':>9} {'RSS/host-round':>15} {'records+report':>15} {'state':>9} {'soak json':>10}"
+    )
+    for h in args.hosts:
+        for r in args.rounds:
+            out = subprocess.run(
+                [sys.executable, __file__, "--template", str(args.template), "--case", str(h), str(r)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if out.returncode != 0:
+                print(out.stderr[-3000:], file=sys.stderr)
+                return 1
+            x = json.loads(out.stdout.strip().splitlines()[-1])
+            results.append(x)
+            hr = h * r
+            print(
+                f"{h:>6} {r:>6} {x['save_cpu_last'] * 1000:>9.1f}ms {x['judge_cpu']:>9.2f}s "
+                f"{x['judge_cpu'] / hr * 1e6:>12.0f} us {x['peak_rss_mb']:>7.0f}MB "
+                f"{(x['rss_peak_mb'] - x['rss_before_mb']) * 1024 / hr:>12.2f} KB "
+                f"{x['records_report_cpu']:>14.2f}s {x['sizes']['state'] / 1e3:>7.0f}KB "
+                f"{x['sizes']['soak_json'] / 1e6:>8.1f}MB",
+                flush=True,
+            )
+    disk = round_disk(args.template)
+    n, R = TARGET_HOSTS, TARGET_ROUNDS
+    h = max(x["hosts"] for x in results)
+    at_h = sorted((x for x in results if x["hosts"] == h), key=lambda x: x["rounds"])
+    lo, hi = at_h[0], at_h[-1]
+
+    def fit(get) -> float:  # noqa: ANN001
+        """Per node, a + b x rounds, from the largest fleet's fewest and most rounds; at n x R."""
+        if hi["rounds"] == lo["rounds"]:
+            return get(hi) / (h * hi["rounds"]) * n * R
+        b = (get(hi) - get(lo)) / (h * (hi["rounds"] - lo["rounds"]))
+        a = get(lo) / h - b * lo["rounds"]
+        return n * (a + b * R)
+
+    judge_cpu = fit(lambda x: x["judge_cpu"])
+    judge_mem = fit(lambda x: x["rss_peak_mb"] - x["rss_before_mb"])
+    soak_json = fit(lambda x: x["sizes"]["soak_json"])
+    records = fit(lambda x: x["records_report_cpu"])
+    # a save writes the whole state: its CPU per node, at the most rounds measured (it names a round's
+    # nodes once: it should not grow with the rounds)
+    save = hi["save_cpu_last"] / h * n
+    state = fit(lambda x: x["sizes"]["state"])
+    disk_total = disk["per_host_round"] * n * R + disk["per_round"] * R
+    print()
+    print(
+        f"a real round's run directory: {disk['per_host_round'] / 1e3:.1f} KB per node, "
+        f"{disk['per_round'] / 1e3:.0f} KB per round (playbooks, the suite's archive, Ansible's artifacts)"
+    )
+    print(
+        f"extrapolated to {n} nodes x {R} rounds (per node a + b x rounds, from {h} nodes x "
+        f"{lo['rounds']} and {hi['rounds']} rounds):"
+    )
+    print(
+        f"  the state saved after every round: {save * 1000:.0f} ms of CPU a round ({save * R / 60:.1f} CPU-min "
+        f"in all), {state / 1e6:.1f} MB at the end"
+    )
+    print(
+        f"  the soak's judgement at its end: {judge_cpu / 60:.1f} CPU-min, {judge_mem / 1024:.2f} GB of memory"
+    )
+    print(f"  records and report: {records / 60:.1f} CPU-min; soak-<stage>.json {soak_json / 1e9:.2f} GB")
+    print(f"  the campaign directory: {disk_total / 1e9:.0f} GB (the rounds' run directories)")
+    if args.json:
+        args.json.write_text(json.dumps({"cases": results, "disk": disk}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,247 @@
+"""A soak's rounds read back from their run directories, kept compact, and judged one node at a time.
+
+A 72-hour soak of 1-minute rounds on 1,000 nodes is 4.3 million node-rounds. Each round's run directory is
+read once (its report rows, its figures with their measured noise, each node's health document); of it,
+each node keeps in columns what its judgement needs: per round whether it passed and why not, its figures
+and their noise (arrays of floats), its throttled windows, and of its counters only the readings next to a
+change, the first and the last. That loses nothing the judgement finds or the report draws: a counter's
+growth and its resets are sums over consecutive readings, and readings dropped between two kept ones all
+equal them. Then each node's rounds are built (:class:`~sb_fleet.analysis.soak.SoakRound`), judged
+(:func:`~sb_fleet.analysis.soak.judge_node`) and dropped before the next node's: the judgement's memory is
+the columns, not millions of rounds as objects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sb_fleet.analysis.fleet_results import load_fleet
+from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, judge_node
+from sb_fleet.campaign.campaign_state import RoundRecord
+from sb_fleet.campaign.stage_judgement import bench_outcome, health_counters, throttled_windows
+from sb_fleet.config.campaign_spec import Stage
+from sb_fleet.errors import SbFleetError
+
+NAN = float("nan")
+START, END = 0, 1  # a counter read when its round started (its health check), or when it ended
+
+
+@dataclass
+class CounterSeries:
+    """One counter of one node: its readings ``(round position, START/END, value)`` where they change,
+    with the reading before each change, the first and the last."""
+
+    kept: list[tuple[int, int, float]] = field(default_factory=list)
+    last: tuple[int, int, float] | None = None
+    last_kept: bool = False
+
+    def add(self, pos: int, when: int, value: float) -> None:
+        reading = (pos, when, value)
+        if self.last is None:
+            self.kept.append(reading)
+            self.last, self.last_kept = reading, True
+            return
+        if value != self.last[2]:
+            if not self.last_kept:
+                self.kept.append(self.last)
+            self.kept.append(reading)
+            self.last, self.last_kept = reading, True
+        else:
+            self.last, self.last_kept = reading, False
+
+    def readings(self) -> list[tuple[int, int, float]]:
+        if self.last is not None and not self.last_kept:
+            return [*self.kept, self.last]
+        return list(self.kept)
+
+
+@dataclass
+class NodeSeries:
+    """One node's soak in columns: ``positions[i]`` is the position (in the soak's round records) of its
+    i-th round; ``metrics[c][i]`` its figure (NaN: not reported), ``noise[c][i]`` the figure's own measured
+    relative noise (NaN: not measured)."""
+
+    positions: array = field(default_factory=lambda: array("i"))
+    ok: bytearray = field(default_factory=bytearray)
+    reasons: dict[int, str] = field(default_factory=dict)  # i -> why the round failed
+    metrics: dict[str, array] = field(default_factory=dict)
+    noise: dict[str, array] = field(default_factory=dict)
+    throttled: dict[int, int] = field(default_factory=dict)  # i -> windows, where not 0
+    counters: dict[str, CounterSeries] = field(default_factory=dict)
+
+    def add_round(
+        self,
+        pos: int,
+        ok: bool,
+        reason: str,
+        values: Mapping[str, float],
+        noise: Mapping[str, float],
+        throttled: int,
+    ) -> None:
+        i = len(self.positions)
+        self.positions.append(pos)
+        self.ok.append(1 if ok else 0)
+        if not ok:
+            self.reasons[i] = reason
+        for c in set(values) | set(self.metrics):
+            col = self.metrics.get(c)
+            if col is None:
+                col = self.metrics[c] = array("d", [NAN] * i)
+                self.noise[c] = array("d", [NAN] * i)
+            col.append(values.get(c, NAN))
+            self.noise[c].append(noise.get(c, NAN))
+        if throttled:
+            self.throttled[i] = throttled
+
+    def add_counters(self, pos: int, when: int, counters: Mapping[str, float]) -> None:
+        for key, v in counters.items():
+            self.counters.setdefault(key, CounterSeries()).add(pos, when, v)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def round_rows(
+    run_dir: Path,
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Of a validate run, read once: report.json's host rows, each host's figures (column -> value) and each
+    host's figures' own measured relative noise (column -> noise), where the run measured it."""
+    doc = _read_json(run_dir / "report.json") or {}
+    rows = {str(h.get("name")): h for h in doc.get("hosts") or [] if isinstance(h, Mapping)}
+    values: dict[str, dict[str, float]] = {}
+    noise: dict[str, dict[str, float]] = {}
+    try:
+        fleet = load_fleet(run_dir)
+    except SbFleetError:
+        return rows, values, noise
+    for i, h in enumerate(fleet.hosts):
+        values[h] = {
+            c: float(fleet.values[i, j])
+            for j, c in enumerate(fleet.columns)
+            if math.isfinite(fleet.values[i, j])
+        }
+        if fleet.noise is not None:
+            noise[h] = {
+                c: float(fleet.noise[i, j])
+                for j, c in enumerate(fleet.columns)
+                if math.isfinite(fleet.noise[i, j])
+            }
+    return rows, values, noise
+
+
+def read_series(
+    directory: Path, records: Sequence[RoundRecord], stage: Stage, hosts: Sequence[str], closing: Path
+) -> dict[str, NodeSeries]:
+    """Every node's soak in columns, each round's run directory read once; the closing check's counters
+    are the last round's end readings."""
+    out = {h: NodeSeries() for h in hosts}
+    for pos, rec in enumerate(records):
+        rd = Path(directory) / rec.run_dir
+        rows, values, noise = round_rows(rd)
+        last = pos == len(records) - 1
+        for h in rec.hosts:
+            node = out.get(h)
+            if node is None:
+                continue
+            vals = values.get(h, {})
+            judged = bench_outcome(h, stage, rows.get(h), vals, label=f"round {rec.index}")
+            doc = _read_json(rd / "health" / f"{h}.json")
+            doc = doc if isinstance(doc, Mapping) else None
+            node.add_round(
+                pos,
+                judged.passed,
+                judged.reason,
+                vals,
+                noise.get(h, {}),
+                throttled_windows(doc, vals),
+            )
+            if doc is not None:
+                node.add_counters(pos, START, health_counters(doc))
+            if last:
+                end_doc = _read_json(closing / "health" / f"{h}.json")
+                if isinstance(end_doc, Mapping):
+                    node.add_counters(pos, END, health_counters(end_doc))
+    return out
+
+
+def node_rounds(series: NodeSeries, records: Sequence[RoundRecord]) -> list[SoakRound]:
+    """One node's rounds as the judgement takes them, from its columns."""
+    by_round: dict[tuple[int, int], dict[str, float]] = {}
+    for key, cs in series.counters.items():
+        for pos, when, v in cs.readings():
+            by_round.setdefault((pos, when), {})[key] = v
+    out: list[SoakRound] = []
+    for i, pos in enumerate(series.positions):
+        rec = records[pos]
+        metrics: dict[str, Measurement | float] = {}
+        for c, col in series.metrics.items():
+            v = col[i]
+            if not math.isnan(v):
+                n = series.noise[c][i]
+                metrics[c] = Measurement(v, None if math.isnan(n) else n)
+        out.append(
+            SoakRound(
+                index=rec.index,
+                start=datetime.fromisoformat(rec.start),
+                end=datetime.fromisoformat(rec.end),
+                ok=bool(series.ok[i]),
+                reason=series.reasons.get(i, ""),
+                metrics=metrics,
+                counters=by_round.get((pos, END), {}),
+                counters_start=by_round.get((pos, START)),
+                throttled_windows=series.throttled.get(i, 0),
+                run_dir=rec.run_dir,
+            )
+        )
+    return out
+
+
+def series_json(series: NodeSeries, records: Sequence[RoundRecord]) -> dict[str, Any]:
+    """One node's rounds as ``soak-<stage>.json`` keeps them, in columns: the rounds' indices, passed or
+    not, why not, each figure's values (null: not reported), the throttled windows where not 0, and each
+    counter's readings where they changed (``[round, "start"|"end", value]``)."""
+    return {
+        "index": [records[p].index for p in series.positions],
+        "ok": [bool(x) for x in series.ok],
+        "reasons": {str(records[series.positions[i]].index): r for i, r in series.reasons.items()},
+        "metrics": {
+            c: [None if math.isnan(v) else v for v in col] for c, col in sorted(series.metrics.items())
+        },
+        "throttled_windows": {
+            str(records[series.positions[i]].index): w for i, w in series.throttled.items()
+        },
+        "counters": {
+            key: [[records[p].index, "start" if w == START else "end", v] for p, w, v in cs.readings()]
+            for key, cs in sorted(series.counters.items())
+        },
+    }
+
+
+def judge_series(
+    series: Mapping[str, NodeSeries],
+    records: Sequence[RoundRecord],
+    criteria: SoakCriteria,
+    direction: Callable[[str], int] | None = None,
+) -> Iterator[tuple[str, NodeSoak]]:
+    """Each node's judgement in turn, its rounds built from its columns and dropped after."""
+    for host, s in series.items():
+        rounds = node_rounds(s, records)
+        yield (
+            host,
+            (
+                judge_node(host, rounds, criteria)
+                if direction is None
+                else judge_node(host, rounds, criteria, direction)
+            ),
+        )

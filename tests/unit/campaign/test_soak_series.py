@@ -1,0 +1,118 @@
+"""A soak's rounds kept in columns (sb_fleet.campaign.soak_series): judging a node from them finds what
+judging its every reading finds, the counters' readings kept only next to a change."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta, timezone
+
+from sb_fleet.analysis.soak import Measurement, SoakCriteria, SoakRound, judge_node
+from sb_fleet.campaign.campaign_state import RoundRecord
+from sb_fleet.campaign.soak_series import END, START, CounterSeries, NodeSeries, node_rounds, series_json
+
+T0 = datetime(2026, 11, 29, 8, 0, tzinfo=timezone.utc)
+CRIT = SoakCriteria(drift_min_rounds=5)
+
+
+def _records(n: int) -> list[RoundRecord]:
+    return [
+        RoundRecord(
+            i,
+            (T0 + timedelta(minutes=i - 1)).isoformat(),
+            (T0 + timedelta(minutes=i - 1, seconds=50)).isoformat(),
+            f"runs/soak-round-{i:02d}",
+            ["h"],
+        )
+        for i in range(1, n + 1)
+    ]
+
+
+def test_a_counter_keeps_its_first_and_last_reading_and_those_next_to_a_change():
+    cs = CounterSeries()
+    for pos, v in enumerate([0, 0, 0, 7, 7, 7, 3, 3]):
+        cs.add(pos, START, v)
+    assert cs.readings() == [
+        (0, START, 0),
+        (2, START, 0),
+        (3, START, 7),
+        (5, START, 7),
+        (6, START, 3),
+        (7, START, 3),
+    ]
+    flat = CounterSeries()
+    for pos in range(1000):
+        flat.add(pos, START, 5)
+    assert flat.readings() == [(0, START, 5), (999, START, 5)]
+
+
+def test_judging_from_the_columns_finds_what_every_reading_finds():
+    rng = random.Random(7)
+    for trial in range(40):
+        n = rng.randint(5, 40)
+        records = _records(n)
+        full: list[SoakRound] = []
+        s = NodeSeries()
+        counters = {"ib.symbol_error[mlx5_0/1]": 0.0, "gpu.xid": 0.0, "gpu.row_remap[0]": 3.0}
+        for pos, rec in enumerate(records):
+            readings = {}
+            for when in (START, END):
+                for k in counters:
+                    r = rng.random()
+                    if r < 0.05:
+                        counters[k] += rng.randint(1, 5)
+                    elif r < 0.07:
+                        counters[k] = 0.0  # cleared
+                readings[when] = dict(counters)
+            ok = rng.random() > 0.1
+            v = 100.0 * (1 - 0.01 * pos * (trial % 2)) * (1 + rng.gauss(0, 0.01))
+            s.add_round(
+                pos,
+                ok,
+                "" if ok else f"round {rec.index}: failed",
+                {"gemm-flops/fp32_flops": v},
+                {"gemm-flops/fp32_flops": 0.01},
+                0,
+            )
+            s.add_counters(pos, START, readings[START])
+            s.add_counters(pos, END, readings[END])
+            full.append(
+                SoakRound(
+                    index=rec.index,
+                    start=datetime.fromisoformat(rec.start),
+                    end=datetime.fromisoformat(rec.end),
+                    ok=ok,
+                    reason="" if ok else f"round {rec.index}: failed",
+                    metrics={"gemm-flops/fp32_flops": Measurement(v, 0.01)},
+                    counters=readings[END],
+                    counters_start=readings[START],
+                )
+            )
+        a = judge_node("h", full, CRIT).to_dict()
+        b = judge_node("h", node_rounds(s, records), CRIT).to_dict()
+        # the same findings (kinds, subjects, verdicts, rounds, growth, first and last, steps) and trends
+        assert a["passed"] == b["passed"] and a["failed_rounds"] == b["failed_rounds"]
+        assert [(f["kind"], f["subject"], f["fails"], f["rounds"], f["message"]) for f in a["findings"]] == [
+            (f["kind"], f["subject"], f["fails"], f["rounds"], f["message"]) for f in b["findings"]
+        ], trial
+        assert [t["change"] for t in a["trends"]] == [t["change"] for t in b["trends"]]
+
+
+def test_the_columns_as_json():
+    records = _records(3)
+    s = NodeSeries()
+    s.add_round(0, True, "", {"m/x_flops": 2.0}, {}, 0)
+    s.add_round(1, False, "round 2: failed", {}, {}, 2)
+    s.add_round(2, True, "", {"m/x_flops": 4.0, "m/y_bw": 1.0}, {"m/y_bw": 0.02}, 0)
+    s.add_counters(0, START, {"gpu.xid": 0})
+    s.add_counters(2, END, {"gpu.xid": 1})
+    doc = series_json(s, records)
+    assert doc == {
+        "index": [1, 2, 3],
+        "ok": [True, False, True],
+        "reasons": {"2": "round 2: failed"},
+        "metrics": {"m/x_flops": [2.0, None, 4.0], "m/y_bw": [None, None, 1.0]},
+        "throttled_windows": {"2": 2},
+        "counters": {"gpu.xid": [[1, "start", 0], [3, "end", 1]]},
+    }
+    rounds = node_rounds(s, records)
+    assert [r.throttled_windows for r in rounds] == [0, 2, 0] and rounds[2].metrics["m/y_bw"].noise == 0.02
