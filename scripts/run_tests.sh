@@ -7,7 +7,8 @@
 #     worker 2:    the unit and fuzz tests first;
 #     worker 3:    the queue from the start.
 #     The queue holds the integration files that judge no measured performance (noop benchmarks,
-#     outcomes, deadlines with margins, synthetic nights) and the container files (podman and docker,
+#     outcomes, deadlines with margins, synthetic nights, the traffic patterns' hangs, cut-off hosts and
+#     skips: test_pattern_faults, 2026-11-29, out of the quiet part) and the container files (podman and docker,
 #     their own loopback fleets), one pytest process each, an atomic mkdir claiming a file. Its order
 #     (ORDER below, measured in CI on 2026-11-29): the long files that mostly wait (Slurm, the faults)
 #     first, which worker 3 takes while the suite and the unit tests keep the two cores busy; the
@@ -32,8 +33,9 @@ ART=test-artifacts
 I=tests/integration
 # The queue, in the order the workers take it (see above).
 # An item a+b is one pytest process running a's file, then b's: files whose hosts share state.
-ORDER=(slurm faults docker container spine+run_honesty accept interpreter_hang data_not_code hostile_hosts deadlines
-  history security report_html health prometheus direct_exec collect_master validate_rules report_inventory)
+ORDER=(slurm faults pattern_faults docker container spine+run_honesty accept interpreter_hang data_not_code
+  hostile_hosts deadlines history security report_html health prometheus direct_exec collect_master validate_rules
+  report_inventory)
 
 # item_files ITEM: its files, one per line
 item_files() { local n; for n in ${1//+/ }; do echo "$I/test_$n.py"; done; }
