@@ -10,6 +10,7 @@ import click
 
 from sb_fleet.cli.guard import guarded
 from sb_fleet.errors import UsageError
+from sb_fleet.exposition import fleet_name
 
 PathArg = click.Path(path_type=Path)
 
@@ -31,6 +32,15 @@ PathArg = click.Path(path_type=Path)
     help="history store (DuckDB file) every stage's run is recorded into (default: fleet.history).",
 )
 @click.option("--forks", type=click.IntRange(1, 5000), help="hosts handled at once (default: fleet.forks).")
+@click.option(
+    "--textfile-dir",
+    type=PathArg,
+    help="also write the campaign's progress as sb_fleet_campaign_<name>.prom into this node_exporter "
+    "textfile directory (campaign.prom in the campaign directory always).",
+)
+@click.option(
+    "--fleet", "name", help="the campaign's label in its Prometheus series (default: the directory's name)."
+)
 @click.option(
     "--accept-new-host-keys",
     is_flag=True,
@@ -55,6 +65,12 @@ def accept_cmd(**kw: Any) -> int:
     where = resume if resume is not None else directory
     if where is None:
         raise UsageError("accept needs --dir DIR (a new campaign) or --resume DIR (go on with one)")
+    textfile = kw.get("textfile_dir")
+    if textfile is not None and not Path(textfile).is_dir():
+        raise UsageError(f"--textfile-dir {textfile}: not a directory; create it or give node_exporter's")
+    name = kw.get("name")
+    if name is not None:
+        name = fleet_name(name)
     opts = AcceptOptions(
         directory=Path(where),
         campaign=kw.get("campaign"),
@@ -62,6 +78,8 @@ def accept_cmd(**kw: Any) -> int:
         inventory=kw.get("inventory"),
         resume=resume is not None,
         history=kw.get("history"),
+        textfile_dir=textfile,
+        name=name,
         forks=kw.get("forks"),
         accept_new_host_keys=bool(kw.get("accept_new_host_keys")),
         insecure_no_host_key_checking=bool(kw.get("insecure_no_host_key_checking")),

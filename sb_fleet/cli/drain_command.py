@@ -20,10 +20,16 @@ from sb_fleet.cli.guard import guarded
 @guarded
 def drain_cmd(run_dir: Path, resume: bool, dry_run: bool) -> int:
     """Drain the run's failing hosts in Slurm, with the reason `sb-fleet <run-id>: <top finding>`; never
-    touch a node drained or down for another reason. Every action goes to RUN/slurm-actions.json.
-    Exit 0; 2 bad run directory; 3 Slurm refused an action."""
+    touch a node drained or down for another reason. Every action goes to RUN/slurm-actions.json. RUN may
+    be a finished acceptance campaign's directory (sb-fleet accept): its rejected and quarantined nodes are
+    drained, with the stage that held them out and why. Exit 0; 2 bad run directory; 3 Slurm refused an
+    action."""
+    from sb_fleet.fleet.campaign_drain import drain_campaign, is_campaign_dir
     from sb_fleet.fleet.slurm_drain import drain_run
 
-    code, text = drain_run(run_dir, resume, dry_run)
+    if is_campaign_dir(run_dir):
+        code, text = drain_campaign(run_dir, resume, dry_run)
+    else:
+        code, text = drain_run(run_dir, resume, dry_run)
     click.echo(text)
     return code

@@ -57,6 +57,7 @@ from sb_fleet.config.slurm_inventory import is_slurm_source
 from sb_fleet.config.yamlsrc import load_yaml
 from sb_fleet.errors import RunDirError, SbFleetError, UsageError
 from sb_fleet.exits import EXIT_FAILED, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK
+from sb_fleet.report.campaign_metrics import write_campaign_series
 from sb_fleet.report.campaign_report import write_campaign_report
 from sb_fleet.safe_files import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
 
@@ -81,6 +82,10 @@ class AcceptOptions:
     inventory: Path | None = None
     resume: bool = False
     history: Path | None = None  # each stage's runs recorded into this store (else fleet.history)
+    textfile_dir: Path | None = (
+        None  # the campaign's progress also into this node_exporter textfile directory
+    )
+    name: str | None = None  # the campaign's label in its series (default: the directory's name)
     forks: int | None = None
     accept_new_host_keys: bool = False
     insecure_no_host_key_checking: bool = False
@@ -173,6 +178,8 @@ def _start(opts: AcceptOptions) -> _Ctx:
             "config_digest": sha256_file(Path(opts.config)),
             "inventory": _inventory_source(Path(opts.inventory)),
             "history": str(Path(opts.history).resolve()) if opts.history else None,
+            "textfile_dir": str(Path(opts.textfile_dir).resolve()) if opts.textfile_dir else None,
+            "name": opts.name,
         },
     )
     state = CampaignState.new(campaign, list(plan.hosts), _now())
@@ -210,7 +217,23 @@ def _resume(opts: AcceptOptions) -> _Ctx:
     history = rec.get("history")
     if history and opts.history is None:
         opts = AcceptOptions(**{**opts.__dict__, "history": Path(history)})
+    textfile = rec.get("textfile_dir")
+    if textfile and opts.textfile_dir is None:
+        opts = AcceptOptions(**{**opts.__dict__, "textfile_dir": Path(textfile)})
+    if rec.get("name") and opts.name is None:
+        opts = AcceptOptions(**{**opts.__dict__, "name": str(rec["name"])})
     return _Ctx(opts, d, campaign, cfg, inv, _raw_config(cfg), state)
+
+
+def _save(ctx: _Ctx) -> None:
+    """The state after a step, and the campaign's progress as Prometheus series (``campaign.prom``, and the
+    textfile collector's file where asked): a series that cannot be written is a warning, never a stop."""
+    save_state(ctx.dir, ctx.state)
+    name = ctx.opts.name or ctx.dir.resolve().name
+    try:
+        write_campaign_series(ctx.dir, ctx.state, ctx.campaign, name, ctx.opts.textfile_dir)
+    except (OSError, SbFleetError) as exc:
+        _say(ctx.opts, f"warning: the campaign's Prometheus series not written ({exc})")
 
 
 # -- running one stage's runs
@@ -361,7 +384,7 @@ def _gated_stage(ctx: _Ctx, stage: Stage) -> None:
         if not hosts or (attempt == 2 and stage.on_failure != "retry_once"):
             continue
         st.start_stage(stage.name, hosts, attempt, _now())
-        save_state(ctx.dir, st)
+        _save(ctx)
         name = stage.name if attempt == 1 else f"{stage.name}-attempt-2"
         run_dir = ctx.dir / RUNS / name
         if stage.kind == "sanity":
@@ -379,7 +402,7 @@ def _gated_stage(ctx: _Ctx, stage: Stage) -> None:
             outcomes = _run_bench(ctx, stage, run_dir, hosts)
         decision = gate_stage(stage, hosts, outcomes, attempt)
         st.apply(decision, _now())
-        save_state(ctx.dir, st)
+        _save(ctx)
         for h, why in {**decision.held_out, **decision.quarantined}.items():
             _say(
                 ctx.opts,
@@ -388,7 +411,7 @@ def _gated_stage(ctx: _Ctx, stage: Stage) -> None:
         if decision.retry:
             _say(ctx.opts, f"stage {stage.name}: {', '.join(decision.retry)} failed, retried once")
     st.finish_stage(stage.name, _now())
-    save_state(ctx.dir, st)
+    _save(ctx)
 
 
 # -- the soak
@@ -411,11 +434,11 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
     hosts = list(entrants(ctx.campaign.spec, stage, st.status_map(), st.passed_map()))
     if not hosts:
         st.finish_stage(stage.name, _now())
-        save_state(ctx.dir, st)
+        _save(ctx)
         return
     if not st.rounds_done(stage.name) and any(_last(ctx, h, stage.name) != "running" for h in hosts):
         st.start_stage(stage.name, hosts, 1, _now())
-        save_state(ctx.dir, st)
+        _save(ctx)
     for index in range(1, stage.rounds + 1):
         if index in st.rounds_done(stage.name):
             continue
@@ -430,7 +453,7 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
         st.record_round(
             stage.name, RoundRecord(index, iso(start), iso(_now()), _rel(ctx, run_dir), list(hosts)), _now()
         )
-        save_state(ctx.dir, st)
+        _save(ctx)
     closing = _fresh(ctx.dir / RUNS / f"{stage.name}-closing-check")
     _say(ctx.opts, f"soak {stage.name}: closing health check (the counters at the soak's end)")
     from sb_fleet.fleet import workflow as wf
@@ -446,7 +469,7 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
     decision = gate_stage(stage, hosts, outcomes)
     st.apply(decision, _now())
     st.finish_stage(stage.name, _now())
-    save_state(ctx.dir, st)
+    _save(ctx)
     for h, why in {**decision.held_out, **decision.quarantined}.items():
         _say(ctx.opts, f"soak {stage.name}: {h} failed: {why}")
 
@@ -521,6 +544,7 @@ def exit_code(state: CampaignState) -> int:
 def run_campaign(opts: AcceptOptions) -> tuple[int, Path]:
     """Run (or with ``resume`` go on with) the campaign; (exit code, campaign directory)."""
     ctx = _resume(opts) if opts.resume else _start(opts)
+    _save(ctx)
     _say(ctx.opts, f"campaign {ctx.campaign.path} on {len(ctx.state.hosts)} node(s) in {ctx.dir}")
     try:
         while (stage := ctx.state.next_stage(ctx.campaign.spec)) is not None:
@@ -530,7 +554,7 @@ def run_campaign(opts: AcceptOptions) -> tuple[int, Path]:
                 _gated_stage(ctx, stage)
         if not ctx.state.finished:
             ctx.state.finish(_now())
-            save_state(ctx.dir, ctx.state)
+            _save(ctx)
     except (KeyboardInterrupt, CampaignStopped):
         _write(ctx)
         print(

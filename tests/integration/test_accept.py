@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -280,6 +281,12 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
         before = _state(d)
         assert [r["index"] for r in before["soak_rounds"]["soak"]] == list(range(1, KILLED_IN))
         assert before["stages_done"] == ["sanity", "single-node", "fabric"]
+        progress = (d / "campaign.prom").read_text()  # as of the last round that finished
+        assert (
+            f'sb_fleet_campaign_soak_rounds{{campaign="campaign",stage="soak"}} {float(KILLED_IN - 1)}'
+            in progress
+        )
+        assert 'sb_fleet_campaign_finished{campaign="campaign"} 0.0' in progress
 
         # resumed; then stopped with SIGTERM while the next round runs on the hosts: exit 130, nothing of
         # the round left running (here or on the hosts), the state as it was after the round killed
@@ -395,6 +402,15 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
 
     summary = json.loads((d / "campaign-summary.json").read_text())
     assert summary["verdicts"] == {"accepted": 2, "rejected": 4}
+    # the campaign's progress as Prometheus series, rewritten after every step
+    prom = (d / "campaign.prom").read_text()
+    for line in (
+        'sb_fleet_campaign_nodes{campaign="campaign",status="rejected"} 4.0',
+        'sb_fleet_campaign_nodes{campaign="campaign",status="accepted"} 2.0',
+        'sb_fleet_campaign_finished{campaign="campaign"} 1.0',
+        f'sb_fleet_campaign_soak_rounds{{campaign="campaign",stage="soak"}} {float(ROUNDS)}',
+    ):
+        assert line in prom, prom[-3000:]
     md = (d / "campaign.md").read_text()
     assert "| " + single + " | **rejected** | single-node | single-node |" in md
     page = (d / "campaign.html").read_text()
@@ -483,6 +499,55 @@ def test_the_campaign_page_in_a_browser():
     assert {h: f for h, f in failed.items() if f} == {
         flaky: [["soak round 2: failed", "#c62828", failed[flaky][0][2]]]
     }
+
+
+@pytest.mark.skipif(
+    shutil.which("slurmctld") is None or shutil.which("munged") is None,
+    reason="Slurm is not installed (apt-get install -y slurmctld slurmd slurm-client munge)",
+)
+def test_the_campaign_drains_its_rejected_nodes_in_slurm():
+    """The finished campaign above into a real Slurm cluster whose nodes are named as its hosts
+    (tests/fleetlib/slurm.py; NodeAddr 127.0.72.x): ``sb-fleet drain CAMPAIGN_DIR`` drains the four it
+    rejected, each with the stage that held it out and why, leaves the node an admin drained and the
+    accepted alone; ``--resume`` resumes an accepted node sb-fleet had drained."""
+    from tests.fleetlib.slurm import SlurmCluster
+
+    if "dir" not in FINISHED:
+        pytest.skip("the campaign test did not finish a campaign")
+    d = FINISHED["dir"]
+    records = {p.stem: json.loads(p.read_text()) for p in (d / "acceptance").glob("*.json")}
+    names = sorted(records)
+    c = SlurmCluster([f"127.0.72.{i + 1}" for i in range(len(names))], prefix="host00").start()
+    try:
+        assert c.names == names, (c.names, names)
+        admin = next(h for h in names if records[h]["failed_stage"] == "soak")  # drained for maintenance
+        good = next(
+            h for h in names if records[h]["verdict"] == "accepted"
+        )  # drained by an earlier sb-fleet run
+        c.sh("scontrol", "update", f"nodename={admin}", "state=drain", "reason=admin maintenance")
+        c.sh("scontrol", "update", f"nodename={good}", "state=drain", "reason=sb-fleet r1: earlier failure")
+        r = sb_fleet("drain", str(d), "--resume", env={"SLURM_CONF": str(c.conf)})
+        assert r.returncode == 0, r.stdout + r.stderr
+        states = c.states()
+        for h, rec in records.items():
+            if h == admin:
+                assert states[h] == ("drained", "admin maintenance"), states
+            elif rec["verdict"] == "rejected":
+                state, reason = states[h]
+                assert state.startswith("drain"), states
+                assert reason.startswith(f"sb-fleet accept-{d.name}: {rec['failed_stage']}: "), reason
+                assert len(reason) < 256 and rec["reason"][:40] in reason, (reason, rec["reason"])
+            else:
+                assert states[h][0] == "idle", states  # accepted; the one sb-fleet drained before, resumed
+        assert f"{admin}: left alone: already drained for another reason (admin maintenance)" in r.stdout
+        log = json.loads((d / "slurm-actions.json").read_text())["actions"]
+        assert sorted((a["node"], a["verb"]) for a in log) == sorted(
+            [(h, "drain") for h in names if records[h]["verdict"] == "rejected" and h != admin]
+            + [(admin, "leave"), (good, "resume")]
+        )
+        assert all(a["rc"] == 0 for a in log if a["verb"] != "leave"), log
+    finally:
+        c.stop()
 
 
 def test_bad_input_is_one_line(setup, tmp_path):

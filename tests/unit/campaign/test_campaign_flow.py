@@ -57,7 +57,7 @@ def bad(h: str, why: str) -> StageOutcome:
     )
 
 
-def _run_until_soak(campaign, state: CampaignState, now=T0):
+def run_until_soak(campaign, state: CampaignState, now=T0):
     """sanity: h5 unhealthy; single: h4 fails twice, h3 fails once then passes; fabric: h2 fails (quarantined)."""
     spec = campaign.spec
     for st in spec.stages[:3]:
@@ -84,7 +84,7 @@ def _run_until_soak(campaign, state: CampaignState, now=T0):
 
 def test_gating_holds_out_retries_and_quarantines(campaign):
     state = CampaignState.new(campaign, HOSTS, T0)
-    _run_until_soak(campaign, state)
+    run_until_soak(campaign, state)
     s = state.hosts
     assert state.status_map() == {
         "h1": "active",
@@ -142,7 +142,7 @@ def test_resume_after_a_crash_mid_write_skips_finished_stages_and_rounds(campaig
     state = CampaignState.new(campaign, HOSTS, T0)
     save_state(d, state)
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
-    now = _run_until_soak(campaign, state)
+    now = run_until_soak(campaign, state)
     save_state(d, state)
     now = _soak_rounds(campaign, state, d, [1, 2, 3], now)
     # the crash: a half-written temp file beside the state, as the atomic writer leaves one when killed
@@ -160,7 +160,7 @@ def test_resume_after_a_crash_mid_write_skips_finished_stages_and_rounds(campaig
 def test_a_truncated_state_file_falls_back_to_the_previous_one(campaign, tmp_path):
     d = tmp_path / "camp"
     state = CampaignState.new(campaign, HOSTS, T0)
-    now = _run_until_soak(campaign, state)
+    now = run_until_soak(campaign, state)
     save_state(d, state)
     _soak_rounds(campaign, state, d, [1, 2], now)
     full = (d / STATE_NAME).read_bytes()
@@ -205,7 +205,7 @@ def test_a_campaign_directory_others_can_use_is_refused(campaign, tmp_path):
 
 def test_records_say_verdict_stage_criteria_evidence_and_versions(campaign, tmp_path):
     state = CampaignState.new(campaign, HOSTS, T0)
-    now = _run_until_soak(campaign, state)
+    now = run_until_soak(campaign, state)
     soak = campaign.spec.stages[3]
     state.start_stage("soak", ["h1", "h3"], 1, now)
     rounds = {
