@@ -123,7 +123,8 @@ def _child(fleet: Fleet, settings: PromSettings, fd: int, ready: int) -> None:
         view = memoryview(benchmark_series(fleet, settings).render(settings.openmetrics, end=False))
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)  # its ~70 MB on disk here, beside the parent's work: the parent's fsync has its tail only
+        # Its ~70 MB go to disk here, beside the parent's work: the parent's fsync has only its own tail.
+        os.fsync(fd)
         os.write(ready, b"ok")
         code = 0
     finally:
