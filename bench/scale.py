@@ -452,7 +452,7 @@ def main() -> int:
         default="bare",
         help="the simulated hosts' interpreter: a venv with nothing installed, as a host has (bare), or "
         "this development venv, whose editable installs cost every start 20-26 ms (dev-venv: the "
-        "figures before the tenth session)",
+        "figures before f3b31c9, 2026-11-28)",
     )
     args = ap.parse_args()
     rows = []
