@@ -214,7 +214,8 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
         records_cpu, records_wall = time.process_time() - c0, time.perf_counter() - w0
         sizes = {
             "state": (d / "campaign-state.json").stat().st_size,
-            "soak_json": (d / "soak-soak.json").stat().st_size,
+            "soak_json": (d / "soak-soak.json").stat().st_size
+            + (d / "soak-soak-rounds.jsonl").stat().st_size,
             "acceptance": sum(p.stat().st_size for p in (d / "acceptance").iterdir()),
             "campaign_html": (d / "campaign.html").stat().st_size,
             "campaign_md": (d / "campaign.md").stat().st_size,
@@ -310,25 +311,24 @@ def main() -> int:
             )
     disk = round_disk(args.template)
     n, R = TARGET_HOSTS, TARGET_ROUNDS
-    h = max(x["hosts"] for x in results)
-    at_h = sorted((x for x in results if x["hosts"] == h), key=lambda x: x["rounds"])
-    lo, hi = at_h[0], at_h[-1]
 
-    def fit(get) -> float:  # noqa: ANN001
-        """Per node, a + b x rounds, from the largest fleet's fewest and most rounds; at n x R."""
-        if hi["rounds"] == lo["rounds"]:
-            return get(hi) / (h * hi["rounds"]) * n * R
-        b = (get(hi) - get(lo)) / (h * (hi["rounds"] - lo["rounds"]))
-        a = get(lo) / h - b * lo["rounds"]
-        return n * (a + b * R)
+    def fit(get, hosts: int = n, rounds: int = R) -> float:  # noqa: ANN001
+        """y = a + b nodes + c rounds + e nodes x rounds, least squares over every case; at hosts x rounds."""
+        import numpy as np
+
+        x = np.array([[1.0, c["hosts"], c["rounds"], c["hosts"] * c["rounds"]] for c in results])
+        y = np.array([get(c) for c in results], dtype=float)
+        coef = np.linalg.lstsq(x, y, rcond=None)[0]
+        return float(coef @ np.array([1.0, hosts, rounds, hosts * rounds]))
 
     judge_cpu = fit(lambda x: x["judge_cpu"])
     judge_mem = fit(lambda x: x["rss_peak_mb"] - x["rss_before_mb"])
+    report_mem = fit(lambda x: x["peak_rss_mb"] - x["rss_before_mb"])
     soak_json = fit(lambda x: x["sizes"]["soak_json"])
     records = fit(lambda x: x["records_report_cpu"])
-    # a save writes the whole state: its CPU per node, at the most rounds measured (it names a round's
-    # nodes once: it should not grow with the rounds)
-    save = hi["save_cpu_last"] / h * n
+    save = fit(lambda x: x["save_cpu_last"])  # one save, at the soak's end
+    # every round's save: the fit is linear in the rounds, so the mean is the save half-way through
+    save_all = fit(lambda x: x["save_cpu_last"], rounds=R // 2) * R
     state = fit(lambda x: x["sizes"]["state"])
     disk_total = disk["per_host_round"] * n * R + disk["per_round"] * R
     print()
@@ -336,18 +336,22 @@ def main() -> int:
         f"a real round's run directory: {disk['per_host_round'] / 1e3:.1f} KB per node, "
         f"{disk['per_round'] / 1e3:.0f} KB per round (playbooks, the suite's archive, Ansible's artifacts)"
     )
+    hs, rs = [c["hosts"] for c in results], [c["rounds"] for c in results]
     print(
-        f"extrapolated to {n} nodes x {R} rounds (per node a + b x rounds, from {h} nodes x "
-        f"{lo['rounds']} and {hi['rounds']} rounds):"
+        f"extrapolated to {n} nodes x {R} rounds (a + b nodes + c rounds + e nodes x rounds, fitted to "
+        f"{len(results)} cases, {min(hs)}-{max(hs)} nodes x {min(rs)}-{max(rs)} rounds):"
     )
     print(
-        f"  the state saved after every round: {save * 1000:.0f} ms of CPU a round ({save * R / 60:.1f} CPU-min "
+        f"  the state saved after every round: {save * 1000:.0f} ms of CPU at the end ({save_all / 60:.1f} CPU-min "
         f"in all), {state / 1e6:.1f} MB at the end"
     )
     print(
         f"  the soak's judgement at its end: {judge_cpu / 60:.1f} CPU-min, {judge_mem / 1024:.2f} GB of memory"
     )
-    print(f"  records and report: {records / 60:.1f} CPU-min; soak-<stage>.json {soak_json / 1e9:.2f} GB")
+    print(
+        f"  records and report: {records / 60:.1f} CPU-min, the peak with the judgement {report_mem / 1024:.2f} GB; "
+        f"soak-<stage>.json and its rounds file {soak_json / 1e9:.2f} GB"
+    )
     print(f"  the campaign directory: {disk_total / 1e9:.0f} GB (the rounds' run directories)")
     if args.json:
         args.json.write_text(json.dumps({"cases": results, "disk": disk}, indent=1))

@@ -108,10 +108,45 @@ def final_status(status: NodeStatus | str) -> NodeStatus:
     raise ValueError(f"unknown node status {status!r}")
 
 
+MAX_LISTED = 20  # a criterion's measured series (values, steps, reasons) and rounds, in the state and records
+
+
+def _bounded(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A finding's measured values with each list or mapping of more than :data:`MAX_LISTED` entries cut to
+    its first and last ten (``<key>_left_out``: how many are not listed; soak-<stage>.json has them all): a
+    node that drifts over 4,320 rounds, or fails one round in ten of them, stays a few KB in the state."""
+    out: dict[str, Any] = {}
+    half = MAX_LISTED // 2
+    for k, v in values.items():
+        if isinstance(v, (list, tuple)) and len(v) > MAX_LISTED:
+            out[k] = [*v[:half], *v[-half:]]
+            out[f"{k}_left_out"] = len(v) - MAX_LISTED
+        elif isinstance(v, Mapping) and len(v) > MAX_LISTED:
+            items = list(v.items())
+            out[k] = dict(items[:half] + items[-half:])
+            out[f"{k}_left_out"] = len(v) - MAX_LISTED
+        else:
+            out[k] = v
+    return out
+
+
+def _rounds(rounds: tuple[int, ...]) -> tuple[int, ...]:
+    half = MAX_LISTED // 2
+    return rounds if len(rounds) <= MAX_LISTED else (*rounds[:half], *rounds[-half:])
+
+
 def soak_outcome(soak: NodeSoak, evidence: Iterable[str] = ()) -> StageOutcome:
-    """A node's soak judgement as a stage outcome: every finding and trend a criterion with its values."""
+    """A node's soak judgement as a stage outcome: every finding and trend a criterion with its values (a
+    long series cut to its first and last ten: :func:`_bounded`)."""
     crit: list[CriterionResult] = [
-        CriterionResult(f.subject, f.criterion, dict(f.values), not f.fails, f.rounds) for f in soak.findings
+        CriterionResult(
+            f.subject,
+            f.criterion,
+            _bounded(f.values) | ({"rounds_named": len(f.rounds)} if len(f.rounds) > MAX_LISTED else {}),
+            not f.fails,
+            _rounds(f.rounds),
+        )
+        for f in soak.findings
     ]
     crit += [
         # a trend that holds names no round (each is in soak-<stage>.json): 4,320 one-minute rounds of

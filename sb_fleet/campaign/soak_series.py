@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,37 @@ class CounterSeries:
 
 
 @dataclass
+class FleetReference:
+    """Per figure, the median over the soak's nodes of each round (NaN where fewer than
+    :data:`MIN_FLEET` nodes reported it) and the median of those over the soak: what a node's figure is
+    judged against, so that a slowdown every node shows in the same round (the machine, the room, the
+    control node) is not one node's drift."""
+
+    medians: dict[str, array] = field(default_factory=dict)
+    typical: dict[str, float] = field(default_factory=dict)
+
+    def settle(self) -> None:
+        """Each figure's typical value, once every round is in."""
+        for c, col in self.medians.items():
+            known = [m for m in col if not math.isnan(m)]
+            if known:
+                self.typical[c] = statistics.median(known)
+
+    def relative(self, metric: str, pos: int, value: float) -> float:
+        """``value`` as the node would have measured it in a round the fleet measured its typical figure."""
+        col = self.medians.get(metric)
+        if col is None or pos >= len(col):
+            return value
+        m, typical = col[pos], self.typical.get(metric, NAN)
+        if math.isnan(m) or m <= 0 or math.isnan(typical):
+            return value
+        return value / m * typical
+
+
+MIN_FLEET = 3  # nodes reporting a figure in a round for the round's median to correct it
+
+
+@dataclass
 class NodeSeries:
     """One node's soak in columns: ``positions[i]`` is the position (in the soak's round records) of its
     i-th round; ``metrics[c][i]`` its figure (NaN: not reported), ``noise[c][i]`` the figure's own measured
@@ -75,6 +107,7 @@ class NodeSeries:
     noise: dict[str, array] = field(default_factory=dict)
     throttled: dict[int, int] = field(default_factory=dict)  # i -> windows, where not 0
     counters: dict[str, CounterSeries] = field(default_factory=dict)
+    fleet: FleetReference | None = None  # shared by every node of the soak
 
     def add_round(
         self,
@@ -145,10 +178,14 @@ def read_series(
 ) -> dict[str, NodeSeries]:
     """Every node's soak in columns, each round's run directory read once; the closing check's counters
     are the last round's end readings."""
-    out = {h: NodeSeries() for h in hosts}
+    fleet = FleetReference()
+    out = {h: NodeSeries(fleet=fleet) for h in hosts}
     for pos, rec in enumerate(records):
         rd = Path(directory) / rec.run_dir
         rows, values, noise = round_rows(rd)
+        add_fleet_round(
+            fleet, pos, [values.get(h, {}) for h in rec.hosts if h in out and rows.get(h) is not None]
+        )
         last = pos == len(records) - 1
         for h in rec.hosts:
             node = out.get(h)
@@ -172,7 +209,20 @@ def read_series(
                 end_doc = _read_json(closing / "health" / f"{h}.json")
                 if isinstance(end_doc, Mapping):
                     node.add_counters(pos, END, health_counters(end_doc))
+    fleet.settle()
     return out
+
+
+def add_fleet_round(fleet: FleetReference, pos: int, values: Sequence[Mapping[str, float]]) -> None:
+    """The fleet's median of each figure in round ``pos``, from the figures of the nodes that ran it."""
+    by: dict[str, list[float]] = {}
+    for vals in values:
+        for c, v in vals.items():
+            by.setdefault(c, []).append(v)
+    for c in set(by) | set(fleet.medians):
+        col = fleet.medians.setdefault(c, array("d", [NAN] * pos))
+        got = by.get(c, [])
+        col.append(statistics.median(got) if len(got) >= MIN_FLEET else NAN)
 
 
 def node_rounds(series: NodeSeries, records: Sequence[RoundRecord]) -> list[SoakRound]:
@@ -189,7 +239,8 @@ def node_rounds(series: NodeSeries, records: Sequence[RoundRecord]) -> list[Soak
             v = col[i]
             if not math.isnan(v):
                 n = series.noise[c][i]
-                metrics[c] = Measurement(v, None if math.isnan(n) else n)
+                rel = series.fleet.relative(c, pos, v) if series.fleet is not None else v
+                metrics[c] = Measurement(rel, None if math.isnan(n) else n)
         out.append(
             SoakRound(
                 index=rec.index,

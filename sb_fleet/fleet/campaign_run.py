@@ -23,7 +23,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -59,7 +59,13 @@ from sb_fleet.errors import RunDirError, SbFleetError, UsageError
 from sb_fleet.exits import EXIT_FAILED, EXIT_INFRA, EXIT_INTERRUPTED, EXIT_OK
 from sb_fleet.report.campaign_metrics import write_campaign_series
 from sb_fleet.report.campaign_report import write_campaign_report
-from sb_fleet.safe_files import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
+from sb_fleet.safe_files import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_stream,
+    atomic_write_text,
+    sha256_file,
+)
 
 log = logging.getLogger("sb_fleet")
 
@@ -490,22 +496,46 @@ def soak_judgement(
 ) -> dict[str, NodeSoak]:
     """The soak's judgement: every node's rounds read back from the rounds' run directories
     (:mod:`sb_fleet.campaign.soak_series`: each directory once, kept in columns), judged node by node, and
-    written with them to ``soak-<stage>.json``."""
+    written out node by node: ``soak-<stage>.json`` (the judgement, the rounds' times and directories) and
+    ``soak-<stage>-rounds.jsonl`` (one line a node: its rounds in columns), neither ever whole in memory."""
     records = state.soak_rounds.get(stage.name, [])
     series = read_series(directory, records, stage, hosts, closing)
     judged = dict(judge_series(series, records, SoakCriteria.from_stage(stage)))
-    atomic_write_json(
-        Path(directory) / f"soak-{stage.name}.json",
-        {
-            "schema_version": 2,
-            "stage": stage.name,
-            "round_dirs": {str(r.index): r.run_dir for r in records},
-            "round_times": {str(r.index): [r.start, r.end] for r in records},
-            "nodes": {h: n.to_dict() for h, n in judged.items()},
-            "rounds": {h: series_json(s, records) for h, s in series.items()},
-        },
+    d = Path(directory)
+    atomic_write_stream(d / f"soak-{stage.name}.json", judgement_chunks(stage.name, records, judged))
+    atomic_write_stream(
+        d / rounds_file(stage.name),
+        (json.dumps({"host": h, **series_json(s, records)}).encode() + b"\n" for h, s in series.items()),
     )
     return judged
+
+
+def rounds_file(stage: str) -> str:
+    return f"soak-{stage}-rounds.jsonl"
+
+
+def judgement_chunks(
+    stage: str, records: Sequence[RoundRecord], judged: Mapping[str, NodeSoak]
+) -> Iterator[bytes]:
+    """``soak-<stage>.json`` (schema 3) in pieces, a node at a time. A trend's values and rounds are left out
+    (its figure's column in the rounds file has them); a finding keeps all of its own."""
+    head = {
+        "schema_version": 3,
+        "stage": stage,
+        "rounds_file": rounds_file(stage),
+        "round_dirs": {str(r.index): r.run_dir for r in records},
+        "round_times": {str(r.index): [r.start, r.end] for r in records},
+    }
+    yield json.dumps(head)[:-1].encode() + b', "nodes": {'
+    for k, (h, n) in enumerate(judged.items()):
+        doc = n.to_dict()
+        doc["trends"] = [
+            {key: v for key, v in t.items() if key not in ("values", "rounds")}
+            | {"rounds_judged": len(t["rounds"])}
+            for t in doc["trends"]
+        ]
+        yield (b", " if k else b"") + json.dumps(h).encode() + b": " + json.dumps(doc).encode()
+    yield b"}}\n"
 
 
 # -- the campaign

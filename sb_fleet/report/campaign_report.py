@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +41,8 @@ VERDICT_COLOURS = {
 
 
 def _soaks(directory: Path, campaign: Campaign) -> dict[str, Mapping[str, Any]]:
+    """Each soak's judgement, and its nodes' rounds as the page draws them (:func:`node_view`), the rounds
+    file read a node (a line) at a time: 4,320 rounds of 1,000 nodes are never whole in memory."""
     out: dict[str, Mapping[str, Any]] = {}
     for st in campaign.spec.stages:
         if st.kind != "soak":
@@ -48,9 +51,21 @@ def _soaks(directory: Path, campaign: Campaign) -> dict[str, Mapping[str, Any]]:
             doc = json.loads((directory / f"soak-{st.name}.json").read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict):
-            # the rounds in columns since schema 2; an older file's are not drawn
-            out[st.name] = doc if doc.get("schema_version") == 2 else {**doc, "rounds": {}, "round_times": {}}
+        if not isinstance(doc, dict):
+            continue
+        views: dict[str, dict[str, Any]] = {}
+        if doc.get("schema_version") == 3:
+            try:
+                with open(directory / str(doc.get("rounds_file")), encoding="utf-8") as f:
+                    for line in f:
+                        row = json.loads(line)
+                        if isinstance(row, dict) and isinstance(row.get("host"), str):
+                            views[row["host"]] = node_view(row)
+            except (OSError, ValueError):
+                pass
+        elif doc.get("schema_version") == 2:  # the rounds inline (2026-11-29, eaca6e5 to 5ac37a3)
+            views = {h: node_view(c) for h, c in (doc.get("rounds") or {}).items() if isinstance(c, Mapping)}
+        out[st.name] = {**doc, "rounds": views}
     return out
 
 
@@ -243,10 +258,33 @@ def _timeline_svg(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
     return "".join(out)
 
 
+SPARK_WIDTH = 220
+
+
+def node_view(columns: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's soak columns (a line of ``soak-<stage>-rounds.jsonl``) as the page draws them: its rounds'
+    indices and outcomes as compact arrays, each figure's and counter's points thinned to its plot's
+    pixels (:func:`thinned`)."""
+    pairs = [
+        (i, ok)
+        for i, ok in zip(columns.get("index") or [], columns.get("ok") or [], strict=False)
+        if isinstance(i, int) and not isinstance(i, bool)
+    ]
+    return {
+        "index": array("i", [i for i, _ in pairs]),
+        "ok": bytes(1 if ok else 0 for _, ok in pairs),
+        "series": {k: thinned(pts, SPARK_WIDTH) for k, pts in _series(columns).items()},
+    }
+
+
+def _view(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    return node if "series" in node else node_view(node)
+
+
 def round_list(doc: Mapping[str, Any], host: str) -> list[dict[str, Any]]:
-    """A node's rounds of a soak (``soak-<stage>.json``: its columns, the rounds' times) as
+    """A node's rounds of a soak (its columns or its :func:`node_view`, the rounds' times) as
     ``{index, start, end, ok}`` rows."""
-    node = (doc.get("rounds") or {}).get(host) or {}
+    node = _view((doc.get("rounds") or {}).get(host) or {})
     times = doc.get("round_times") or {}
     out = []
     for i, ok in zip(node.get("index") or [], node.get("ok") or [], strict=False):
@@ -340,25 +378,49 @@ def _trend_text(t: Mapping[str, Any] | None) -> str:
     )
 
 
+def _round_strip(index: Sequence[int], ok: Sequence[int], n: int, width: int = SPARK_WIDTH) -> str:
+    """A node's rounds 1..n in a strip, each green or red; rounds narrower than 4 pixels of one outcome
+    drawn as one (a failed round always shows)."""
+    if n <= 0:
+        return ""
+    w = width / n
+    spans: list[list[float]] = []  # x0, x1, ok, first, last
+    for i, good in sorted(zip(index, ok, strict=False)):
+        x = (i - 1) * w
+        if spans and spans[-1][2] == bool(good) and w < MERGE_BELOW_PX and x - spans[-1][1] < 1.0:
+            spans[-1][1], spans[-1][4] = x + w, i
+        else:
+            spans.append([x, x + w, bool(good), i, i])
+    rects = "".join(
+        f'<rect x="{a:.1f}" y="0" width="{max(b - a - (1 if w >= MERGE_BELOW_PX else 0), 1):.1f}" height="12" '
+        f'fill="{ROUND_COLOURS[bool(good)]}"><title>round {int(f)}{"" if f == la else f"-{int(la)}"}: '
+        f"{'passed' if good else 'failed'}</title></rect>"
+        for a, b, good, f, la in spans
+    )
+    return f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="12">{rects}</svg>'
+
+
 def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
+    views = {h: _view(v) for h, v in (doc.get("rounds") or {}).items()}
     rows = []
     for host, node in (doc.get("nodes") or {}).items():
-        failed = set(node.get("failed_rounds") or [])
         n = int(node.get("rounds") or 0)
-        cells = "".join(
-            f'<td style="background:{"#c62828" if i in failed else "#2e7d32"};width:14px" title="round {i}"></td>'
-            for i in range(1, n + 1)
-        )
+        view = views.get(host)
+        if view is not None:
+            strip = _round_strip(view["index"], view["ok"], max(n, max(view["index"], default=0)))
+        else:  # no columns: the judgement's failed rounds
+            failed = set(node.get("failed_rounds") or [])
+            strip = _round_strip(range(1, n + 1), [i not in failed for i in range(1, n + 1)], n)
         fails = "; ".join(
             html.escape(str(f.get("message"))) for f in node.get("findings") or [] if f.get("fails")
         )
         rows.append(
             f"<tr><td>{html.escape(host)}</td><td>{'passed' if node.get('passed') else '<b>failed</b>'}</td>"
-            f"<td><table><tr>{cells}</tr></table></td><td>{fails}</td></tr>"
+            f"<td>{strip}</td><td>{fails}</td></tr>"
         )
     plots = []
-    for host, node in (doc.get("rounds") or {}).items():
-        n = max((int(i) for i in node.get("index") or [] if isinstance(i, int)), default=0)
+    for host, view in views.items():
+        n = max(view["index"], default=0)
         trends = {
             str(t.get("metric")): t
             for t in ((doc.get("nodes") or {}).get(host) or {}).get("trends") or []
@@ -366,7 +428,7 @@ def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
         }
         cells = "".join(
             f"<tr><td>{html.escape(k)}</td><td>{_spark(pts, n)}</td><td>{_trend_text(trends.get(k))}</td></tr>"
-            for k, pts in sorted(_series(node).items())
+            for k, pts in sorted(view["series"].items())
         )
         if cells:
             plots.append(f"<h3>{html.escape(host)}: per round</h3><table>{cells}</table>")

@@ -227,6 +227,12 @@ def _state(d: Path) -> dict:
         return {}
 
 
+def _columns(d: Path) -> dict[str, dict]:
+    """Each node's soak rounds in columns (soak-soak-rounds.jsonl: a line a node)."""
+    lines = (d / "soak-soak-rounds.jsonl").read_text().splitlines()
+    return {row["host"]: row for row in map(json.loads, lines)}
+
+
 def _accept(args: list[str], **kw) -> subprocess.Popen:  # noqa: ANN003
     return subprocess.Popen(
         [SB_FLEET, "accept", *args],
@@ -339,14 +345,15 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
     records = {n: json.loads((d / "acceptance" / f"{n}.json").read_text()) for n in names}
     verdicts = {n: rec["verdict"] for n, rec in records.items()}
     soak = json.loads((d / "soak-soak.json").read_text())["nodes"]
+    columns = _columns(d)
     trends = {n: {t["metric"]: t for t in soak[n]["trends"]} for n in soak}
     for n in soak:
         t = trends[n].get(METRIC)
         print(
             f"{n}: {records[n]['verdict']}"
             + (
-                f"; {METRIC} {t['change']:+.1%} over {len(t['rounds'])} rounds, threshold {t['threshold']:.1%}, "
-                f"noise {t['noise']:.1%} ({t['noise_source']}), values {[round(v, 2) for v in t['values']]}"
+                f"; {METRIC} {t['change']:+.1%} over {t['rounds_judged']} rounds, threshold {t['threshold']:.1%}, "
+                f"noise {t['noise']:.1%} ({t['noise_source']}), values {[v and round(v, 2) for v in columns[n]['metrics'][METRIC]]}"
                 if t
                 else f"; drift not judged: {soak[n]['not_judged']}"
             )
@@ -464,7 +471,7 @@ def test_the_campaign_page_in_a_browser():
         pytest.skip("the campaign test did not finish a campaign")
     d = FINISHED["dir"]
     records = {p.stem: json.loads(p.read_text()) for p in (d / "acceptance").glob("*.json")}
-    rounds = json.loads((d / "soak-soak.json").read_text())["rounds"]
+    rounds = _columns(d)
     with Browser(1400, 900) as b:
         b.call(
             "Page.navigate", {"url": (d / "campaign.html").as_uri()}

@@ -298,3 +298,32 @@ def test_a_soaks_rounds_store_their_nodes_once(campaign, tmp_path):
     (d / PREVIOUS_NAME).unlink(missing_ok=True)
     with pytest.raises(RunDirError, match="first round says same_hosts"):
         load_state(d, campaign.digest)
+
+
+def test_a_long_soaks_criteria_stay_small():
+    """A node that drifts over 300 rounds and fails one in ten: its criteria list the first and last ten of
+    each series and say how many are left out (soak-<stage>.json has them all)."""
+    rounds = [
+        SoakRound(
+            i,
+            T0 + timedelta(minutes=i),
+            T0 + timedelta(minutes=i, seconds=50),
+            ok=i % 10 != 0,
+            reason=f"round {i}: failed",
+            metrics={"gemm-flops/fp32_flops": 100.0 * (1 - 0.001 * i)},
+        )
+        for i in range(1, 301)
+    ]
+    out = soak_outcome(judge_node("h1", rounds, SoakCriteria(drift_min_rounds=6)))
+    by = {c.name: c for c in out.criteria}
+    drift, failed = by["gemm-flops/fp32_flops"], by["rounds"]
+    assert (
+        not drift.passed
+        and len(drift.rounds) == 20
+        and drift.rounds[:2] == (1, 2)
+        and drift.rounds[-1] == 299  # round 300 failed: not in the trend
+    )
+    assert len(drift.measured["values"]) == 20 and drift.measured["values_left_out"] == 250
+    assert drift.measured["rounds_named"] == 270
+    assert len(failed.measured["reasons"]) == 20 and failed.measured["reasons_left_out"] == 10
+    assert len(json.dumps([c.to_dict() for c in out.criteria])) < 6000

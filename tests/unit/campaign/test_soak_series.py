@@ -116,3 +116,43 @@ def test_the_columns_as_json():
     }
     rounds = node_rounds(s, records)
     assert [r.throttled_windows for r in rounds] == [0, 2, 0] and rounds[2].metrics["m/y_bw"].noise == 0.02
+
+
+def test_a_round_every_node_is_slow_in_is_not_a_nodes_drift():
+    """Five nodes; in round 3 the whole machine is slow (every figure at 40%); node e loses 5% a round. Judged
+    against the fleet's median of each round, e fails and the others pass; judged alone, the shared slow
+    round is noise enough to hide e's loss."""
+    from sb_fleet.campaign.soak_series import FleetReference, add_fleet_round
+
+    records = _records(8)
+    rng = random.Random(3)
+    fleet = FleetReference()
+    nodes = {h: NodeSeries(fleet=fleet) for h in "abcde"}
+    for pos in range(8):
+        common = 0.4 if pos == 2 else 1.0
+        vals = {
+            h: {
+                "g/fp32_flops": 100.0
+                * common
+                * (1 - 0.05 * pos if h == "e" else 1.0)
+                * (1 + rng.gauss(0, 0.01))
+            }
+            for h in nodes
+        }
+        for h, s in nodes.items():
+            s.add_round(pos, True, "", vals[h], {}, 0)
+        add_fleet_round(fleet, pos, list(vals.values()))
+    fleet.settle()
+    crit = SoakCriteria(drift_min_rounds=5, drift_min_change=0.05)
+    judged = {h: judge_node(h, node_rounds(s, records), crit) for h, s in nodes.items()}
+    assert {h: n.passed for h, n in judged.items()} == {
+        "a": True,
+        "b": True,
+        "c": True,
+        "d": True,
+        "e": False,
+    }
+    alone = NodeSeries()
+    for i, pos in enumerate(nodes["e"].positions):
+        alone.add_round(pos, True, "", {"g/fp32_flops": nodes["e"].metrics["g/fp32_flops"][i]}, {}, 0)
+    assert judge_node("e", node_rounds(alone, records), crit).passed  # the shared slow round hides it
