@@ -20,6 +20,7 @@ from typing import Any
 
 from sb_fleet.campaign.gating import CriterionResult, StageOutcome
 from sb_fleet.config.campaign_spec import Stage
+from sb_fleet.config.fleet_config import FleetSettings
 
 INFRA_WORDS = ("unreachable", "hostkey-mismatch", "pending")
 
@@ -162,11 +163,16 @@ class StageConfigError(ValueError):
     across nodes to carry the pattern)."""
 
 
+DEFAULT_TIMEOUT_S = FleetSettings.model_fields["default_timeout"].default  # fleet.default_timeout's
+
+
 def stage_config(config: Mapping[str, Any], stage: Stage, pattern: str | None = None) -> dict[str, Any]:
     """The config (as loaded from its YAML) narrowed to ``stage``'s benchmarks (``superbench.enable``);
     with ``pattern``, each of them runs across nodes in that SuperBench traffic pattern: the pattern is
     set on every ``mpi`` and ``torch.distributed`` mode of the entry (a pattern's group is the mode's
-    world)."""
+    world). With the stage's ``timeout``, each of its benchmarks' runs on a node is cut there (its
+    ``timeout``, where the config's own is longer): validate stops it on the host and records the timeout,
+    and the node fails the stage."""
     cfg = copy.deepcopy(dict(config))
     sb = dict(cfg.get("superbench") or {})
     benches = dict(sb.get("benchmarks") or {})
@@ -185,6 +191,14 @@ def stage_config(config: Mapping[str, Any], stage: Stage, pattern: str | None = 
                 m["pattern"] = {"type": pattern}
                 m.pop("node_num", None)
             entry["modes"] = modes
+            benches[name] = entry
+    if stage.timeout is not None and stage.kind != "sanity":
+        default = (cfg.get("fleet") or {}).get("default_timeout", DEFAULT_TIMEOUT_S)
+        for name in stage.benchmarks:
+            entry = dict(benches.get(name) or {})
+            own = entry.get("timeout") or default
+            cut = max(1, math.ceil(stage.timeout))
+            entry["timeout"] = min(int(own), cut) if isinstance(own, (int, float)) else cut
             benches[name] = entry
     sb["benchmarks"] = benches
     cfg["superbench"] = sb

@@ -240,3 +240,26 @@ def test_the_soak_is_plotted_per_round():
     page = campaign_html(summary, {"soak": doc}, 0.0)
     assert "h4: per round" in page and "ib.symbol_error[mlx5_0/1]" in page and "<polyline" in page
     assert "0 → 7" in page
+
+
+def test_a_stage_timeout_cuts_each_of_its_benchmarks(tmp_path):
+    text = TEXT.replace(
+        "    benchmarks: [gemm-flops]\n    criteria:",
+        "    benchmarks: [gemm-flops, mem-bw]\n    timeout: 90s\n    criteria:",
+    )
+    c = parse_campaign(text, tmp_path / "c.yaml")
+    assert c.spec.stage("single").timeout == 90
+    config = {**CONFIG, "fleet": {"default_timeout": 60}}
+    config["superbench"] = {
+        "benchmarks": {**CONFIG["superbench"]["benchmarks"], "gemm-flops": {"timeout": 300}}
+    }
+    benches = stage_config(config, c.spec.stage("single"))["superbench"]["benchmarks"]
+    assert benches["gemm-flops"]["timeout"] == 90  # its own 300 s cut to the stage's
+    assert benches["mem-bw"]["timeout"] == 60  # the fleet's default is shorter already
+    assert "timeout" not in benches["nccl-bw"]  # not the stage's
+    assert "timeout" not in CONFIG["superbench"]["benchmarks"]["gemm-flops"]  # the config itself untouched
+    plain = parse_campaign(TEXT, tmp_path / "c2.yaml")
+    assert (
+        "timeout"
+        not in stage_config(CONFIG, plain.spec.stage("single"))["superbench"]["benchmarks"]["gemm-flops"]
+    )
