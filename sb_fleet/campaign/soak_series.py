@@ -225,7 +225,7 @@ def add_fleet_round(fleet: FleetReference, pos: int, values: Sequence[Mapping[st
         col.append(statistics.median(got) if len(got) >= MIN_FLEET else NAN)
 
 
-def node_rounds(series: NodeSeries, records: Sequence[RoundRecord]) -> list[SoakRound]:
+def node_rounds(series: NodeSeries, records: Sequence[RoundRecord], relative: bool = True) -> list[SoakRound]:
     """One node's rounds as the judgement takes them, from its columns."""
     by_round: dict[tuple[int, int], dict[str, float]] = {}
     for key, cs in series.counters.items():
@@ -239,7 +239,7 @@ def node_rounds(series: NodeSeries, records: Sequence[RoundRecord]) -> list[Soak
             v = col[i]
             if not math.isnan(v):
                 n = series.noise[c][i]
-                rel = series.fleet.relative(c, pos, v) if series.fleet is not None else v
+                rel = series.fleet.relative(c, pos, v) if relative and series.fleet is not None else v
                 metrics[c] = Measurement(rel, None if math.isnan(n) else n)
         out.append(
             SoakRound(
@@ -279,20 +279,32 @@ def series_json(series: NodeSeries, records: Sequence[RoundRecord]) -> dict[str,
     }
 
 
+def _noise(node: NodeSoak) -> float:
+    """The mean per-round noise of a node's judged figures (infinite where none was judged)."""
+    return statistics.fmean(t.noise for t in node.trends) if node.trends else math.inf
+
+
 def judge_series(
     series: Mapping[str, NodeSeries],
     records: Sequence[RoundRecord],
     criteria: SoakCriteria,
     direction: Callable[[str], int] | None = None,
-) -> Iterator[tuple[str, NodeSoak]]:
-    """Each node's judgement in turn, its rounds built from its columns and dropped after."""
+) -> Iterator[tuple[str, NodeSoak, str]]:
+    """Each node's judgement in turn, its rounds built from its columns and dropped after, with the basis
+    of its figures: ``measured``, or ``relative`` to the fleet's median of each round. Both are judged and
+    the one whose round-to-round noise is the lower is kept: relative to the fleet where the node moved
+    with it (a slow round every node had), as measured where the fleet's median moved without it (the
+    fleet's nodes share the node's hardware, or one of them left a round). Only the figures differ: the
+    rounds, counters and throttled windows are judged alike."""
+    judge = judge_node if direction is None else lambda h, r, c: judge_node(h, r, c, direction)
     for host, s in series.items():
-        rounds = node_rounds(s, records)
+        measured = judge(host, node_rounds(s, records, relative=False), criteria)
+        if s.fleet is None or not s.fleet.typical:
+            yield host, measured, "measured"
+            continue
+        relative = judge(host, node_rounds(s, records, relative=True), criteria)
         yield (
-            host,
-            (
-                judge_node(host, rounds, criteria)
-                if direction is None
-                else judge_node(host, rounds, criteria, direction)
-            ),
+            (host, relative, "relative")
+            if _noise(relative) < _noise(measured)
+            else (host, measured, "measured")
         )

@@ -500,9 +500,12 @@ def soak_judgement(
     ``soak-<stage>-rounds.jsonl`` (one line a node: its rounds in columns), neither ever whole in memory."""
     records = state.soak_rounds.get(stage.name, [])
     series = read_series(directory, records, stage, hosts, closing)
-    judged = dict(judge_series(series, records, SoakCriteria.from_stage(stage)))
+    judged: dict[str, NodeSoak] = {}
+    basis: dict[str, str] = {}
+    for h, node, figures in judge_series(series, records, SoakCriteria.from_stage(stage)):
+        judged[h], basis[h] = node, figures
     d = Path(directory)
-    atomic_write_stream(d / f"soak-{stage.name}.json", judgement_chunks(stage.name, records, judged))
+    atomic_write_stream(d / f"soak-{stage.name}.json", judgement_chunks(stage.name, records, judged, basis))
     atomic_write_stream(
         d / rounds_file(stage.name),
         (json.dumps({"host": h, **series_json(s, records)}).encode() + b"\n" for h, s in series.items()),
@@ -515,10 +518,11 @@ def rounds_file(stage: str) -> str:
 
 
 def judgement_chunks(
-    stage: str, records: Sequence[RoundRecord], judged: Mapping[str, NodeSoak]
+    stage: str, records: Sequence[RoundRecord], judged: Mapping[str, NodeSoak], basis: Mapping[str, str]
 ) -> Iterator[bytes]:
     """``soak-<stage>.json`` (schema 3) in pieces, a node at a time. A trend's values and rounds are left out
-    (its figure's column in the rounds file has them); a finding keeps all of its own."""
+    (its figure's column in the rounds file has them); a finding keeps all of its own; ``figures`` says
+    whether the node's figures were judged as measured or relative to the fleet (soak_series.judge_series)."""
     head = {
         "schema_version": 3,
         "stage": stage,
@@ -528,7 +532,7 @@ def judgement_chunks(
     }
     yield json.dumps(head)[:-1].encode() + b', "nodes": {'
     for k, (h, n) in enumerate(judged.items()):
-        doc = n.to_dict()
+        doc = n.to_dict() | {"figures": basis.get(h, "measured")}
         doc["trends"] = [
             {key: v for key, v in t.items() if key not in ("values", "rounds")}
             | {"rounds_judged": len(t["rounds"])}
