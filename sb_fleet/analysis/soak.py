@@ -126,7 +126,7 @@ class Trend:
     stderr: float  # of the change, in the same (log) units
     noise: float  # the per-round relative noise the stderr used
     noise_source: Literal["residuals", "own samples"]
-    threshold: float  # the relative change beyond which it fails
+    threshold: float  # the relative change beyond which it fails, signed the way that is worse (-0.31: a loss of 31%)
     fails: bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -364,6 +364,9 @@ def trend(
     threshold_log = max(k * stderr, math.log1p(min_change))
     worse = change_log < 0 if direction > 0 else change_log > 0 if direction < 0 else True
     fails = worse and abs(change_log) > threshold_log
+    # The limit on the side that is worse, as a relative change as `change` is: a loss of log-size t is
+    # expm1(-t) (-36.9% for t = log 1.584), a gain expm1(t) (+58.4%).
+    down = direction > 0 or (direction == 0 and change_log < 0)
     return Trend(
         metric=metric,
         direction=direction,
@@ -373,7 +376,7 @@ def trend(
         stderr=stderr,
         noise=noise,
         noise_source=source,  # type: ignore[arg-type]
-        threshold=math.expm1(threshold_log),
+        threshold=math.expm1(-threshold_log if down else threshold_log),
         fails=fails,
     )
 
@@ -420,7 +423,7 @@ def _drift_finding(t: Trend, crit: SoakCriteria) -> SoakFinding:
         fails=True,
         message=(
             f"{t.metric} drifted {t.change:+.1%} over {len(t.rounds)} rounds ({t.values[0]:.6g} -> "
-            f"{t.values[-1]:.6g}; {way}), beyond {t.threshold:.1%} (per-round noise {t.noise:.1%}, "
+            f"{t.values[-1]:.6g}; {way}), beyond {t.threshold:+.1%} (per-round noise {t.noise:.1%}, "
             f"from its {t.noise_source})"
         ),
         criterion=(

@@ -153,7 +153,7 @@ def soak_outcome(soak: NodeSoak, evidence: Iterable[str] = ()) -> StageOutcome:
         # 1,000 nodes would be 4.3 million round numbers in the state and the records
         CriterionResult(
             t.metric,
-            f"drift within {t.threshold:.1%}",
+            f"drift no worse than {t.threshold:+.1%}",
             {"change": t.change, "threshold": t.threshold, "noise": t.noise, "rounds_judged": len(t.rounds)},
             not t.fails,
         )

@@ -372,7 +372,7 @@ def _trend_text(t: Mapping[str, Any] | None) -> str:
         or not isinstance(t.get("threshold"), (int, float))
     ):
         return ""
-    words = f"drift {t['change']:+.1%}, limit {t['threshold']:.1%} (noise {float(t.get('noise') or 0):.1%})"
+    words = f"drift {t['change']:+.1%}, limit {t['threshold']:+.1%} (noise {float(t.get('noise') or 0):.1%})"
     return (
         f'<b style="color:{COLOURS["failed"]}">{words}</b>' if t.get("fails") else f"<small>{words}</small>"
     )

@@ -352,7 +352,7 @@ def test_a_campaign_gates_soaks_and_survives_a_kill(setup, tmp_path):
         print(
             f"{n}: {records[n]['verdict']}"
             + (
-                f"; {METRIC} {t['change']:+.1%} over {t['rounds_judged']} rounds, threshold {t['threshold']:.1%}, "
+                f"; {METRIC} {t['change']:+.1%} over {t['rounds_judged']} rounds, threshold {t['threshold']:+.1%}, "
                 f"noise {t['noise']:.1%} ({t['noise_source']}), values {[v and round(v, 2) for v in columns[n]['metrics'][METRIC]]}"
                 if t
                 else f"; drift not judged: {soak[n]['not_judged']}"

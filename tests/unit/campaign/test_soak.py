@@ -175,6 +175,19 @@ def test_at_2_percent_noise_ten_rounds_may_not_tell_but_twenty_do():
     (f,) = r.failures
     assert f.kind == "drift" and f.subject == GEMM and f.values["change"] < -0.12
     assert f.rounds == tuple(range(1, 21))
+    # a loss against a limit that is a loss too: the message reads as the comparison it is
+    assert f.values["change"] < f.values["threshold"] < 0
+    assert f"beyond {f.values['threshold']:+.1%}" in f.message
+
+
+def test_the_limit_is_on_the_side_that_is_worse():
+    lat = "kernel-launch/event_time:0"
+    up = judge_node("n", [_round(i + 1, {lat: 0.006 * 1.03**i}) for i in range(12)], CRIT)
+    (t,) = up.trends
+    assert t.fails and t.change > t.threshold > 0  # lower is better: a rise past a rise
+    down = judge_node("n", [_round(i + 1, {GEMM: 100 * 0.97**i}) for i in range(12)], CRIT)
+    (t,) = down.trends
+    assert t.fails and t.change < t.threshold < 0  # higher is better: a loss past a loss
 
 
 @pytest.mark.parametrize("sigma", [0.005, 0.01, 0.02])
