@@ -10,12 +10,8 @@ A campaign still running drains nothing: its nodes' verdicts are not final (``in
 
 from __future__ import annotations
 
-import datetime as dt
-import getpass
 import json
 import shlex
-import socket
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +19,7 @@ from sb_fleet.campaign.campaign_state import CampaignState, load_state
 from sb_fleet.config.campaign_spec import load_campaign
 from sb_fleet.errors import RunDirError, SbFleetError, UsageError
 from sb_fleet.fleet.campaign_run import INPUTS_NAME
-from sb_fleet.fleet.slurm_drain import Action, node_states, plan_actions, slurm_command
+from sb_fleet.fleet.slurm_drain import Action, node_states, plan_actions, run_actions
 from sb_fleet.safe_files import atomic_write_json
 
 ACTIONS_NAME = "slurm-actions.json"
@@ -56,21 +52,7 @@ def _slurm_tools(config: Path) -> tuple[str, str]:
 
 
 def _record(d: Path, actions: list[Action], dry_run: bool) -> list[dict[str, Any]]:
-    who, where = getpass.getuser(), socket.gethostname()
-    done: list[dict[str, Any]] = []
-    for a in actions:
-        rec: dict[str, Any] = {
-            "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "user": who,
-            "control_node": where,
-            "dry_run": dry_run,
-            **asdict(a),
-        }
-        if a.argv and not dry_run:
-            r = slurm_command(a.argv)
-            rec["rc"] = r.returncode
-            rec["stderr"] = " ".join(r.stderr.split())[:500]
-        done.append(rec)
+    done = run_actions(actions, dry_run)
     path = d / ACTIONS_NAME
     try:
         log = json.loads(path.read_text())

@@ -172,8 +172,9 @@ def read_verdict(rd: RunDir) -> Verdict:
     return Verdict(rd.run_id, failed, passed, list(by_name))
 
 
-def apply(rd: RunDir, actions: list[Action], dry_run: bool) -> list[dict[str, Any]]:
-    """Run each drain/resume (unless ``dry_run``) and append every action to ``slurm-actions.json``."""
+def run_actions(actions: list[Action], dry_run: bool) -> list[dict[str, Any]]:
+    """Run each drain/resume (unless ``dry_run``); each action's record (when, who, where, what, and
+    scontrol's exit status and words)."""
     who, where = getpass.getuser(), socket.gethostname()
     done: list[dict[str, Any]] = []
     for a in actions:
@@ -189,6 +190,12 @@ def apply(rd: RunDir, actions: list[Action], dry_run: bool) -> list[dict[str, An
             rec["rc"] = r.returncode
             rec["stderr"] = " ".join(r.stderr.split())[:500]
         done.append(rec)
+    return done
+
+
+def apply(rd: RunDir, actions: list[Action], dry_run: bool) -> list[dict[str, Any]]:
+    """Run each drain/resume (unless ``dry_run``) and append every action to ``slurm-actions.json``."""
+    done = run_actions(actions, dry_run)
     log = rd.read_json("slurm-actions.json") or {"schema_version": 1, "actions": []}
     log["actions"] = [*log.get("actions", []), *done]  # only ever grows
     rd.write_json("slurm-actions.json", log)
