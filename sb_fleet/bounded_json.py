@@ -82,3 +82,12 @@ def read(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
     if len(raw) > max_bytes:
         raise ValueError(f"larger than the {max_bytes}-byte limit for a JSON document")
     return loads(raw, max_bytes)
+
+
+def read_or_none(path: Path, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """:func:`read`, or None where the file is missing, unreadable, outside the bounds or not JSON: for
+    documents a caller may lack (a run cut off, a host that sent nothing) and treats as absent."""
+    try:
+        return read(path, max_bytes)
+    except (OSError, ValueError):
+        return None

@@ -13,7 +13,6 @@ the columns, not millions of rounds as objects.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from array import array
@@ -25,6 +24,7 @@ from typing import Any
 
 from sb_fleet.analysis.fleet_results import load_fleet
 from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, judge_node
+from sb_fleet.bounded_json import read_or_none
 from sb_fleet.campaign.campaign_state import RoundRecord
 from sb_fleet.campaign.stage_judgement import bench_outcome, health_counters, throttled_windows
 from sb_fleet.config.campaign_spec import Stage
@@ -138,19 +138,12 @@ class NodeSeries:
             self.counters.setdefault(key, CounterSeries()).add(pos, when, v)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def round_rows(
     run_dir: Path,
 ) -> tuple[dict[str, Mapping[str, Any]], dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Of a validate run, read once: report.json's host rows, each host's figures (column -> value) and each
     host's figures' own measured relative noise (column -> noise), where the run measured it."""
-    doc = _read_json(run_dir / "report.json") or {}
+    doc = read_or_none(run_dir / "report.json") or {}
     rows = {str(h.get("name")): h for h in doc.get("hosts") or [] if isinstance(h, Mapping)}
     values: dict[str, dict[str, float]] = {}
     noise: dict[str, dict[str, float]] = {}
@@ -193,7 +186,7 @@ def read_series(
                 continue
             vals = values.get(h, {})
             judged = bench_outcome(h, stage, rows.get(h), vals, label=f"round {rec.index}")
-            doc = _read_json(rd / "health" / f"{h}.json")
+            doc = read_or_none(rd / "health" / f"{h}.json")
             doc = doc if isinstance(doc, Mapping) else None
             node.add_round(
                 pos,
@@ -206,7 +199,7 @@ def read_series(
             if doc is not None:
                 node.add_counters(pos, START, health_counters(doc))
             if last:
-                end_doc = _read_json(closing / "health" / f"{h}.json")
+                end_doc = read_or_none(closing / "health" / f"{h}.json")
                 if isinstance(end_doc, Mapping):
                     node.add_counters(pos, END, health_counters(end_doc))
     fleet.settle()

@@ -11,7 +11,6 @@ A campaign still running drains nothing: its nodes' verdicts are not final (``in
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from sb_fleet.campaign.campaign_state import CampaignState, load_state
 from sb_fleet.config.campaign_spec import load_campaign
 from sb_fleet.errors import RunDirError, SbFleetError, UsageError
 from sb_fleet.fleet.campaign_run import INPUTS_NAME
-from sb_fleet.fleet.slurm_drain import Action, node_states, plan_actions, run_actions
+from sb_fleet.fleet.slurm_drain import Action, action_lines, node_states, plan_actions, run_actions
 from sb_fleet.safe_files import atomic_write_json
 
 ACTIONS_NAME = "slurm-actions.json"
@@ -83,21 +82,7 @@ def drain_campaign(path: Path, resume: bool, dry_run: bool) -> tuple[int, str]:
     nodes = node_states(wanted, sinfo) if wanted else {}
     actions = plan_actions(f"accept-{d.resolve().name}", failed, passed, nodes, resume, scontrol)
     done = _record(d, actions, dry_run)
-    lines, bad = [], 0
-    for rec in done:
-        if rec["verb"] == "leave":
-            lines.append(f"{rec['node']}: left alone: {rec['why']}")
-        elif dry_run:
-            lines.append(" ".join(shlex.quote(w) for w in rec["argv"]))
-        elif rec.get("rc") == 0:
-            lines.append(
-                f"{rec['node']}: {'drained' if rec['verb'] == 'drain' else 'resumed'} ({rec['why']})"
-            )
-        else:
-            bad += 1
-            lines.append(
-                f"{rec['node']}: {rec['verb']} FAILED (scontrol exit {rec.get('rc')}: {rec.get('stderr')})"
-            )
+    lines, bad = action_lines(done, dry_run)
     if not done:
         lines.append(
             "nothing to do: no rejected or quarantined node"

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from sb_fleet.analysis.soak import NodeSoak, SoakCriteria
+from sb_fleet.bounded_json import read_or_none
 from sb_fleet.campaign.acceptance_record import write_records
 from sb_fleet.campaign.campaign_state import (
     STATE_NAME,
@@ -293,13 +294,6 @@ def _stopped(run_dir: Path) -> None:
         raise CampaignStopped(f"stopped during {run_dir} (Ctrl-C or SIGTERM)")
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _validate(
     ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str], pattern: str | None, health: bool
 ):  # noqa: ANN202
@@ -322,9 +316,9 @@ def _run_sanity(ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str]) ->
 
     wf.health_check(_options(ctx, run_dir, hosts, ctx.config_path, True))
     _stopped(run_dir)
-    checks = _read_json(run_dir / "outcomes" / "check.json") or {}
+    checks = read_or_none(run_dir / "outcomes" / "check.json") or {}
     rows = {str(o.get("host")): o for o in checks.get("hosts") or [] if isinstance(o, Mapping)}
-    health = (_read_json(run_dir / "health.json") or {}).get("hosts") or {}
+    health = (read_or_none(run_dir / "health.json") or {}).get("hosts") or {}
     rel = _rel(ctx, run_dir)
     return {
         h: sanity_outcome(

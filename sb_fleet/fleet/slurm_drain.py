@@ -216,12 +216,26 @@ def drain_run(path: Path, resume: bool, dry_run: bool) -> tuple[int, str]:
     nodes = node_states(wanted, sinfo) if wanted else {}
     actions = plan_actions(verdict.run_id, verdict.failed, verdict.passed, nodes, resume, scontrol)
     done = apply(rd, actions, dry_run)
+    lines, bad = action_lines(done, dry_run)
+    if not done:
+        lines.append(
+            "nothing to do: no failing host" + (" and no sb-fleet-drained host that passes" if resume else "")
+        )
+    lines.append(f"actions recorded in {rd.path / 'slurm-actions.json'}")
+    return (3 if bad else 0), "\n".join(lines)
+
+
+def action_lines(done: list[dict[str, Any]], dry_run: bool) -> tuple[list[str], int]:
+    """A line for each action recorded by :func:`run_actions` (its scontrol command, shell-quoted, in a
+    dry run), and how many of them failed."""
+    import shlex
+
     lines, bad = [], 0
     for rec in done:
         if rec["verb"] == "leave":
             lines.append(f"{rec['node']}: left alone: {rec['why']}")
         elif dry_run:
-            lines.append(" ".join(_shell_word(w) for w in rec["argv"]))
+            lines.append(" ".join(shlex.quote(w) for w in rec["argv"]))
         elif rec.get("rc") == 0:
             lines.append(
                 f"{rec['node']}: {'drained' if rec['verb'] == 'drain' else 'resumed'} ({rec['why']})"
@@ -231,15 +245,4 @@ def drain_run(path: Path, resume: bool, dry_run: bool) -> tuple[int, str]:
             lines.append(
                 f"{rec['node']}: {rec['verb']} FAILED (scontrol exit {rec.get('rc')}: {rec.get('stderr')})"
             )
-    if not done:
-        lines.append(
-            "nothing to do: no failing host" + (" and no sb-fleet-drained host that passes" if resume else "")
-        )
-    lines.append(f"actions recorded in {rd.path / 'slurm-actions.json'}")
-    return (3 if bad else 0), "\n".join(lines)
-
-
-def _shell_word(w: str) -> str:
-    import shlex
-
-    return shlex.quote(w)
+    return lines, bad

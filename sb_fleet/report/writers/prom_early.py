@@ -108,8 +108,7 @@ class BenchmarkPart:
 
 
 def worth_it(fleet: Fleet) -> bool:
-    shape = getattr(fleet.values, "shape", (0, 0))
-    return bool(shape[0] * (shape[1] if len(shape) > 1 else 1) >= LARGE_CELLS) and (os.cpu_count() or 1) > 1
+    return fleet.values.size >= LARGE_CELLS and (os.cpu_count() or 1) > 1
 
 
 def _child(fleet: Fleet, settings: PromSettings, fd: int, ready: int) -> None:
