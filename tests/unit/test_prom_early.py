@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -42,8 +44,19 @@ def whole(src: Path, settings: prom.PromSettings) -> bytes:
     return prom.render(result, settings, dt.datetime.now(dt.timezone.utc))
 
 
+def alone_in_this_process(limit: float = 30.0) -> None:
+    """Wait for other tests' threads to end: the child is forked only from a process with one thread (a
+    fork copies no other thread; CI, 2026-11-29: an earlier test's thread still ending made it None)."""
+    deadline = time.monotonic() + limit
+    while threading.active_count() != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    assert not others, f"threads still running in this test process after {limit:g} s: {others}"
+
+
 def two_processes(src: Path, out: Path, settings: prom.PromSettings) -> bytes:
     fleet = load_fleet(src)
+    alone_in_this_process()
     with prom_early.started(fleet, settings, out / "metrics.prom") as part:
         assert part is not None
         result = report(src, loaded=fleet)
@@ -86,6 +99,7 @@ def test_a_child_that_fails_leaves_the_file_written_here(run, tmp_path, monkeypa
     settings = prom.PromSettings()
     fleet = load_fleet(run)
     out = tmp_path / "out"
+    alone_in_this_process()
     with prom_early.started(fleet, settings, out / "metrics.prom") as part:
         assert part is not None
         result = report(run, loaded=fleet)
@@ -100,6 +114,7 @@ def test_leaving_early_kills_the_child_and_leaves_nothing(run, tmp_path, monkeyp
     monkeypatch.setattr(prom_early, "LARGE_CELLS", 1)
     out = tmp_path / "deep" / "out"
     fleet = load_fleet(run)
+    alone_in_this_process()
     with (
         pytest.raises(KeyboardInterrupt),
         prom_early.started(fleet, prom.PromSettings(), out / "metrics.prom") as part,
