@@ -145,7 +145,8 @@ def test_a_hung_benchmark_is_killed_at_its_timeout_and_the_others_finish(fleet, 
         FLEET_CONFIG.replace(
             # 45 s: the healthy hosts' torch import and 1-second GEMM inside it beside CI's other lanes (one
             # of three failed the 25 s it had, CI at a773fc4, 2026-11-29); the victim is ended at it
-            "timeout: 120\n      parameters: {m: 128", "timeout: 45\n      parameters: {duration: 1, m: 128"
+            "timeout: 120\n      parameters: {m: 128",
+            "timeout: 45\n      parameters: {duration: 1, m: 128",
         ),
         "cfg-timeout.yaml",
     )
