@@ -28,6 +28,13 @@
 #                without it; it takes the CPU they leave (the quiet part kept half of the two cores idle,
 #                2026-11-29). It runs in the quiet part's time: the test command waits for it at the end.
 #
+# Each queued file has its own sshd fleet on its own loopback subnet, so two of them can run at once;
+# files whose hosts share state are one item, run one after the other (spine+run_honesty: the spine's
+# hosts keep their venv in the test user's shared cache, which run_honesty's `cleanup --cache` removes;
+# side by side, CI failed on 2026-11-29).
+# An integration file not named in the queue runs in the quiet part: a new test gets a quiet machine
+# unless it is queued on purpose. Each part's output is kept in test-artifacts/ and printed when the
+# workers end; the exit status is non-zero if any part failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -103,9 +110,11 @@ echo "tests: three workers (the suite, then the queue; the unit tests, then the 
   "${#queued[@]} integration files (${#ORDER[@]} items); then ${#quiet[@]} integration files alone;" \
   "the filler (models, fuzz, analysis) on idle CPU throughout"
 t0=$SECONDS
-idle=(chrt --idle 0)
-"${idle[@]}" true 2> /dev/null || idle=(nice -n 19)
-"${idle[@]}" bash -c "$(declare -f run); PY=$PY ART=$ART; run filler --durations=20 \"\$@\"" _ "${FILLER[@]}" &
+(
+  # this subshell, and so the pytest it starts, on idle CPU only (see above)
+  chrt --idle -p 0 "$BASHPID" 2> /dev/null || renice -n 19 -p "$BASHPID" > /dev/null
+  run filler --durations=20 "${FILLER[@]}"
+) &
 wf=$!
 worker suite --durations=10 "${SUITE[@]}" &
 w1=$!
