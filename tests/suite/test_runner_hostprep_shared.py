@@ -166,6 +166,22 @@ def test_remove_cache_leaves_a_venv_a_deploy_holds_and_says_so(tmp_path):
     assert json.loads(r.stdout)["removed"] == ["venv-aaaa"] and not cache.exists()
 
 
+def test_remove_cache_where_another_host_removed_the_cache_meanwhile(tmp_path):
+    """Hosts that share a cache clean it at once (cleanup's play runs free): the last to finish removes
+    the directory, maybe between another host's check that it is there and its listing. That host's
+    cleanup is still done, not a traceback (a CI run of 2026-11-29 failed on it)."""
+
+    class Stale(type(tmp_path)):  # is_dir() answered before the other host's rmdir
+        def is_dir(self, *args, **kwargs):
+            return True
+
+    cache = Stale(tmp_path / "cache")
+    out = hostprep.remove_cache(cache, wait=1)
+    assert out == {"cache": str(cache), "removed": [], "busy": []}
+    assert not (tmp_path / "cache").exists()
+    assert hostprep.listing(tmp_path / "nowhere", "venv-*") == []
+
+
 def test_a_lock_taken_while_its_file_was_removed_is_taken_again(tmp_path):
     """cleanup --cache unlinks a venv's lock file under the lock: a deploy that waited on the old file
     must not build beside one that opened the new file."""

@@ -547,15 +547,22 @@ def shared_venv(args: argparse.Namespace, target: Path) -> tuple[Lock, str]:
     )
 
 
+def listing(directory: Path, pattern: str) -> list[Path]:
+    """The entries of ``directory`` that match ``pattern``; none when it is not there. Hosts that share
+    a cache clean it at once, and the last to finish removes the directory, maybe while another lists it
+    (a glob's scandir raises FileNotFoundError then, whatever an is_dir() just before said)."""
+    try:
+        return list(directory.glob(pattern))
+    except OSError:
+        return []
+
+
 def remove_cache(cache: Path, wait: float) -> dict:
     """Remove the shared venvs in ``cache`` (``sb-fleet cleanup --cache``), each under its exclusive lock:
     a deploy that builds or uses one holds its lock, and this waits up to ``wait`` seconds for it, else
     leaves that venv and names it. A removed venv is renamed aside under the lock, deleted after it."""
     out: dict = {"cache": str(cache), "removed": [], "busy": []}
-    try:
-        names = sorted({p.name.removesuffix(".lock") for p in cache.glob("venv-*")})
-    except OSError:
-        names = []
+    names = sorted({p.name.removesuffix(".lock") for p in listing(cache, "venv-*")})
     for name in names:
         lock = Lock(cache / f"{name}.lock")
         deadline = time.monotonic() + wait
@@ -579,7 +586,7 @@ def remove_cache(cache: Path, wait: float) -> dict:
             lock.release()
         shutil.rmtree(trash, ignore_errors=True)
         out["removed"].append(name)
-    for stale in cache.glob(".venv-*.removed-*") if cache.is_dir() else ():
+    for stale in listing(cache, ".venv-*.removed-*"):
         shutil.rmtree(stale, ignore_errors=True)  # one an interrupted cleanup left
     with contextlib.suppress(OSError):
         cache.rmdir()  # only when empty: anything else there is not sb-fleet's to delete
