@@ -759,9 +759,11 @@ def collect_host(
     srun: SrunReach | None = None,
     master_ended: float | None = None,
     shipped: Path | None = None,
-) -> HostOutcome:
+    remote: bool = True,
+) -> HostOutcome | None:
     """Collect one host and say how it went; never raises for a host's own trouble. ``shipped``: the
-    results its exec sent, spooled (read first, then removed)."""
+    results its exec sent, spooled (read first; the caller removes it). ``remote=False``: from the
+    spool only, None where it does not hold the host's whole results (the caller collects it again)."""
     t0 = time.monotonic()
     name = t.host.name
     route: dict[str, Any] = {}  # how an SSH host was reached: {"via": "master" | "paramiko"}
@@ -774,6 +776,8 @@ def collect_host(
             got, why = collect_shipped(t, shipped, budgets or default_budgets()) if shipped else (None, "")
             if got is not None:
                 r, route["via"] = got, "exec"
+            elif not remote:
+                return None
             else:
                 if why:
                     route["shipped"] = f"not taken: {why}"
@@ -894,32 +898,47 @@ def collect_all(
     abort: list[InfraError] = []
     stopped: list[bool] = []
 
-    def one(t: CollectTarget) -> HostOutcome:
+    def one(t: CollectTarget, remote: bool = True) -> HostOutcome | None:
         name = t.host.name
         if stopped:
             return HostOutcome(name, "collect", Outcome.PENDING, "not collected: interrupted")
         if abort:
             return HostOutcome(name, "collect", Outcome.PENDING, f"not collected: {abort[0]}")
-        if progress:
+        if progress and remote:
             progress(name, RUNNING, "collect")
         spool = (shipped or {}).get(name)
+        o: HostOutcome | None = None
         try:
-            o = collect_host(t, ssh, timeout, budgets, srun, (masters or {}).get(name), spool)
+            o = collect_host(t, ssh, timeout, budgets, srun, (masters or {}).get(name), spool, remote)
         except InfraError as exc:
             abort.append(exc)
             o = HostOutcome(
                 name, "collect", Outcome.PENDING, f"collect stopped: {exc}", details=_kept(t.local_dir)
             )
         finally:
-            if spool is not None:
+            if spool is not None and o is not None:
                 spool.unlink(missing_ok=True)
-        if progress:
+        if progress and o is not None:
             progress(name, o.outcome, o.reason)
         return o
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(targets) or 1)))
+    # A host whose whole results rode its exec is collected from the spool here, one after another: no
+    # network to wait for, and threads would only take turns at the interpreter (at 64 hosts, ~0.15 s of
+    # the control node's CPU went to 64 threads doing this). The rest (and a host whose spool falls
+    # short: read again there, then fetched over SSH) go to the pool.
+    remaining = list(targets)
+    if shipped and srun is None:
+        remaining = []
+        for t in targets:
+            got = one(t, remote=False) if t.host.name in shipped and not t.host.is_local else None
+            if got is None:
+                remaining.append(t)
+            else:
+                out[got.host] = got
+    pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(remaining) or 1)))
     try:
-        for o in pool.map(one, targets):
+        for o in pool.map(one, remaining):
+            assert o is not None  # remote=True: always an outcome
             out[o.host] = o
     except BaseException:  # Ctrl-C, SIGTERM: every host's reads end now, and no host starts
         stopped.append(True)

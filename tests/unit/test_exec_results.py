@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,58 @@ def test_first_exec_takes_a_ship_spec_only_whole() -> None:
     for bad in ({}, {**_spec(Path("r")), "max_files": "5"}, {**_spec(Path("r")), "mark": ""}, [1]):
         with pytest.raises(SpecError):
             load_spec(spec(bad))
+
+
+def test_collect_all_reads_whole_spools_in_its_own_thread_and_sends_a_short_one_over_ssh(
+    tmp_path: Path,
+) -> None:
+    """A host whose whole results rode its exec is collected from its spool in the calling thread (no
+    network to wait for); one whose spool falls short is read again in the pool and fetched over SSH,
+    its outcome saying why the spool was not taken. Every spool is removed once read."""
+    from sb_fleet.fleet.fetch import collect_all
+    from sb_fleet.fleet.ssh import SshSettings
+    from sb_fleet.outcome import Outcome
+
+    root = _results(tmp_path / "results")
+    data, _ = _stream(root)
+    _, whole = _split(b"x" + data, tmp_path, 4096)
+    _, short = _split(b"x" + data[: len(data) // 2], tmp_path, 4097, keep=True)
+    assert whole is not None and short is not None
+    closed = socket_port()  # nothing listens there: the SSH fallback fails at once
+    targets = [
+        CollectTarget(
+            Host("whole", (), {"ansible_host": "127.0.0.1", "ansible_port": closed}),
+            "/nowhere",
+            tmp_path / "raw-whole",
+        ),
+        CollectTarget(
+            Host("short", (), {"ansible_host": "127.0.0.1", "ansible_port": closed}),
+            "/nowhere",
+            tmp_path / "raw-short",
+        ),
+    ]
+    threads: dict[str, set[int]] = {}
+
+    def progress(host: str, state: object, why: str) -> None:
+        threads.setdefault(host, set()).add(threading.get_ident())
+
+    ssh = SshSettings(tmp_path / "known_hosts", "strict", connect_timeout=5)
+    out = collect_all(
+        targets, ssh, 8, 30, progress, default_budgets(), shipped={"whole": whole, "short": short}
+    )
+    assert out["whole"].outcome == Outcome.OK and out["whole"].details["via"] == "exec", out["whole"]
+    assert _files(tmp_path / "raw-whole") == _files(root)
+    assert threads["whole"] == {threading.get_ident()}
+    assert out["short"].outcome != Outcome.OK, out["short"]
+    assert out["short"].details["shipped"].startswith("not taken: "), out["short"].details
+    assert threads["short"] and threading.get_ident() not in threads["short"]
+    assert not whole.exists() and not short.exists()
+
+
+def socket_port() -> int:
+    """A local TCP port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
