@@ -239,8 +239,6 @@ def run_playbook(
     stop: Callable[[str], str] | None = None,
     done: Callable[[str, dict[str, Any]], bool] | None = None,
 ) -> StageResult:
-    import ansible_runner
-
     private_dir = ex.ansible_root / stage
     inventory, ssh, forks, python, progress = ex.inventory, ex.ssh, ex.forks, ex.python, ex.progress.update
 
@@ -271,6 +269,8 @@ def run_playbook(
         )
     if not hosts:
         return StageResult(stage, left_out, status="nothing to do")
+    import ansible_runner  # here: a stage whose hosts all went another way (validate's run) never needs it
+
     limit_file = private_dir / "limit.txt"
     atomic_write_text(limit_file, "".join(f"{h}\n" for h in hosts))
     vars_file = command_vars(private_dir, extravars)

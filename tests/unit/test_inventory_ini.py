@@ -1,12 +1,16 @@
-"""The Ansible-free INI reader (names and groups, for ``report -i``) against Ansible itself.
+"""The Ansible-free INI reader (names and groups for ``report -i``; with each host's variables for
+every other command) against Ansible itself.
 
 The oracle is Ansible's own inventory code (``load_inventory`` with the fast reader switched off):
 for every file the reader accepts it must give the same hosts, in the same order, with the same
-groups; for every file Ansible refuses it must decline (``None``) so that Ansible words the error.
+groups and the same variables; for every file Ansible refuses it must decline (``None``) so that
+Ansible words the error.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sb_fleet.config import inventory as inv_mod
-from sb_fleet.config.inventory_ini import expand_range, read_names_and_groups
+from sb_fleet.config.inventory_ini import expand_range, read_inventory, read_names_and_groups
 from sb_fleet.errors import InventoryError
 
 
@@ -28,6 +32,43 @@ def ansible_reads(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str
         except InventoryError:
             return None
     return [(h.name, h.groups) for h in inv.hosts]
+
+
+Full = list[tuple[str, tuple[str, ...], dict]]
+
+
+def ansible_reads_vars(path: Path, monkeypatch: pytest.MonkeyPatch) -> Full | None:
+    """What Ansible's own code makes of ``path`` with each host's variables, or None when it refuses it."""
+    with monkeypatch.context() as m:
+        m.setattr(inv_mod, "read_inventory", lambda source: None)
+        m.setattr(inv_mod, "check_source", lambda path: None)
+        m.setattr(inv_mod, "_check_host", lambda source, h: None)  # sb-fleet's own refusals, not Ansible's
+        try:
+            inv = inv_mod.load_inventory(path)
+        except InventoryError:
+            return None
+    return [(h.name, h.groups, h.vars) for h in inv.hosts]
+
+
+def fast_reads_vars(path: Path) -> Full | None:
+    """The reader's answer as load_inventory keeps it (values made plain as Ansible's are)."""
+    got = read_inventory(path)
+    return (
+        None if got is None else [(n, g, {k: inv_mod._plain(v) for k, v in hv.items()}) for n, g, hv in got]
+    )
+
+
+def check_vars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, name: str = "hosts.ini"):  # noqa: ANN201
+    p = tmp_path / name
+    p.write_text(text)
+    fast = fast_reads_vars(p)
+    want = ansible_reads_vars(p, monkeypatch)
+    if not want:
+        assert not fast, (text, fast)
+    elif fast is not None:
+        assert fast == want, text
+        assert [list(v) for _, _, v in fast] == [list(v) for _, _, v in want], "the same order of keys"
+    return fast, want
 
 
 def check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, name: str = "hosts.ini"):  # noqa: ANN201
@@ -74,10 +115,141 @@ s1
 }
 
 
+VARS = {
+    # every kind of value the ini plugin reads, on host lines (shlex first) and in :vars sections
+    "literals": """\
+[gpu]
+h1 a=1 b=1.5 c=True d=None e=[1,'x'] f={'k':1} g="{'k': 2}" h=(1,2) i=... j=1j k=0x10 l=1_000 m=-3
+h2 s='quoted' t="two words" u=yes v= w=a=b x=127.0.0.1 y='{{ inventory_hostname }}' z=é
+[gpu:vars]
+p=1 # a comment Python's parser drops
+q=two words # and one it keeps
+r = 'spaced'
+s={'nested': [1, {'d': ...}]}
+""",
+    # all, then groups by depth, then by name; the host's own lines last, later lines winning
+    "precedence": """\
+[rack1]
+h1 own=rack1line
+h2
+[rack2]
+h1 own=rack2line
+[gpu:children]
+rack1
+rack2
+[fleet:children]
+gpu
+[rack1:vars]
+lvl=rack1
+same=rack1
+[rack2:vars]
+lvl=rack2
+same=rack2
+[gpu:vars]
+lvl=gpu
+g=gpu
+[fleet:vars]
+lvl=fleet
+f=fleet
+[all:vars]
+lvl=all
+a=all
+same=all
+""",
+    "ungrouped and all": """\
+loner x=1
+both
+[g]
+both y=2
+[all]
+direct
+[ungrouped:vars]
+u=ungrouped
+[all:vars]
+u=all
+a=1
+[g:vars]
+u=g
+""",
+    "a group's vars declared twice, a host in two groups": "[a]\nh k=1\n[b]\nh k=2\n[a:vars]\nv=1\n[b:vars]\nv=2\n[a:vars]\nv=3\n",
+}
+
+
 @pytest.mark.parametrize("case", sorted(ACCEPTED))
 def test_the_reader_agrees_with_ansible(case, tmp_path, monkeypatch):
     fast, want = check(tmp_path, monkeypatch, ACCEPTED[case])
     assert want and fast == want
+    fast_v, want_v = check_vars(tmp_path, monkeypatch, ACCEPTED[case])
+    assert want_v and fast_v == want_v
+
+
+@pytest.mark.parametrize("case", sorted(VARS))
+def test_the_variables_are_ansible_s(case, tmp_path, monkeypatch):
+    fast, want = check_vars(tmp_path, monkeypatch, VARS[case])
+    assert want and fast == want
+
+
+VARS_DECLINED = {
+    "ansible_group_priority": "[a]\nh\n[b]\nh\n[a:vars]\nansible_group_priority=10\nx=a\n[b:vars]\nx=b\n",
+    "a set": "[g]\nh s={1,2}\n",
+    "bytes": "[g]\nh\n[g:vars]\nb=b'x'\n",
+    "a name that is not an identifier": "[g]\nh k-1=v\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(VARS_DECLINED))
+def test_the_reader_leaves_variables_ansible_treats_apart_to_ansible(case, tmp_path, monkeypatch):
+    fast, want = check_vars(tmp_path, monkeypatch, VARS_DECLINED[case])
+    assert fast is None
+    assert read_names_and_groups(tmp_path / "hosts.ini") is not None  # names and groups are still read
+
+
+@pytest.mark.parametrize("where", ["beside", "cwd"])
+@pytest.mark.parametrize("sub", ["group_vars", "host_vars"])
+def test_vars_directories_leave_the_file_to_ansible(where, sub, tmp_path, monkeypatch):
+    inv = tmp_path / "inv" / "hosts.ini"
+    inv.parent.mkdir()
+    inv.write_text("[gpu]\nh1 x=1\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.chdir(run)
+    d = (inv.parent if where == "beside" else run) / sub
+    d.mkdir()
+    (d / ("gpu.yml" if sub == "group_vars" else "h1.yml")).write_text("x: 2\ny: from-the-directory\n")
+    want = ansible_reads_vars(inv, monkeypatch)
+    got = [(h.name, h.groups, h.vars) for h in inv_mod.load_inventory(inv).hosts]
+    if where == "beside":
+        assert read_inventory(inv) is None
+        assert want == [("h1", ("gpu",), {"x": 1 if sub == "group_vars" else 2, "y": "from-the-directory"})]
+    else:  # outside a play, Ansible does not look in the working directory: neither does the reader
+        assert want == [("h1", ("gpu",), {"x": 1})] == fast_reads_vars(inv)
+    assert got == want
+
+
+def test_an_ansible_setting_in_the_environment_leaves_the_file_to_ansible(tmp_path, monkeypatch):
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[a]\nh\n[a:vars]\nd={'x': 1}\n[all:vars]\nd={'y': 2}\n")
+    assert read_inventory(inv) == [("h", ("a",), {"d": {"x": 1}})]
+    monkeypatch.setenv("ANSIBLE_HASH_BEHAVIOUR", "merge")
+    assert read_inventory(inv) is None
+    # Ansible reads its settings once, at import: a fresh process shows that it merged them
+    code = f"from sb_fleet.config.inventory import load_inventory; print(load_inventory({str(inv)!r}).hosts[0].vars)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "{'d': {'y': 2, 'x': 1}}", r.stdout + r.stderr
+
+
+def test_load_inventory_reads_a_plain_file_without_importing_ansible(tmp_path):
+    inv = tmp_path / "hosts.ini"
+    inv.write_text("[gpu]\nh1 ansible_host=10.0.0.1 ansible_port=2222\n[gpu:vars]\nansible_user=svc\n")
+    code = (
+        "import sys; from sb_fleet.config.inventory import load_inventory; "
+        f"h = load_inventory({str(inv)!r}).hosts[0]; "
+        "print(h.vars, any(m == 'ansible' or m.startswith('ansible.') for m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-1] == "False", r.stdout
+    assert "'ansible_port': 2222" in r.stdout and "'ansible_user': 'svc'" in r.stdout
 
 
 def test_a_file_without_extension_that_starts_with_a_section(tmp_path, monkeypatch):
@@ -163,7 +335,18 @@ GOOD_GROUPS = ["gpu", "cpu", "rack1", "rack2", "spare"]
 BAD_GROUPS = ["all", "ungrouped", "bad-name", "g x", "_x"]
 GOOD_HOSTS = ["h1", "h2", "h3", "node01", "10.0.0.1", "n[1:3]", "n[01:03]", "m[0:9:4]x[1:2]", "w[2:1]"]
 BAD_HOSTS = ["h1:22", "fe80::1", "a;b", "q'x", "---", "ä", "b[a:c]", "r[01:1]", "u[1:2", "v]"]
-GOOD_VARS = ["k=v", "ansible_port=22", "x='a b'", 'y="c d"', "#c", "e=", "f=[1,2]"]
+GOOD_VARS = [
+    "k=v",
+    "ansible_port=22",
+    "x='a b'",
+    'y="c d"',
+    "#c",
+    "e=",
+    "f=[1,2]",
+    "k=1.5",
+    "x=None",
+    "k=(1,)",
+]
 BAD_VARS = ["noeq", "z='open", "\\"]
 sections = st.tuples(
     st.just("section"),
@@ -176,7 +359,8 @@ hosts = st.tuples(
     st.lists(st.sampled_from(GOOD_VARS * 8 + BAD_VARS), max_size=3),
 )
 raw = st.tuples(
-    st.just("raw"), st.sampled_from(["", "# c", "; c", "k=v", "gpu", "rack1", "spare", "[bad section]"])
+    st.just("raw"),
+    st.sampled_from(["", "# c", "; c", "k=v", "k=2", "x = 'g'", "gpu", "rack1", "spare", "[bad section]"]),
 )
 lines = st.one_of(sections, hosts, hosts, hosts, raw)
 
@@ -213,3 +397,12 @@ def test_generated_inventories_agree_with_ansible(tmp_path_factory, parts):
             assert sorted(fast) == sorted(want), text
         else:
             assert fast == want, text
+    # with each host's variables
+    fast_v = fast_reads_vars(p)
+    with pytest.MonkeyPatch.context() as m:
+        want_v = ansible_reads_vars(p, m)
+    if not want_v:
+        assert not fast_v, (text, fast_v)
+    elif fast_v is not None:
+        key = repr  # hosts by name (the order as above), each with its groups and variables
+        assert sorted(map(key, fast_v)) == sorted(map(key, want_v)), text
