@@ -171,6 +171,16 @@ a=1
 [g:vars]
 u=g
 """,
+    # hostile values stay data: template syntax as text, nesting past the parser's limit as text
+    "hostile": (
+        '[g]\nh t=\'{{ lookup("pipe", "id") }}\' deep='
+        + "[" * 150
+        + "]" * 150
+        + " deeper="
+        + "[" * 3000
+        + "]" * 3000
+        + "\n[g:vars]\nj={% raw %}x{% endraw %}\n"
+    ),
     "a group's vars declared twice, a host in two groups": "[a]\nh k=1\n[b]\nh k=2\n[a:vars]\nv=1\n[b:vars]\nv=2\n[a:vars]\nv=3\n",
 }
 
