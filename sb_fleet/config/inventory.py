@@ -19,6 +19,7 @@ from typing import Any
 
 from sb_fleet.config.hostlist import expand, is_hostlist, split_top
 from sb_fleet.config.inventory_ini import (
+    QUIET_ANSIBLE_ENV,
     RESERVED_NAMES,
     host_line_problems,
     read_inventory,
@@ -101,12 +102,8 @@ class Inventory:
 
 
 def _quiet_ansible_env() -> None:
-    # Unparseable inventories must be errors, not a warning and an empty fleet.
-    os.environ.setdefault("ANSIBLE_INVENTORY_UNPARSED_FAILED", "True")
-    os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
-    os.environ.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "False")
-    os.environ.setdefault("ANSIBLE_LOCALHOST_WARNING", "False")
-    os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", "host_list,yaml,ini,auto,toml")
+    for k, v in QUIET_ANSIBLE_ENV.items():  # a user's own setting of any of them stands
+        os.environ.setdefault(k, v)
 
 
 def load_inventory(path: str | Path | list[str | Path], with_vars: bool = True) -> Inventory:

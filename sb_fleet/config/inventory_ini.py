@@ -50,17 +50,17 @@ DEFAULT_PLUGINS = "host_list,yaml,ini,auto,toml"
 RESERVED_NAMES = frozenset({"all", "ungrouped"})
 
 
-# The environment settings sb-fleet itself gives Ansible (inventory.py's _quiet_ansible_env, the
-# connection's), none of which changes a variable: any other ANSIBLE_* setting may, so Ansible reads.
-_OWN_SETTINGS = frozenset(
-    {
-        "ANSIBLE_INVENTORY_UNPARSED_FAILED",
-        "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED",
-        "ANSIBLE_DEPRECATION_WARNINGS",
-        "ANSIBLE_LOCALHOST_WARNING",
-        "ANSIBLE_INVENTORY_ENABLED",
-    }
-)
+# The settings sb-fleet gives Ansible in its own environment before it reads an inventory
+# (inventory.py's load_inventory), none of which changes a variable: any other ANSIBLE_* setting may,
+# so Ansible reads the file then.
+QUIET_ANSIBLE_ENV = {
+    # Unparseable inventories must be errors, not a warning and an empty fleet.
+    "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+    "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
+    "ANSIBLE_DEPRECATION_WARNINGS": "False",
+    "ANSIBLE_LOCALHOST_WARNING": "False",
+    "ANSIBLE_INVENTORY_ENABLED": DEFAULT_PLUGINS,
+}
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -130,9 +130,9 @@ def _config_free() -> bool:
     return not any(p.exists() for p in places)
 
 
-def _plain_settings() -> bool:
-    """No Ansible setting in the environment but those sb-fleet gives it, and no config file."""
-    return _config_free() and not any(k.startswith("ANSIBLE_") and k not in _OWN_SETTINGS for k in os.environ)
+def _own_settings_only() -> bool:
+    """No Ansible setting in the environment but those sb-fleet gives it."""
+    return not any(k.startswith("ANSIBLE_") and k not in QUIET_ANSIBLE_ENV for k in os.environ)
 
 
 def _no_vars_dirs(path: Path) -> bool:
@@ -152,12 +152,15 @@ def read_inventory(source: str | Path) -> list[tuple[str, tuple[str, ...], dict[
     Ansible's variable manager resolves them outside a play (its magic variables left out), or None to
     let Ansible read the file."""
     path = Path(source)
-    if not _plain_settings() or not _no_vars_dirs(path):
+    config_free = _config_free()
+    if not config_free or not _own_settings_only() or not _no_vars_dirs(path):
         return None
-    return _read(path, with_vars=True)
+    return _read(path, with_vars=True, config_free=config_free)
 
 
-def _read(path: Path, with_vars: bool) -> list[tuple[str, tuple[str, ...], dict[str, object]]] | None:
+def _read(
+    path: Path, with_vars: bool, config_free: bool | None = None
+) -> list[tuple[str, tuple[str, ...], dict[str, object]]] | None:
     if os.environ.get("ANSIBLE_INVENTORY_ENABLED", DEFAULT_PLUGINS) != DEFAULT_PLUGINS:
         return None
     if path.suffix not in ("", ".ini") or not path.is_file():
@@ -169,12 +172,13 @@ def _read(path: Path, with_vars: bool) -> list[tuple[str, tuple[str, ...], dict[
     if text.startswith("$ANSIBLE_VAULT"):
         return None
     try:
-        return _parse(text.splitlines(), path.suffix == "", _config_free(), with_vars)
+        free = _config_free() if config_free is None else config_free
+        return _parse(text.splitlines(), path.suffix == "", free, with_vars)
     except (_Unsupported, ValueError, KeyError, IndexError, RecursionError, MemoryError):
         return None
 
 
-def ini_value(text: str) -> object:
+def _ini_value(text: str) -> object:
     """A value as the ini plugin reads it: a Python literal (``ast.literal_eval``), else the text;
     tuples as lists, ``...`` and complex numbers as their text; sets and bytes are declined."""
     try:
@@ -203,7 +207,7 @@ def _coerced(value: object) -> object:
 def _var(key: str, text: str) -> tuple[str, object]:
     if not _VAR_NAME.match(key) or key == "ansible_group_priority":
         raise _Unsupported("a variable Ansible treats apart")
-    return key, ini_value(text)
+    return key, _ini_value(text)
 
 
 def _parse(
@@ -301,11 +305,11 @@ def _parse(
             if h not in seen_hosts:
                 seen_hosts.add(h)
                 order.append(h)
-    depth = _depths(groups) if with_vars else {}
-    return [
-        (h, tuple(sorted(full[h] - {"all", "ungrouped"})), _host_vars(full[h], depth, groups, host_vars[h]))
-        for h in order
-    ]
+    named = [(h, tuple(sorted(full[h] - {"all", "ungrouped"}))) for h in order]
+    if not with_vars:
+        return [(h, g, {}) for h, g in named]
+    depth = _depths(groups)
+    return [(h, g, _host_vars(full[h], depth, groups, host_vars[h])) for h, g in named]
 
 
 def _depths(groups: dict[str, _Group]) -> dict[str, int]:
@@ -327,8 +331,6 @@ def _host_vars(
 ) -> dict[str, object]:
     """The variable manager's order: ``all``'s variables, then the host's other groups' by (depth, name),
     deeper and later ones winning, then the host's own."""
-    if not depth:
-        return {}
     out: dict[str, object] = {}
     for name in sorted(member_of, key=lambda n: (depth[n], n)):
         out.update(groups[name].vars)

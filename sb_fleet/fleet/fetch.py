@@ -926,15 +926,14 @@ def collect_all(
     # network to wait for, and threads would only take turns at the interpreter (at 64 hosts, ~0.15 s of
     # the control node's CPU went to 64 threads doing this). The rest (and a host whose spool falls
     # short: read again there, then fetched over SSH) go to the pool.
-    remaining = list(targets)
-    if shipped and srun is None:
-        remaining = []
-        for t in targets:
-            got = one(t, remote=False) if t.host.name in shipped and not t.host.is_local else None
-            if got is None:
-                remaining.append(t)
-            else:
-                out[got.host] = got
+    remaining = []
+    for t in targets:
+        spooled = shipped is not None and t.host.name in shipped and srun is None and not t.host.is_local
+        got = one(t, remote=False) if spooled else None
+        if got is None:
+            remaining.append(t)
+        else:
+            out[got.host] = got
     pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(remaining) or 1)))
     try:
         for o in pool.map(one, remaining):
