@@ -7,7 +7,8 @@ PCI bus, Documentation/ABI/testing/sysfs-bus-pci: ``vendor``, ``class``, the ``d
 ``driver/nvidia/gpus/<bus id>``, a captured kernel log ``kmsg``), ``root/etc/os-release`` and
 ``root/tools`` with an ``nvidia-smi`` that answers the queries
 sb_bench.health asks, from a JSON file of GPU values, in nvidia-smi's CSV format (``--format=csv,noheader``;
-field names from ``nvidia-smi --help-query-gpu``; an unknown field is refused with nvidia-smi's message)
+field names from ``nvidia-smi --help-query-gpu``; an unknown field is refused with nvidia-smi's message;
+``nvlink -e``: each link's replay, recovery and CRC error counters, which :func:`bump_nvlink` raises)
 and ``timedatectl``. The defaults are an 8x H100 SXM node with 8x 400G NDR ports, as the built-in
 ``h100-sxm-8x-ib400`` profile expects: these outputs are synthesised from the documented formats, not
 recorded on a real machine.
@@ -58,6 +59,16 @@ elif args[:2] == ["nvlink", "-s"]:
         for k in range(18):
             up = k < g.get("nvlinks_up", 18)
             print(f"\t Link {k}: " + ("26.562 GB/s" if up else "<inactive>"))
+elif args[:2] == ["nvlink", "-e"]:  # the driver 5xx layout; a row's "nvlink.errors": link -> counters
+    for g in gpus:
+        print(f"GPU {g['index']}: {g['name']} (UUID: GPU-00000000-0000-0000-0000-00000000000{g['index']})")
+        errs = g.get("nvlink.errors", {})
+        for k in range(18):
+            c = errs.get(str(k), {})
+            print(f"\t Link {k}: Replay Errors: {c.get('replay', 0)}")
+            print(f"\t Link {k}: Recovery Errors: {c.get('recovery', 0)}")
+            print(f"\t Link {k}: CRC Errors: {c.get('crc_flit', 0) + c.get('crc_data', 0)}")
+            print()
 elif args == ["--version"]:
     print("NVIDIA-SMI version  : " + gpus[0]["driver_version"])
     print("NVML version        : " + gpus[0]["driver_version"].rsplit(".", 1)[0])
@@ -67,6 +78,20 @@ else:
     print("fake nvidia-smi: unsupported arguments " + " ".join(args), file=sys.stderr)
     sys.exit(2)
 """
+
+
+def bump_nvlink(tools: Path, gpu: int, link: int, counter: str = "replay", by: int = 1) -> None:
+    """Add ``by`` to one NVLink error counter (``replay``, ``recovery``, ``crc_flit``, ``crc_data``) of a
+    fake machine's GPU (its nvidia-smi index), as the link would count errors; ``tools`` is its
+    ``sb_tool_dir``. The file is replaced whole (a reader sees the old or the new counters)."""
+    path = Path(tools) / "gpus.json"
+    rows = json.loads(path.read_text())
+    c = rows[gpu].setdefault("nvlink.errors", {}).setdefault(str(link), {})
+    c[counter] = c.get(counter, 0) + by
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rows))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 def gpu_bus(i: int) -> str:

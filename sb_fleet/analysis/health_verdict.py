@@ -223,6 +223,7 @@ WATCHED = (
     "ib.ports",
     "ib.errors",
     "gpu.ecc_aggregate",
+    "gpu.nvlink_errors",
 )
 
 

@@ -211,8 +211,9 @@ def stage_config(config: Mapping[str, Any], stage: Stage, pattern: str | None = 
 def health_counters(doc: Mapping[str, Any]) -> dict[str, float]:
     """The watched counters a health document (``health/<host>.json``) reads: ``gpu.xid`` (every XID the
     kernel log holds), per GPU ``gpu.ecc_uncorrected[i]``, ``gpu.row_remap[i]``,
-    ``gpu.row_remap_failure[i]``, and per InfiniBand port ``ib.<counter>[hca/port]``. The health check
-    lists only the counters that are not zero, on every port it reads: a port's absent counter is 0."""
+    ``gpu.row_remap_failure[i]``, per InfiniBand port ``ib.<counter>[hca/port]`` and per NVLink
+    ``nvlink.<replay|recovery|crc>[gpu/link]`` (crc: flits and data). The health check lists only the
+    counters that are not zero, on every port and link it reads: an absent counter is 0 (None: not read)."""
     out: dict[str, float] = {}
     for rec in doc.get("checks") or []:
         if not isinstance(rec, Mapping):
@@ -241,7 +242,19 @@ def health_counters(doc: Mapping[str, Any]) -> dict[str, float]:
                     v = counters.get(name, 0)
                     if isinstance(v, (int, float)) and not isinstance(v, bool):
                         out[f"ib.{name}[{port}]"] = float(v)
+        elif check == "gpu.nvlink_errors" and isinstance(value, Mapping):
+            for link, counters in value.items():
+                if not isinstance(counters, Mapping):
+                    continue
+                for name in NVLINK_COUNTERS:
+                    v = counters.get(name, 0)
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                        out[f"nvlink.{name}[{link}]"] = float(v)
     return out
+
+
+# The NVLink counters of the health check's ``gpu.nvlink_errors`` a soak may watch (``nvlink.<name>``).
+NVLINK_COUNTERS = ("replay", "recovery", "crc")
 
 
 # The InfiniBand counters the health check reads that a soak may watch (campaign_spec.COUNTERS).

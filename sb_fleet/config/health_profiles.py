@@ -35,6 +35,7 @@ class GpuRules(_Strict):
     pcie_gen: int | None = Field(None, ge=1, le=7)
     pcie_width: int | None = Field(None, ge=1, le=32)
     nvlinks: int | None = Field(None, ge=0, le=64)
+    nvlink_error_max: int = Field(0, ge=0)  # per link and counter (replay, recovery, CRC): more warns
     temperature_max_c: float | None = None
     fabric_manager: bool | None = None
 

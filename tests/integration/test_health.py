@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from .conftest import sb_fleet, started_fleet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from healthfake import make_machine  # noqa: E402
+from healthfake import bump_nvlink, make_machine  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -175,3 +176,41 @@ def test_validate_with_only_unhealthy_hosts_still_reports(setup, tmp_path):
     verdicts = {h["name"]: h["verdict"] for h in report["hosts"]}
     assert all(verdicts[h] == "fail" for h in sick), verdicts
     assert set((rd / "quarantine.txt").read_text().split()) >= set(sick)
+
+
+def test_nvlink_replay_counter_in_the_document_and_as_soak_growth(hfleet, tmp_path):
+    """One link's replay counter bumped between two checks of a healthy host: the second document carries
+    it (``gpu.nvlink_errors`` warns, the host stays ok), and read as a soak reads its rounds' documents
+    (health_counters) it is a counter growth that fails the node."""
+    from sb_fleet.analysis.soak import SoakCriteria, SoakRound, judge_node
+    from sb_fleet.campaign.stage_judgement import health_counters
+
+    host = hfleet.hosts[0].name
+    machine = make_machine(hfleet.dir / "machines-nvlink" / host, python="/usr/bin/python3")
+    inv = hfleet.inventory(name="inventory-nvlink.ini", host_vars={host: machine})
+    cfg = hfleet.config(CONFIG)
+    docs = []
+    for i in range(2):
+        rd = tmp_path / f"run{i}"
+        p = sb_fleet(
+            "check", "-i", str(inv), "-c", str(cfg), "--limit", host, "--run-dir", str(rd), "--quiet"
+        )
+        assert p.returncode == 0, p.stdout + p.stderr  # a warning: the host stays healthy
+        docs.append(json.loads((rd / "health" / f"{host}.json").read_text()))
+        if i == 0:
+            bump_nvlink(Path(machine["sb_tool_dir"]), gpu=2, link=5, counter="replay", by=7)
+    before, after = ({r["check"]: r for r in d["checks"]}["gpu.nvlink_errors"] for d in docs)
+    assert before["verdict"] == "pass" and len(before["value"]) == 8 * 18, before
+    assert after["verdict"] == "warn" and after["value"]["2/5"] == {"replay": 7}, after
+    assert "GPU 2 link 5: replay=7" in after["evidence"]
+    c0, c1 = health_counters(docs[0]), health_counters(docs[1])
+    assert (c0["nvlink.replay[2/5]"], c1["nvlink.replay[2/5]"]) == (0, 7)
+    t = datetime(2026, 12, 7, tzinfo=timezone.utc)
+    rounds = [
+        SoakRound(1, t, t + timedelta(minutes=1), counters=c0),
+        SoakRound(2, t + timedelta(minutes=1), t + timedelta(minutes=2), counters=c1),
+    ]
+    node = judge_node(host, rounds, SoakCriteria(counters=("nvlink.replay", "nvlink.crc")))
+    growth = [f for f in node.findings if f.kind == "counter_growth"]
+    assert not node.passed and [f.subject for f in growth] == ["nvlink.replay[2/5]"], node.findings
+    assert "nvlink.replay[2/5] grew by 7" in growth[0].message

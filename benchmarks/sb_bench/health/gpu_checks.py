@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sb_bench.health.gpu_source import GpuInfo, GpuState
+from sb_bench.health.gpu_source import GpuInfo, GpuState, NvlinkErrors
 from sb_bench.health.pci_bus import BusGpu, BusGpus, Seen, bus_id, nvswitch_count
 from sb_bench.health.record import FAIL, PASS, WARN, Env, Record
 
@@ -277,6 +277,7 @@ def gpu_records(st: GpuState, env: Env, bus: BusGpus | None = None, amd: Seen | 
             f"{links} NVLinks up per GPU" if links else "every GPU has as many NVLinks up as the best one",
         )
     )
+    recs.append(nvlink_errors_record(st, want("nvlink_error_max", 0)))
     gen, width = want("pcie_gen"), want("pcie_width")
     recs.append(
         _per_gpu(
@@ -325,6 +326,46 @@ def _nvlink_problem(g: GpuInfo, want: int | None, most: int) -> str | None:
     if not want and g.nvlink_up < most:
         return f"{g.nvlink_up} NVLinks up where another GPU has {most}"
     return None
+
+
+def _link_value(e: NvlinkErrors) -> dict[str, int | None]:
+    """A link's counters as the document carries them: the ones not zero, and None for one not read
+    (``crc`` is flits and data together; its parts only where they were read apart)."""
+    vals = {"replay": e.replay, "recovery": e.recovery, "crc": e.crc}
+    if e.crc_total is None:
+        vals |= {"crc_flit": e.crc_flit, "crc_data": e.crc_data}
+    return {k: v for k, v in vals.items() if v != 0}
+
+
+def nvlink_errors_record(st: GpuState, limit: int) -> Record:
+    """``gpu.nvlink_errors``: each NVLink's replay, recovery and CRC (flit + data) error counters since the
+    driver loaded or they were last reset, ``"<gpu>/<link>"`` -> the counters not zero, for every link read;
+    a counter above ``limit`` warns (as ``ib.errors``: a link that retries still carries data, slower). A
+    soak watches their growth (``nvlink.replay[<gpu>/<link>]``: sb_fleet.campaign.stage_judgement)."""
+    value: dict[str, dict[str, int | None]] = {}
+    over: list[str] = []
+    for g in st.gpus:
+        for e in g.nvlink_errors or ():
+            value[f"{g.index}/{e.link}"] = _link_value(e)
+            bad = [
+                f"{c}={v}"
+                for c in ("replay", "recovery", "crc")
+                if (v := getattr(e, c)) is not None and v > limit
+            ]
+            if bad:
+                over.append(f"GPU {g.index} link {e.link}: {', '.join(bad)}")
+    ev = "; ".join(over[:12]) + (f" and {len(over) - 12} more links" if len(over) > 12 else "")
+    if not value:
+        ev = "no NVLink error counters read (no NVLink, or the driver does not report them)"
+    return Record(
+        "gpu.nvlink_errors",
+        WARN if over else PASS,
+        value,
+        f"NVLink replay, recovery and CRC error counters <= {limit} per link since the driver loaded or "
+        "they were last reset (else warn)",
+        ev,
+        st.source,
+    )
 
 
 def _pcie_problem(g: GpuInfo, gen: int | None, width: int | None) -> str | None:

@@ -3,6 +3,8 @@ cannot be had (no ``nvidia-ml-py``, or its library does not load).
 
 NVML calls follow the NVML API reference (docs.nvidia.com/deploy/nvml-api); ``nvidia-smi`` queries follow
 ``nvidia-smi --help-query-gpu`` and ``--help-query-remapped-rows``. A field a GPU does not support is None.
+Each NVLink's error counters (replay, recovery, CRC of flits and of data) come from
+``nvmlDeviceGetNvLinkErrorCounter`` or ``nvidia-smi nvlink -e`` (:class:`NvlinkErrors`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,48 @@ NVML_VOLATILE_ECC = 0
 NVML_AGGREGATE_ECC = 1
 NVML_TEMPERATURE_GPU = 0
 NVML_NVLINK_MAX_LINKS = 18
+# nvmlNvLinkErrorCounter_t: the data link layer's transmit replays and recoveries, receive CRC errors in flow
+# control digits (flits) and in data
+NVML_NVLINK_ERROR_DL_REPLAY = 0
+NVML_NVLINK_ERROR_DL_RECOVERY = 1
+NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
+NVML_NVLINK_ERROR_DL_CRC_DATA = 3
+COUNTER_MAX = (1 << 64) - 1  # NVML's counters are unsigned long long: a bigger "count" is not one
+NVLINK_LINKS_MAX = 64  # links per GPU read from nvidia-smi's output (NVML: NVML_NVLINK_MAX_LINKS)
 # nvmlClocksThrottleReason* bits that mean the hardware slowed the GPU down
 THROTTLE_HW = {0x8: "hw_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown"}
+
+
+@dataclass(frozen=True)
+class NvlinkErrors:
+    """One NVLink's error counters since the driver loaded or they were last reset; None: not read.
+    ``crc_total`` is nvidia-smi's single "CRC Errors" count, where it does not tell flits and data apart."""
+
+    link: int
+    replay: int | None = None
+    recovery: int | None = None
+    crc_flit: int | None = None
+    crc_data: int | None = None
+    crc_total: int | None = None
+
+    @property
+    def crc(self) -> int | None:
+        """CRC errors, flits and data together (None: neither read)."""
+        if self.crc_total is not None:
+            return self.crc_total
+        parts = [v for v in (self.crc_flit, self.crc_data) if v is not None]
+        return sum(parts) if parts else None
+
+    def read(self) -> bool:
+        return any(v is not None for v in (self.replay, self.recovery, self.crc))
+
+
+def count(v: Any) -> int | None:
+    """A counter's value as NVML types it (an unsigned 64-bit int), else None (a bool, a float, NaN, a
+    negative or oversized number: not a count)."""
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNTER_MAX:
+        return v
+    return None
 
 
 @dataclass(frozen=True)
@@ -54,6 +96,7 @@ class GpuInfo:
     nvlink_total: int | None = None
     vbios: str | None = None
     inforom: str | None = None
+    nvlink_errors: tuple[NvlinkErrors, ...] | None = None  # the links whose counters were read
 
 
 @dataclass(frozen=True)
@@ -174,7 +217,29 @@ class NvmlSource:
             nvlink_total=len(known) if known else None,
             vbios=_text(g("nvmlDeviceGetVbiosVersion", h)),
             inforom=_text(g("nvmlDeviceGetInforomImageVersion", h)),
+            nvlink_errors=self._nvlink_errors(h, [k for k, s in enumerate(links) if s is not None]),
         )
+
+    def _nvlink_errors(self, h: Any, links: list[int]) -> tuple[NvlinkErrors, ...] | None:
+        """``nvmlDeviceGetNvLinkErrorCounter`` for each link NVML knows (its state answered), active or
+        not; a counter the GPU does not support is None, a link with none read is left out."""
+        out = []
+        for k in links:
+            e = NvlinkErrors(
+                k,
+                *(
+                    count(self._get("nvmlDeviceGetNvLinkErrorCounter", h, k, c))
+                    for c in (
+                        NVML_NVLINK_ERROR_DL_REPLAY,
+                        NVML_NVLINK_ERROR_DL_RECOVERY,
+                        NVML_NVLINK_ERROR_DL_CRC_FLIT,
+                        NVML_NVLINK_ERROR_DL_CRC_DATA,
+                    )
+                ),
+            )
+            if e.read():
+                out.append(e)
+        return tuple(out) if out else None
 
 
 def _flag(v: Any) -> bool | None:
@@ -309,6 +374,47 @@ def parse_nvlink_status(text: str) -> dict[int, tuple[int, int]]:
     return out
 
 
+# ``nvidia-smi nvlink -e``: per GPU a ``GPU i: ...`` line, then per link ``Link N: <counter>: <value>``.
+# Drivers print "Replay Errors", "Recovery Errors" and "CRC Errors", some "CRC Flit Errors" and "CRC Data
+# Errors" instead of the last; other counters (ECC, Blackwell's "Effective Errors", ...) are not read.
+_SMI_NVLINK_COUNTERS = {
+    "replay errors": "replay",
+    "recovery errors": "recovery",
+    "crc flit errors": "crc_flit",
+    "crc data errors": "crc_data",
+    "crc errors": "crc_total",
+}
+_LINK_COUNTER = re.compile(r"^\s*Link (\d{1,6}):\s*([A-Za-z][A-Za-z ]{0,60}?)\s*:\s*(\S{0,40})\s*$")
+_DIGITS = re.compile(r"^\d{1,20}$")
+
+
+def parse_nvlink_errors(text: str) -> dict[int, tuple[NvlinkErrors, ...]]:
+    """``nvidia-smi nvlink -e`` -> GPU index -> its links' counters (those with one read), by link. A value
+    that is not a count (``N/A``, a sign, a fraction, more than 64 bits) is None; links past
+    ``NVLINK_LINKS_MAX``, lines of no known counter and text before the first GPU are skipped."""
+    raw: dict[int, dict[int, dict[str, int | None]]] = {}
+    cur: dict[int, dict[str, int | None]] | None = None
+    for line in text.splitlines():
+        m = _GPU.match(line)
+        if m:
+            cur = raw.setdefault(int(m.group(1)), {})
+            continue
+        m = _LINK_COUNTER.match(line)
+        if not m or cur is None:
+            continue
+        link, name, value = int(m.group(1)), m.group(2).strip().lower(), m.group(3)
+        attr = _SMI_NVLINK_COUNTERS.get(name)
+        if attr is None or link >= NVLINK_LINKS_MAX:
+            continue
+        cur.setdefault(link, {})[attr] = count(int(value)) if _DIGITS.match(value) else None
+    out = {}
+    for gpu, links in raw.items():
+        errs = tuple(e for k, v in sorted(links.items()) if (e := NvlinkErrors(k, **v)).read())
+        if errs:
+            out[gpu] = errs
+    return out
+
+
 def parse_smi_version(text: str) -> dict[str, str]:
     """``nvidia-smi --version`` (driver 535+) -> {"driver": ..., "cuda": ...}."""
     out = {}
@@ -363,7 +469,7 @@ class SmiSource:
     def read(self) -> GpuState:
         from concurrent.futures import ThreadPoolExecutor  # here: ~6 ms of imports only nvidia-smi needs
 
-        with ThreadPoolExecutor(4) as pool:
+        with ThreadPoolExecutor(5) as pool:
             fq = pool.submit(self.query)
             fr = pool.submit(
                 self._smi,
@@ -372,12 +478,15 @@ class SmiSource:
                 "--format=csv,noheader",
             )
             fn = pool.submit(self._smi, "nvlink", "-s")
+            fe = pool.submit(self._smi, "nvlink", "-e")
             fv = pool.submit(self._smi, "--version")
             gpus, driver, notes, failed = fq.result()
             rc, out, _ = fr.result()
             remap = parse_remapped_rows(out) if rc == 0 else {}
             rc, out, _ = fn.result()
             links = parse_nvlink_status(out) if rc == 0 else {}
+            rc, out, _ = fe.result()
+            nvlink_errors = parse_nvlink_errors(out) if rc == 0 else {}
             rc, out, _ = fv.result()
             ver = parse_smi_version(out) if rc == 0 else {}
         merged = []
@@ -387,6 +496,8 @@ class SmiSource:
                 g = replace(g, remap_uncorrectable=r[0], remap_pending=r[1], remap_failure=r[2])
             if g.index in links and links[g.index][1]:
                 g = replace(g, nvlink_up=links[g.index][0], nvlink_total=links[g.index][1])
+            if g.index in nvlink_errors:
+                g = replace(g, nvlink_errors=nvlink_errors[g.index])
             merged.append(g)
         return GpuState(
             "nvidia-smi",
