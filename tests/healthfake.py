@@ -31,6 +31,14 @@ if gpus == "no-driver":  # the driver is not loaded: nvidia-smi's own words, exi
     print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
           "the latest NVIDIA driver is installed and running.")
     sys.exit(9)
+planted = os.path.join(here, "throttle.json")  # plant_throttle: a slowdown active for a time window
+if os.path.exists(planted) and isinstance(gpus, list):
+    import time
+    for w in json.load(open(planted)):
+        if w["from"] <= time.time() < w["to"]:
+            for g in gpus:
+                if w.get("gpus") is None or g["index"] in w["gpus"]:
+                    g["clocks_throttle_reasons." + w["reason"]] = "Active"
 def val(g, f, units):
     v = g.get(f, "[N/A]")
     if units and f in ("memory.total",):
@@ -113,6 +121,12 @@ def gpu_row(i: int, driver: str = "550.54.15", **over: Any) -> dict[str, Any]:
         "clocks_throttle_reasons.hw_slowdown": "Not Active",
         "clocks_throttle_reasons.hw_thermal_slowdown": "Not Active",
         "clocks_throttle_reasons.hw_power_brake_slowdown": "Not Active",
+        "clocks_throttle_reasons.sw_thermal_slowdown": "Not Active",
+        "clocks_throttle_reasons.sw_power_cap": "Not Active",
+        "clocks.sm": 1980,
+        "clocks.mem": 2619,
+        "power.draw": 72.5,
+        "ecc.errors.corrected.volatile.total": 0,
         "persistence_mode": "Enabled",
         "power.limit": 700.0,
         "power.default_limit": 700.0,
@@ -218,3 +232,17 @@ def make_machine(
     for d in (root, sysfs, procfs, tools):
         os.chmod(d, 0o755)
     return {"sb_path_sysfs": str(sysfs), "sb_path_procfs": str(procfs), "sb_tool_dir": str(tools)}
+
+
+def plant_throttle(
+    tools: Path, start: float, seconds: float, reason: str = "hw_thermal_slowdown", gpus: list[int] | None = None
+) -> None:
+    """The fake nvidia-smi in ``tools`` reports ``reason`` active on ``gpus`` (None: every GPU) from
+    ``start`` (epoch seconds) for ``seconds``; earlier plantings are kept."""
+    path = Path(tools) / "throttle.json"
+    windows = json.loads(path.read_text()) if path.exists() else []
+    windows.append({"from": start, "to": start + seconds, "reason": reason, "gpus": gpus})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(windows))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)

@@ -70,6 +70,9 @@ class RoundRecord:
     end: str
     run_dir: str
     hosts: list[str] = field(default_factory=list)
+    # the round's load after its benchmarks (campaign key load:): [start, end] as the control node saw them
+    # (each node's own times and telemetry: load.json in run_dir); None: no load
+    load: list[str] | None = None
 
 
 @dataclass
@@ -242,6 +245,8 @@ def _rounds_json(records: list[RoundRecord]) -> list[dict[str, Any]]:
     prev: list[str] | None = None
     for r in records:
         e: dict[str, Any] = {"index": r.index, "start": r.start, "end": r.end, "run_dir": r.run_dir}
+        if r.load is not None:
+            e["load"] = list(r.load)
         if r.hosts == prev:
             e["same_hosts"] = True
         else:

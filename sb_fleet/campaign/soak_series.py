@@ -26,6 +26,7 @@ from sb_fleet.analysis.fleet_results import load_fleet
 from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, judge_node
 from sb_fleet.bounded_json import read_or_none
 from sb_fleet.campaign.campaign_state import RoundRecord
+from sb_fleet.campaign.soak_load import LOAD_FILE, host_entries, load_throttled_windows
 from sb_fleet.campaign.stage_judgement import bench_outcome, health_counters, throttled_windows
 from sb_fleet.config.campaign_spec import Stage
 from sb_fleet.errors import SbFleetError
@@ -176,6 +177,7 @@ def read_series(
     for pos, rec in enumerate(records):
         rd = Path(directory) / rec.run_dir
         rows, values, noise = round_rows(rd)
+        loads = host_entries(read_or_none(rd / LOAD_FILE))  # the round's load, where it had one
         add_fleet_round(
             fleet, pos, [values.get(h, {}) for h in rec.hosts if h in out and rows.get(h) is not None]
         )
@@ -194,7 +196,7 @@ def read_series(
                 judged.reason,
                 vals,
                 noise.get(h, {}),
-                throttled_windows(doc, vals),
+                throttled_windows(doc, vals) + load_throttled_windows(loads.get(h)),
             )
             if doc is not None:
                 node.add_counters(pos, START, health_counters(doc))

@@ -187,6 +187,40 @@ class Drift(_Strict):
         return v
 
 
+LoadKind = Literal["gpu-burn", "cpu-gemm"]
+
+
+class Load(_Strict):
+    """A soak round's load after its benchmarks, to the round's end (docs/campaigns.md, The load and
+    telemetry): ``gpu-burn`` on GPU nodes, ``cpu-gemm`` on CPU nodes (sb_bench.host.burn). ``load:
+    gpu-burn`` is ``load: {kind: gpu-burn}``."""
+
+    kind: LoadKind
+    interval: float = 5.0  # the telemetry's sample interval (a duration, 1s to 10m)
+    margin: float = 3.0  # the load ends this long before the round does (a duration, 0s to 10m)
+    size: int = Field(0, ge=0, le=65536)  # the GEMM's matrix size (0: 8192 on a GPU, 512 on a CPU)
+    threads: int = Field(0, ge=0, le=4096)  # cpu-gemm: at most this many cores (0: every allotted one)
+
+    @field_validator("interval", "margin", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, v: float) -> float:
+        if not 1.0 <= v <= 600.0:
+            raise ValueError(f"a sample interval of {format_duration(v)} is not between 1s and 10m")
+        return v
+
+    @field_validator("margin")
+    @classmethod
+    def _margin(cls, v: float) -> float:
+        if v > 600.0:
+            raise ValueError(f"a margin of {format_duration(v)} is more than 10m")
+        return v
+
+
 class Stage(_Strict):
     """One stage. Keys that belong to another kind (``duration`` on a fabric stage) are refused."""
 
@@ -210,6 +244,12 @@ class Stage(_Strict):
     max_failed_rounds: int = Field(0, ge=0, le=MAX_ROUNDS)
     max_throttled_windows: int = Field(0, ge=0, le=1_000_000)
     drift: Drift | None = None
+    load: Load | None = None  # the load after each round's benchmarks (None: the nodes idle)
+
+    @field_validator("load", mode="before")
+    @classmethod
+    def _load(cls, v: Any) -> Any:
+        return {"kind": v} if isinstance(v, str) else v
 
     @field_validator("timeout", "duration", "round", mode="before")
     @classmethod
@@ -287,6 +327,7 @@ _KIND_KEYS: dict[str, tuple[str, ...]] = {
     "max_failed_rounds": ("soak",),
     "max_throttled_windows": ("soak",),
     "drift": ("soak",),
+    "load": ("soak",),
 }
 
 
@@ -410,6 +451,13 @@ def _check_stages(spec: CampaignSpec, data: dict[str, Any], path: Path, lines: L
                 )
             if st.rounds > MAX_ROUNDS:
                 raise fail("round", f"{st.rounds} rounds are more than {MAX_ROUNDS}", "use longer rounds")
+            if st.load is not None and (st.load.margin >= st.round or st.load.interval > st.round):
+                raise fail(
+                    "load",
+                    f"the load's margin ({format_duration(st.load.margin)}) and sample interval "
+                    f"({format_duration(st.load.interval)}) must fit in a round of {format_duration(st.round)}",
+                    "lower load.margin or load.interval, or lengthen the round",
+                )
             drift = st.drift_settings
             if st.drift is not None and drift.min_rounds > st.rounds:
                 raise fail(

@@ -44,6 +44,7 @@ from sb_fleet.campaign.campaign_state import (
     save_state,
 )
 from sb_fleet.campaign.gating import StageOutcome, entrants, gate_stage, soak_outcome
+from sb_fleet.campaign.soak_load import load_seconds
 from sb_fleet.campaign.soak_series import judge_series, read_series, round_rows, series_json
 from sb_fleet.campaign.stage_judgement import (
     StageConfigError,
@@ -450,8 +451,12 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
         )
         start = _now()
         _validate(ctx, stage, run_dir, hosts, None, health=True)
+        end = _now()
+        load = _round_load(ctx, stage, run_dir, hosts, start)
         st.record_round(
-            stage.name, RoundRecord(index, iso(start), iso(_now()), _rel(ctx, run_dir), list(hosts)), _now()
+            stage.name,
+            RoundRecord(index, iso(start), iso(end), _rel(ctx, run_dir), list(hosts), load),
+            _now(),
         )
         _save(ctx)
     closing = _fresh(ctx.dir / RUNS / f"{stage.name}-closing-check")
@@ -472,6 +477,28 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
     _save(ctx)
     for h, why in {**decision.held_out, **decision.quarantined}.items():
         _say(ctx.opts, f"soak {stage.name}: {h} failed: {why}")
+
+
+def _round_load(
+    ctx: _Ctx, stage: Stage, run_dir: Path, hosts: Sequence[str], start: datetime
+) -> list[str] | None:
+    """The round's load (campaign key ``load:``) on its nodes after its benchmarks, to the round's end less
+    the load's margin (:mod:`sb_fleet.fleet.round_load`; each node's summary in the round's ``load.json``):
+    [start, end] for the round's record; None without a load, or without the time for one."""
+    if stage.load is None or stage.round is None:
+        return None
+    seconds = load_seconds(start.timestamp(), stage.round, stage.load.margin, time.time())
+    if not seconds:
+        _say(ctx.opts, f"soak {stage.name}: the round's benchmarks took the round: no load in it")
+        return None
+    from sb_fleet.fleet.round_load import run_round_load
+
+    _say(ctx.opts, f"soak {stage.name}: {stage.load.kind} on {len(hosts)} node(s) for {seconds:.0f} s")
+    opts = _options(ctx, run_dir, hosts, _stage_config(ctx, stage, None), True)
+    got = run_round_load(opts, stage.load, hosts, seconds)
+    if got.stopped is not None:
+        raise CampaignStopped(f"stopped during the load of {run_dir} ({got.stopped})")
+    return [got.start, got.end]
 
 
 MAX_EVIDENCE_ROUNDS = 20

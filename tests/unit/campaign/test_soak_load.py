@@ -1,0 +1,176 @@
+"""A soak round's load: the campaign key ``load:`` checked, each node's command quoted, its telemetry reduced
+(sb_bench.host.load_telemetry, against the fake machine's nvidia-smi with a planted throttle), its summary
+read back, and its throttled windows counted into the node's round (sb_fleet.campaign.soak_series)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sb_bench.health.record import Env
+from sb_bench.host.load_telemetry import SmiTelemetry, Summary, open_source, parse_smi
+
+from sb_fleet.campaign.campaign_state import RoundRecord
+from sb_fleet.campaign.soak_load import (
+    busy_seconds,
+    host_entries,
+    load_seconds,
+    load_throttled_windows,
+    parse_summary,
+)
+from sb_fleet.campaign.soak_series import read_series
+from sb_fleet.config.campaign_spec import CampaignError, Load, parse_campaign
+from sb_fleet.fleet.round_load import load_command
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from healthfake import make_machine, plant_throttle  # noqa: E402
+
+SOAK = """version: 1
+stages:
+  - {name: single, kind: single_node, benchmarks: [gemm-flops]}
+  - name: soak
+    kind: soak
+    benchmarks: [gemm-flops]
+    duration: 2m
+    round: 20s
+"""
+
+
+def _load(extra: str) -> Load | None:
+    return parse_campaign(SOAK + "    " + extra + "\n", Path("c.yaml")).spec.stages[1].load
+
+
+def test_the_load_key_takes_a_kind_or_a_mapping_and_defaults():
+    assert _load("load: cpu-gemm") == Load(kind="cpu-gemm")
+    ld = _load("load: {kind: gpu-burn, interval: 2s, margin: 1s, size: 4096}")
+    assert ld is not None and (ld.kind, ld.interval, ld.margin, ld.size) == ("gpu-burn", 2.0, 1.0, 4096)
+    assert parse_campaign(SOAK, Path("c.yaml")).spec.stages[1].load is None  # no key: the nodes idle
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ("load: {kind: burn}", "field stages.1.load.kind: Input should be 'gpu-burn' or 'cpu-gemm'"),
+        (
+            "load: {kind: cpu-gemm, intervl: 2s}",
+            "line 9, column 28, field stages.1.load.intervl: unknown key",
+        ),
+        ("load: {kind: cpu-gemm, interval: 0.5s}", "not between 1s and 10m"),
+        ("load: {kind: cpu-gemm, margin: 20s}", "must fit in a round of 20s"),
+        ("load: {kind: cpu-gemm, threads: -1}", "field stages.1.load.threads"),
+        ("load: 7", "field stages.1.load: Input should be a valid dictionary"),
+    ],
+)
+def test_a_bad_load_is_one_error_naming_the_line_and_field(extra, said):
+    with pytest.raises(CampaignError) as e:
+        parse_campaign(SOAK + "    " + extra + "\n", Path("c.yaml"))
+    assert said in str(e.value) and "c.yaml" in str(e.value)
+
+
+def test_the_load_is_for_soak_stages_only():
+    text = SOAK.replace("benchmarks: [gemm-flops]}", "benchmarks: [gemm-flops], load: cpu-gemm}")
+    with pytest.raises(CampaignError, match="'load' is for soak stages, not single_node"):
+        parse_campaign(text, Path("c.yaml"))
+
+
+def test_the_load_runs_to_the_rounds_end_less_the_margin():
+    assert load_seconds(1000.0, 60.0, 3.0, 1012.0) == 45.0
+    assert load_seconds(1000.0, 60.0, 3.0, 1056.5) == 0.0  # under a second left: none
+    assert load_seconds(1000.0, 60.0, 3.0, 1100.0) == 0.0  # the benchmarks ran past the round
+
+
+def test_a_nodes_command_is_data_every_value_quoted():
+    ws = "/tmp/w s/$(touch /tmp/pwned)"
+    doc = {
+        "hosts": {"n1": {"workspace": ws, "python": "/usr/bin/python3", "suite_python": "venv/bin/python"}}
+    }
+    line = load_command(doc, "n1", "run-1", Load(kind="cpu-gemm", interval="2s"), 17.04, {"A": "b c;d"})
+    assert line.startswith("exec env SB_FLEET_TAG=run-1/n1 /bin/sh -c ")
+    script = shlex.split(line)[-1]  # what /bin/sh -c runs
+    words = shlex.split(script)
+    assert words[:2] == ["cd", ws] and "exec" in words
+    tail = words[words.index("exec") + 1 :]
+    assert tail[:5] == ["env", "PYTHONPATH=suite", "A=b c;d", "venv/bin/python", "-m"]
+    assert tail[5:11] == ["sb_bench.host.burn", "--kind", "cpu-gemm", "--seconds", "17.0", "--interval"]
+
+
+def test_smi_rows_become_samples_and_the_summary_counts_throttled_windows():
+    fields = (
+        ("index", "index", "int"),
+        ("temperature.gpu", "gpu_temperature", "float"),
+        ("clocks.sm", "gpu_sm_clock", "float"),
+        ("power.draw", "gpu_power", "float"),
+        ("clocks_throttle_reasons.hw_thermal_slowdown", "hw_thermal_slowdown", "active"),
+        ("clocks_throttle_reasons.sw_power_cap", "sw_power_cap", "active"),
+    )
+    calm = parse_smi(
+        "0, 60, 1980, 650.5, Not Active, Active\n1, 62, 1975, [N/A], Not Active, Not Active\n", fields
+    )
+    hot = parse_smi(
+        "0, 88, 1410, 700, Active, Not Active\n1, 70, 1980, 690, Not Active, Not Active\n", fields
+    )
+    assert calm["0"]["gpu_throttle_reasons"] == ["sw_power_cap"] and "gpu_power" not in calm["1"]
+    s = Summary(interval=5.0)
+    for t, gpus in enumerate([calm, hot, hot, calm]):
+        s.add(t * 5.0, gpus)
+    doc = s.to_json()
+    # a power cap is how a GPU under load runs: reported, never a throttled window
+    assert doc["throttled_windows"] == 2 and doc["throttled_s"] == 10.0
+    assert doc["reasons_s"] == {"hw_thermal_slowdown": 10.0, "sw_power_cap": 10.0}
+    assert (doc["max_temp_c"], doc["min_sm_mhz"], doc["samples"], doc["gpus"]) == (88.0, 1410.0, 4, 2)
+    assert doc["mean_power_w"] == round((650.5 + 1390 * 2 + 650.5) / 4, 1)
+    assert Summary(1.0).to_json()["samples"] == 0  # no source: no numbers, none made up
+
+
+def test_the_fake_machines_planted_throttle_is_seen_only_in_its_window(tmp_path):
+    roots = make_machine(tmp_path / "m", gpus=2)
+    env = Env(Path(roots["sb_path_sysfs"]), Path(roots["sb_path_procfs"]), Path(roots["sb_tool_dir"]))
+    src, why = open_source(env)
+    assert isinstance(src, SmiTelemetry) and not why
+    before = src.sample()
+    assert set(before) == {"0", "1"} and before["0"]["gpu_sm_clock"] == 1980.0
+    assert before["0"]["gpu_throttle_reasons"] == []
+    plant_throttle(Path(roots["sb_tool_dir"]), time.time() - 1, 60, gpus=[1])
+    during = src.sample()
+    assert (
+        during["1"]["gpu_throttle_reasons"] == ["hw_thermal_slowdown"]
+        and not during["0"]["gpu_throttle_reasons"]
+    )
+    assert not src.dropped  # the fake answers every field the load asks
+
+
+def test_a_summary_line_is_read_back_and_its_windows_counted():
+    doc = {"start": 10.0, "end": 40.0, "telemetry": {"throttled_windows": 3}}
+    out = "sb-load: 1\nsb-load: 2\nSB_LOAD_SUMMARY " + json.dumps(doc) + "\n"
+    assert parse_summary(out) == doc
+    assert parse_summary("sb-load: 1\nSB_LOAD_SUMMARY {broken\n") is None
+    assert parse_summary("SB_LOAD_SUMMARY [1]") is None
+    entry = {"outcome": "ok", "summary": doc}
+    assert load_throttled_windows(entry) == 3 and busy_seconds(entry) == 30.0
+    assert load_throttled_windows(None) == 0 and load_throttled_windows({"summary": None}) == 0
+    assert load_throttled_windows({"summary": {"telemetry": {"throttled_windows": "9"}}}) == 0
+    assert host_entries({"hosts": {"a": entry, "b": 3}}) == {"a": entry} and host_entries([]) == {}
+
+
+def test_the_rounds_load_adds_its_throttled_windows_to_that_node_and_round(tmp_path):
+    stage = parse_campaign(SOAK + "    load: cpu-gemm\n", Path("c.yaml")).spec.stages[1]
+    records = [
+        RoundRecord(
+            i, f"2026-12-07T10:0{i}:00+00:00", f"2026-12-07T10:0{i}:10+00:00", f"runs/r{i}", ["a", "b"]
+        )
+        for i in (1, 2, 3)
+    ]
+    for i in (1, 2, 3):
+        (tmp_path / "runs" / f"r{i}").mkdir(parents=True)
+    hosts = {
+        "a": {"outcome": "ok", "summary": {"telemetry": {"throttled_windows": 4}}},
+        "b": {"outcome": "ok"},
+    }
+    (tmp_path / "runs" / "r2" / "load.json").write_text(json.dumps({"schema_version": 1, "hosts": hosts}))
+    series = read_series(tmp_path, records, stage, ["a", "b"], tmp_path / "closing")
+    assert series["a"].throttled == {1: 4}  # round 2 (its position 1), node a only
+    assert series["b"].throttled == {}
