@@ -25,6 +25,7 @@ from sb_fleet.errors import RunDirError
 from sb_fleet.safe_files import atomic_write_json, private_dir
 
 STATE_NAME = "campaign-state.json"
+INPUTS_NAME = "accept-inputs.json"  # where the campaign's inputs are recorded (a campaign directory's mark)
 PREVIOUS_NAME = "campaign-state.prev.json"
 SCHEMA_VERSION = 1
 MAX_STATE_BYTES = 64 << 20  # 1,000 nodes x 72 rounds of timeline is a few MB

@@ -50,19 +50,28 @@ PathArg = click.Path(path_type=Path)
     "--insecure-no-host-key-checking", is_flag=True, help="DANGEROUS: do not verify host keys at all."
 )
 @click.option("--quiet", is_flag=True, help="no progress display.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="check the inputs as a start does and print the plan (stages, nodes, runs, estimated wall time "
+    "and disk); no host touched, nothing written. With --resume DIR: what remains.",
+)
 @guarded
 def accept_cmd(**kw: Any) -> int:
     """Run an acceptance campaign: sanity (health checks), single-node benchmarks, the fabric (only nodes
     that passed single-node), a soak of rounds; a node failing a stage is held out of the later ones.
     Writes acceptance/<host>.json, campaign-summary.json, campaign.md and campaign.html in the campaign
     directory. Exit 0 every node accepted; 1 a node rejected or quarantined; 2 bad input; 3 a node
-    never answered; 130 stopped (go on with --resume DIR). See docs/campaigns.md."""
-    from sb_fleet.fleet.campaign_run import AcceptOptions, run_campaign
+    never answered; 130 stopped (go on with --resume DIR). --dry-run: the plan only, exit 0 (2 bad
+    input). See docs/campaigns.md."""
+    from sb_fleet.fleet.campaign_run import AcceptOptions, dry_run, run_campaign
 
     resume, directory = kw.get("resume"), kw.get("directory")
     if resume is not None and directory is not None and Path(resume) != Path(directory):
         raise UsageError("give the campaign's directory once: --resume DIR, or --dir DIR for a new campaign")
     where = resume if resume is not None else directory
+    if where is None and kw.get("dry_run"):
+        where = Path()  # a plan needs no directory; a --dir given is checked as a start checks it
     if where is None:
         raise UsageError("accept needs --dir DIR (a new campaign) or --resume DIR (go on with one)")
     textfile = kw.get("textfile_dir")
@@ -86,6 +95,9 @@ def accept_cmd(**kw: Any) -> int:
         progress=not kw.get("quiet"),
         argv=("sb-fleet", *sys.argv[1:]),
     )
+    if kw.get("dry_run"):
+        click.echo(dry_run(opts, None if directory is None else Path(directory)))
+        return 0
     code, d = run_campaign(opts)
     md = d / "campaign.md"
     click.echo(md.read_text() if md.exists() else "")

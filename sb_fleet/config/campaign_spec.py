@@ -40,6 +40,9 @@ StageKind = Literal["sanity", "single_node", "fabric", "soak"]
 OnFailure = Literal["hold_out", "retry_once", "quarantine"]
 Verdict = Literal["pass", "flaky"]
 HealthProbe = Literal["gpu", "xid", "fabric_manager", "infiniband", "host"]
+# drain: on_reject drains a node in Slurm as soon as a stage rejects or quarantines it (sb-fleet drain DIR's
+# reason and log); never (the default) leaves Slurm to ``sb-fleet drain DIR`` once the campaign has ended.
+DrainPolicy = Literal["never", "on_reject"]
 
 # The order stages of each kind may come in: a fabric stage judges collectives, which one bad node corrupts,
 # so every node in it has passed the single-node stages before; a soak comes last.
@@ -245,6 +248,8 @@ class Stage(_Strict):
     max_throttled_windows: int = Field(0, ge=0, le=1_000_000)
     drift: Drift | None = None
     load: Load | None = None  # the load after each round's benchmarks (None: the nodes idle)
+    # this stage's own drain policy (None: the campaign's ``drain``)
+    drain: DrainPolicy | None = None
 
     @field_validator("load", mode="before")
     @classmethod
@@ -293,7 +298,14 @@ class Stage(_Strict):
 class CampaignSpec(_Strict):
     version: Literal[1] = 1
     description: str = Field("", max_length=4000)
+    # every stage's drain policy unless the stage gives its own
+    drain: DrainPolicy = "never"
     stages: list[Stage] = Field(min_length=1, max_length=MAX_STAGES)
+
+    def drains(self, stage: Stage) -> bool:
+        """Whether a node ``stage`` rejects or quarantines is drained in Slurm at once (``drain: on_reject``,
+        the stage's own or else the campaign's)."""
+        return (stage.drain or self.drain) == "on_reject"
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:

@@ -5,7 +5,11 @@ the campaign accepted. A node drained or down for another reason is left alone, 
 does (:mod:`sb_fleet.fleet.slurm_drain`: the same plan, the same ``scontrol`` argument vectors); every
 action is appended to ``CAMPAIGN_DIR/slurm-actions.json``.
 
-A campaign still running drains nothing: its nodes' verdicts are not final (``in_progress``).
+A campaign still running drains nothing: its nodes' verdicts are not final (``in_progress``). A campaign
+whose file says ``drain: on_reject`` drains a node itself as soon as a stage rejects or quarantines it
+(:func:`drain_on_reject`, called by :mod:`sb_fleet.fleet.campaign_run` after each stage's decision), with
+the same reason and the same log; a node drained that way is left alone here (already drained by this
+campaign), so nothing is drained twice.
 """
 
 from __future__ import annotations
@@ -14,10 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sb_fleet.campaign.campaign_state import CampaignState, load_state
-from sb_fleet.config.campaign_spec import load_campaign
+from sb_fleet.campaign.campaign_state import INPUTS_NAME, CampaignState, NodeState, load_state
+from sb_fleet.config.campaign_spec import CampaignSpec, load_campaign
 from sb_fleet.errors import RunDirError, SbFleetError, UsageError
-from sb_fleet.fleet.campaign_run import INPUTS_NAME
 from sb_fleet.fleet.slurm_drain import Action, action_lines, node_states, plan_actions, run_actions
 from sb_fleet.safe_files import atomic_write_json
 
@@ -28,14 +31,45 @@ def is_campaign_dir(path: Path) -> bool:
     return (Path(path) / INPUTS_NAME).is_file()
 
 
+def run_id(directory: Path) -> str:
+    """The campaign's name in its drain reasons: ``accept-<the directory's name>``."""
+    return f"accept-{Path(directory).resolve().name}"
+
+
+def finding(node: NodeState) -> str:
+    """What a held-out node's drain reason names: the stage that held it out and why."""
+    return f"{node.held_at}: {node.reason}" if node.held_at else node.reason or node.status
+
+
 def campaign_verdict(state: CampaignState) -> tuple[dict[str, str], set[str]]:
     """(node -> the finding its drain reason names, for the rejected and quarantined; the accepted)."""
-    failed = {
-        h: f"{n.held_at}: {n.reason}" if n.held_at else n.reason or n.status
-        for h, n in state.hosts.items()
-        if n.status in ("rejected", "quarantined")
-    }
+    failed = {h: finding(n) for h, n in state.hosts.items() if n.status in ("rejected", "quarantined")}
     return failed, {h for h, n in state.hosts.items() if n.status == "accepted"}
+
+
+def settled(actions: list[dict[str, Any]]) -> set[str]:
+    """The nodes a campaign's ``slurm-actions.json`` has a finished drain decision for: drained (scontrol
+    said yes) or left alone. A drain scontrol refused, or never recorded, is not settled: tried again."""
+    return {
+        str(a.get("node"))
+        for a in actions
+        if isinstance(a, dict)
+        and not a.get("dry_run")
+        and (a.get("verb") == "leave" or (a.get("verb") == "drain" and a.get("rc") == 0))
+    }
+
+
+def pending_drains(state: CampaignState, spec: CampaignSpec, done: set[str]) -> dict[str, str]:
+    """Pure: under ``drain: on_reject``, the nodes to drain now (node -> finding, as ``sb-fleet drain DIR``
+    names it): every node held out (or rejected) or quarantined by a stage whose policy drains, that is not
+    in ``done`` (:func:`settled`). Recomputed from the state after every stage, so a drain lost to a kill or
+    to Slurm not answering is made at the next one (or when the campaign is resumed)."""
+    draining = {s.name for s in spec.stages if spec.drains(s)}
+    return {
+        h: finding(n)
+        for h, n in sorted(state.hosts.items())
+        if n.status in ("held_out", "rejected", "quarantined") and n.held_at in draining and h not in done
+    }
 
 
 def _slurm_tools(config: Path) -> tuple[str, str]:
@@ -50,16 +84,48 @@ def _slurm_tools(config: Path) -> tuple[str, str]:
     return slurm.sinfo, slurm.scontrol
 
 
-def _record(d: Path, actions: list[Action], dry_run: bool) -> list[dict[str, Any]]:
-    done = run_actions(actions, dry_run)
-    path = d / ACTIONS_NAME
+def _log(d: Path) -> dict[str, Any]:
     try:
-        log = json.loads(path.read_text())
+        log = json.loads((d / ACTIONS_NAME).read_text())
     except (OSError, ValueError):
-        log = {"schema_version": 1, "actions": []}
+        log = None
+    return log if isinstance(log, dict) else {"schema_version": 1, "actions": []}
+
+
+def _record(d: Path, actions: list[Action], dry_run: bool, by: str | None = None) -> list[dict[str, Any]]:
+    done = run_actions(actions, dry_run)
+    if by:
+        done = [rec | {"by": by} for rec in done]
+    log = _log(d)
     log["actions"] = [*log.get("actions", []), *done]  # only ever grows
-    atomic_write_json(path, log)
+    atomic_write_json(d / ACTIONS_NAME, log)
     return done
+
+
+def drain_on_reject(directory: Path, config: Path, state: CampaignState, spec: CampaignSpec) -> list[str]:
+    """``drain: on_reject`` while the campaign runs: drain every node :func:`pending_drains` names, with
+    ``sb-fleet drain DIR``'s reason, plan and log (``by: accept drain on_reject`` on each record). Slurm
+    not answering, refusing or missing is a warning line, never a stop: the lines to say."""
+    d = Path(directory)
+    actions = _log(d).get("actions")
+    failed = pending_drains(state, spec, settled(actions if isinstance(actions, list) else []))
+    if not failed:
+        return []
+    sinfo, scontrol = _slurm_tools(config)
+    try:
+        nodes = node_states(sorted(failed), sinfo)
+        plan = plan_actions(run_id(d), failed, set(), nodes, False, scontrol)
+        done = _record(d, plan, False, by="accept drain on_reject")
+    except (OSError, ValueError, SbFleetError) as exc:
+        return [
+            f"warning: drain on_reject: {', '.join(sorted(failed))} not drained ({exc}); tried again "
+            "after the next stage, or sb-fleet drain DIR once the campaign has ended"
+        ]
+    lines, _bad = action_lines(done, False)
+    return [
+        f"drain on_reject: {line}" if " FAILED " not in line else f"warning: drain on_reject: {line}"
+        for line in lines
+    ]
 
 
 def drain_campaign(path: Path, resume: bool, dry_run: bool) -> tuple[int, str]:
@@ -80,7 +146,7 @@ def drain_campaign(path: Path, resume: bool, dry_run: bool) -> tuple[int, str]:
     failed, passed = campaign_verdict(state)
     wanted = sorted(set(failed) | (passed if resume else set()))
     nodes = node_states(wanted, sinfo) if wanted else {}
-    actions = plan_actions(f"accept-{d.resolve().name}", failed, passed, nodes, resume, scontrol)
+    actions = plan_actions(run_id(d), failed, passed, nodes, resume, scontrol)
     done = _record(d, actions, dry_run)
     lines, bad = action_lines(done, dry_run)
     if not done:

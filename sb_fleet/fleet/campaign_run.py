@@ -35,6 +35,7 @@ from sb_fleet.analysis.soak import NodeSoak, SoakCriteria
 from sb_fleet.bounded_json import read_or_none
 from sb_fleet.campaign.acceptance_record import write_records
 from sb_fleet.campaign.campaign_state import (
+    INPUTS_NAME,
     STATE_NAME,
     CampaignState,
     RoundRecord,
@@ -71,7 +72,6 @@ from sb_fleet.safe_files import (
 
 log = logging.getLogger("sb_fleet")
 
-INPUTS_NAME = "accept-inputs.json"
 RUNS = "runs"
 
 
@@ -150,22 +150,28 @@ def _inventory_source(inv: Path) -> str:
     return str(inv) if is_slurm_source(inv) else str(inv.resolve())
 
 
-def _start(opts: AcceptOptions) -> _Ctx:
-    """A new campaign in ``opts.directory``: the inputs checked and recorded, the state written."""
-    from sb_fleet.rundir.runinputs import plan_inputs
-
+def _required(opts: AcceptOptions) -> tuple[Path, Path, Path]:
+    """A new campaign's campaign file, config and inventory."""
     if opts.campaign is None or opts.config is None or opts.inventory is None:
         raise UsageError("accept needs --campaign, -c/--config and -i/--inventory (or --resume DIR)")
-    d = Path(opts.directory)
-    if (d / STATE_NAME).exists() or (d / INPUTS_NAME).exists():
+    return Path(opts.campaign), Path(opts.config), Path(opts.inventory)
+
+
+def _checked_inputs(opts: AcceptOptions, d: Path | None) -> tuple[Campaign, Any, Any, dict[str, Any]]:
+    """A new campaign's inputs (in the new directory ``d``, where given), checked as its start checks them,
+    nothing written: (the campaign, the config, the inventory, the config as written)."""
+    from sb_fleet.rundir.runinputs import plan_inputs
+
+    campaign_file, config_file, inventory_file = _required(opts)
+    if d is not None and ((d / STATE_NAME).exists() or (d / INPUTS_NAME).exists()):
         raise UsageError(
             f"{d}: a campaign is already in this directory; go on with: sb-fleet accept --resume {d} "
             f"(or give another --dir)"
         )
-    campaign = load_campaign(Path(opts.campaign))
-    config, inventory, plan = plan_inputs(Path(opts.config), Path(opts.inventory))
-    check_benchmarks(campaign, config.superbench.benchmarks, opts.config)
-    raw = _raw_config(Path(opts.config))
+    campaign = load_campaign(campaign_file)
+    config, inventory, _plan = plan_inputs(config_file, inventory_file)
+    check_benchmarks(campaign, config.superbench.benchmarks, config_file)
+    raw = _raw_config(config_file)
     _check_stages(campaign, raw)
     if any(s.kind == "sanity" for s in campaign.spec.stages) and not config.health.enabled:
         raise CampaignError(
@@ -174,25 +180,32 @@ def _start(opts: AcceptOptions) -> _Ctx:
             "the campaign has a sanity stage and the config's health checks are off (health.enabled)",
             "turn them on, or remove the sanity stage",
         )
-    d = campaign_dir(d)
-    atomic_write_bytes(d / "campaign.yaml", Path(opts.campaign).read_bytes())
-    atomic_write_bytes(d / "config.yaml", Path(opts.config).read_bytes())
+    return campaign, config, inventory, raw
+
+
+def _start(opts: AcceptOptions) -> _Ctx:
+    """A new campaign in ``opts.directory``: the inputs checked and recorded, the state written."""
+    campaign_file, config_file, inventory_file = _required(opts)
+    campaign, _config, inventory, raw = _checked_inputs(opts, Path(opts.directory))
+    d = campaign_dir(Path(opts.directory))
+    atomic_write_bytes(d / "campaign.yaml", campaign_file.read_bytes())
+    atomic_write_bytes(d / "config.yaml", config_file.read_bytes())
     atomic_write_json(
         d / INPUTS_NAME,
         {
             "schema_version": 1,
-            "campaign": str(Path(opts.campaign).resolve()),
-            "config": str(Path(opts.config).resolve()),
-            "config_digest": sha256_file(Path(opts.config)),
-            "inventory": _inventory_source(Path(opts.inventory)),
+            "campaign": str(campaign_file.resolve()),
+            "config": str(config_file.resolve()),
+            "config_digest": sha256_file(config_file),
+            "inventory": _inventory_source(inventory_file),
             "history": str(Path(opts.history).resolve()) if opts.history else None,
             "textfile_dir": str(Path(opts.textfile_dir).resolve()) if opts.textfile_dir else None,
             "name": opts.name,
         },
     )
-    state = CampaignState.new(campaign, list(plan.hosts), _now())
+    state = CampaignState.new(campaign, [h.name for h in inventory.hosts], _now())
     save_state(d, state)
-    return _Ctx(opts, d, campaign, Path(opts.config), Path(opts.inventory), raw, state)
+    return _Ctx(opts, d, campaign, config_file, inventory_file, raw, state)
 
 
 def _resume(opts: AcceptOptions) -> _Ctx:
@@ -411,6 +424,7 @@ def _gated_stage(ctx: _Ctx, stage: Stage) -> None:
             )
         if decision.retry:
             _say(ctx.opts, f"stage {stage.name}: {', '.join(decision.retry)} failed, retried once")
+        _drain_now(ctx)
     st.finish_stage(stage.name, _now())
     _save(ctx)
 
@@ -477,6 +491,20 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
     _save(ctx)
     for h, why in {**decision.held_out, **decision.quarantined}.items():
         _say(ctx.opts, f"soak {stage.name}: {h} failed: {why}")
+    _drain_now(ctx)
+
+
+def _drain_now(ctx: _Ctx) -> None:
+    """``drain: on_reject``: every node a draining stage has held out or quarantined, and not yet drained,
+    drained in Slurm now (:func:`sb_fleet.fleet.campaign_drain.drain_on_reject`; a failure is a warning).
+    Called after every stage's decision and when a campaign is resumed (a drain a kill cut off)."""
+    spec = ctx.campaign.spec
+    if not any(spec.drains(s) for s in spec.stages):
+        return
+    from sb_fleet.fleet.campaign_drain import drain_on_reject
+
+    for line in drain_on_reject(ctx.dir, ctx.config_path, ctx.state, spec):
+        _say(ctx.opts, line)
 
 
 def _round_load(
@@ -596,11 +624,30 @@ def exit_code(state: CampaignState) -> int:
     return EXIT_FAILED if bad else EXIT_OK
 
 
+def dry_run(opts: AcceptOptions, new_dir: Path | None = None) -> str:
+    """``accept --dry-run``: the inputs checked as a real start (or ``--resume``) checks them, and the plan
+    (:mod:`sb_fleet.campaign.campaign_plan`: stages, nodes, runs, wall time and disk) as text; no host
+    touched, nothing written (``new_dir``: the new campaign's ``--dir``, where given). With ``resume``: what
+    remains of the campaign in ``opts.directory``."""
+    from sb_fleet.campaign.campaign_plan import plan_campaign, plan_lines
+    from sb_fleet.rundir.runinputs import plan_inputs
+
+    if opts.resume:
+        ctx = _resume(opts)
+        _config, inventory, _plan = plan_inputs(ctx.config_path, ctx.inventory_path)
+        plan = plan_campaign(ctx.campaign, ctx.raw_config, inventory, opts.forks, ctx.state)
+        return "\n".join(plan_lines(plan, resumed=True))
+    campaign, _config, inventory, raw = _checked_inputs(opts, new_dir)
+    return "\n".join(plan_lines(plan_campaign(campaign, raw, inventory, opts.forks)))
+
+
 def run_campaign(opts: AcceptOptions) -> tuple[int, Path]:
     """Run (or with ``resume`` go on with) the campaign; (exit code, campaign directory)."""
     ctx = _resume(opts) if opts.resume else _start(opts)
     _save(ctx)
     _say(ctx.opts, f"campaign {ctx.campaign.path} on {len(ctx.state.hosts)} node(s) in {ctx.dir}")
+    if opts.resume:
+        _drain_now(ctx)
     try:
         while (stage := ctx.state.next_stage(ctx.campaign.spec)) is not None:
             if stage.kind == "soak":

@@ -85,6 +85,8 @@ def plan_actions(
                     f"already {node.state} for another reason ({node.reason or 'none'}); not ours",
                 )
             )
+        elif node.unavailable and node.reason.startswith(f"{OWNER} {run_id}:"):  # drained by this run already
+            out.append(Action(host, "leave", f"already {node.state} by {OWNER} {run_id} ({node.reason})"))
         else:
             reason = drain_reason(run_id, finding)
             argv = (scontrol, "update", f"nodename={host}", "state=drain", f"reason={reason}")
