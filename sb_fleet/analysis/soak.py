@@ -21,12 +21,12 @@ docs/campaigns.md, "Judging a soak", states the rules and their reasons.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from sb_fleet.analysis.change_point import judge_changes
 from sb_fleet.analysis.superbench.metric_names import direction_from_name, parse_metric
 from sb_fleet.config.campaign_spec import Stage
 
@@ -116,18 +116,23 @@ class SoakFinding:
 
 @dataclass(frozen=True)
 class Trend:
-    """One figure's least-squares trend over the soak, in relative terms (log of value / median)."""
+    """One figure's change over the soak, in relative terms (log of value / median): a trend (the
+    least-squares slope times the span) or a step (the level after a round against the level before),
+    whichever fails, else the one closer to failing (:mod:`sb_fleet.analysis.change_point`)."""
 
     metric: str
     direction: int  # +1 higher is better, -1 lower, 0 unknown (a change either way counts)
     rounds: tuple[int, ...]
     values: tuple[float, ...]
-    change: float  # relative change over the soak from the fit (-0.09: 9% lower at the end)
+    change: float  # relative change over the soak (-0.09: 9% lower at the end, or after the step)
     stderr: float  # of the change, in the same (log) units
     noise: float  # the per-round relative noise the stderr used
-    noise_source: Literal["residuals", "own samples"]
+    noise_source: Literal["residuals", "within segments", "own samples"]
     threshold: float  # the relative change beyond which it fails, signed the way that is worse (-0.31: a loss of 31%)
     fails: bool
+    model: Literal["trend", "step"] = "trend"
+    since_round: int | None = None  # a step: the first round at the new level
+    critical: float = 0.0  # the t-statistic the change had to exceed (k sigmas, for the rounds judged)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +146,9 @@ class Trend:
             "noise_source": self.noise_source,
             "threshold": self.threshold,
             "fails": self.fails,
+            "model": self.model,
+            "since_round": self.since_round,
+            "critical": self.critical,
         }
 
 
@@ -339,45 +347,28 @@ def trend(
     min_change: float,
 ) -> Trend:
     """The drift judgement of one figure from ``(round, time in hours, value, own relative noise)`` points
-    (at least 3, every value > 0). The fit is on ``log(value / median)``: a slope in relative terms."""
+    (at least 3, every value > 0): a step and a trend, both judged (:func:`change_point.judge_changes`)."""
     rounds = tuple(p[0] for p in points)
-    xs = [p[1] for p in points]
-    if max(xs) - min(xs) <= 0:  # no time spread (timestamps missing): the rounds are evenly spaced
-        xs = [float(i) for i in range(len(points))]
     vals = [p[2] for p in points]
-    med = statistics.median(vals)
-    ys = [math.log(v / med) for v in vals]
-    n = len(points)
-    mx = sum(xs) / n
-    my = sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, ys, strict=True)]
-    s_res = math.sqrt(sum(r * r for r in resid) / (n - 2)) if n > 2 else 0.0
-    own = [p[3] for p in points if p[3] is not None and math.isfinite(p[3]) and p[3] >= 0]
-    s_own = statistics.median(own) if own else 0.0
-    noise, source = (s_res, "residuals") if s_res >= s_own else (s_own, "own samples")
-    span = max(xs) - min(xs)
-    change_log = slope * span
-    stderr = noise * span / math.sqrt(sxx)
-    # Both: beyond its noise (k standard errors) and large enough to matter (min_change).
-    threshold_log = max(k * stderr, math.log1p(min_change))
-    worse = change_log < 0 if direction > 0 else change_log > 0 if direction < 0 else True
-    fails = worse and abs(change_log) > threshold_log
+    ch, fails = judge_changes([p[1] for p in points], vals, [p[3] for p in points], direction, k, min_change)
+    threshold_log = ch.threshold(min_change)
     # The limit on the side that is worse, as a relative change as `change` is: a loss of log-size t is
     # expm1(-t) (-36.9% for t = log 1.584), a gain expm1(t) (+58.4%).
-    down = direction > 0 or (direction == 0 and change_log < 0)
+    down = direction > 0 or (direction == 0 and ch.change < 0)
     return Trend(
         metric=metric,
         direction=direction,
         rounds=rounds,
         values=tuple(vals),
-        change=math.expm1(change_log),
-        stderr=stderr,
-        noise=noise,
-        noise_source=source,  # type: ignore[arg-type]
+        change=math.expm1(ch.change),
+        stderr=ch.stderr,
+        noise=ch.noise,
+        noise_source=ch.noise_source,
         threshold=math.expm1(-threshold_log if down else threshold_log),
         fails=fails,
+        model=ch.model,
+        since_round=rounds[ch.at] if ch.at is not None else None,
+        critical=ch.critical,
     )
 
 
@@ -417,17 +408,28 @@ def _drift(
 
 def _drift_finding(t: Trend, crit: SoakCriteria) -> SoakFinding:
     way = "higher is better" if t.direction > 0 else "lower is better" if t.direction < 0 else "either way"
+    if t.model == "step" and t.since_round is not None:
+        at = t.rounds.index(t.since_round)
+        what = (
+            f"a step from round {t.since_round} ({len(t.rounds)} rounds judged; median "
+            f"{_median(t.values[:at]):.6g} before, {_median(t.values[at:]):.6g} from it; {way})"
+        )
+        source = (
+            "within the two segments" if t.noise_source == "within segments" else f"from its {t.noise_source}"
+        )
+    else:
+        what = f"a trend over {len(t.rounds)} rounds ({t.values[0]:.6g} -> {t.values[-1]:.6g}; {way})"
+        source = f"from its {t.noise_source}"
     return SoakFinding(
         kind="drift",
         subject=t.metric,
         fails=True,
         message=(
-            f"{t.metric} drifted {t.change:+.1%} over {len(t.rounds)} rounds ({t.values[0]:.6g} -> "
-            f"{t.values[-1]:.6g}; {way}), beyond {t.threshold:+.1%} (per-round noise {t.noise:.1%}, "
-            f"from its {t.noise_source})"
+            f"{t.metric} drifted {t.change:+.1%}: {what}, beyond {t.threshold:+.1%} "
+            f"(per-round noise {t.noise:.1%}, {source})"
         ),
         criterion=(
-            f"the fitted change over the soak stays within max({crit.drift_k:g} standard errors, "
+            f"neither a step nor a trend over the soak beyond max({crit.drift_k:g} sigmas of its noise, "
             f"{crit.drift_min_change:.0%})"
         ),
         values={
@@ -436,10 +438,19 @@ def _drift_finding(t: Trend, crit: SoakCriteria) -> SoakFinding:
             "stderr": t.stderr,
             "noise": t.noise,
             "noise_source": t.noise_source,
+            "model": t.model,
+            "since_round": t.since_round,
+            "critical_t": t.critical,
             "values": list(t.values),
         },
-        rounds=t.rounds,
+        rounds=t.rounds if t.since_round is None else tuple(r for r in t.rounds if r >= t.since_round),
     )
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def judge_node(

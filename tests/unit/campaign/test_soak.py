@@ -205,7 +205,7 @@ def test_the_real_series_as_recorded_pass():
         r = judge_node(name, [_round(i + 1, {GEMM: x}) for i, x in enumerate(v)], CRIT)
         assert r.passed, (name, [f.message for f in r.failures])
         (t,) = r.trends
-        assert t.noise > 0.02 and t.noise_source == "residuals"
+        assert t.noise > 0.02 and t.noise_source in ("residuals", "within segments")
 
 
 def test_direction_lower_is_better_and_an_improvement_is_no_failure():
@@ -259,3 +259,81 @@ def test_criteria_from_the_campaign_file_and_every_node_judged():
     assert out["a"].passed  # kernel-launch is not among the judged metrics
     assert not out["b"].passed and out["b"].failures[0].rounds == (10,)
     json.dumps(out["b"].to_dict())
+
+
+# -- steps (issue 55): a line through a step takes the step for noise
+
+
+def _windows(length: int) -> list[tuple[str, list[float]]]:
+    """Every ``length``-round window of every real series (tests/corpus), each its own soak."""
+    return [(f"{n}@{s}", v[s : s + length]) for n, v in REAL for s in range(len(v) - length + 1)]
+
+
+def _planted(shape: list[float], sigma: float, fault: str) -> list[SoakRound]:
+    """A real series' shape at ``sigma`` per round, with a step to half speed from the middle round
+    (round 5 of 8) or a slope of -4% a round: the issue's two faults, their sizes not tuned to the rule."""
+    out = []
+    for i, z in enumerate(shape):
+        factor = (
+            (0.5 if i >= len(shape) // 2 else 1.0)
+            if fault == "step"
+            else 0.96**i
+            if fault == "slope"
+            else 1.0
+        )
+        out.append(_round(i + 1, {GEMM: 40000.0 * math.exp(sigma * z) * factor}))
+    return out
+
+
+def test_the_issues_step_is_reported_as_a_step_with_the_round_it_began():
+    """The node of the issue: 71-128 GFLOPS for three rounds, then 17-19 (within 6% of each other) from
+    round 4 of 8. A line through it takes the step for ~50% noise; the step, its noise taken within the two
+    segments, is the change the series bears out, and says where it began."""
+    from sb_fleet.analysis.change_point import trend_change
+
+    values = [96.0, 128.0, 71.0, 18.1, 19.0, 17.2, 18.4, 17.9]
+    rounds = [_round(i + 1, {GEMM: v}) for i, v in enumerate(values)]
+    med = statistics.median(values)
+    line = trend_change([float(i) for i in range(8)], [math.log(v / med) for v in values], 0.0, 3.0)
+    assert line.noise > 0.4  # what the rule before this one judged the node against
+    r = judge_node("slow", rounds, CRIT)
+    (f,) = r.failures
+    assert f.kind == "drift" and f.values["model"] == "step" and f.values["since_round"] == 4
+    assert f.rounds == (4, 5, 6, 7, 8) and f.values["change"] < -0.75
+    assert f.values["noise"] < 0.25 and f.values["noise_source"] == "within segments"
+    assert f.message.startswith(f"{GEMM} drifted -") and "a step from round 4" in f.message
+
+
+@pytest.mark.parametrize("sigma", [0.005, 0.01, 0.02])
+def test_a_step_to_half_speed_and_a_slope_of_4_percent_a_round_over_8_rounds_on_real_shapes(sigma):
+    """Every 8-round window of the real series (351), scaled to a GPU figure's noise: the step to half
+    speed at round 5 fails every time; the -4% a round in at least 97% of them (bench/soak_drift.py: 351,
+    349 and 341 of 351 at 0.5%, 1%, 2%; windows with a single round 20 of their MADs low keep the rest);
+    the same windows unfaulted pass but for one at 0.5-1% (a window ending in the two runs every host of the
+    6-host case was slow in, runs 16-17, as measured: accept judges relative to the fleet's median) and three
+    at 2% with a 3% min_change (0.9%; two of them steps of -4% between real regimes of one host)."""
+    windows = _windows(8)
+    assert len(windows) == 351
+    caught = {}
+    for fault in ("step", "slope"):
+        caught[fault] = sum(
+            not judge_node("n", _planted(_shape(v), sigma, fault), CRIT).passed for _n, v in windows
+        )
+    assert caught["step"] == len(windows) and caught["slope"] >= 0.97 * len(windows), (sigma, caught)
+    failed = [n for n, v in windows if not judge_node("n", _planted(_shape(v), sigma, "none"), CRIT).passed]
+    assert len(failed) <= (1 if sigma < 0.02 else 3), (sigma, failed)
+    r = judge_node("n", _planted(_shape(windows[0][1]), sigma, "step"), CRIT)
+    (f,) = r.failures
+    assert f.values["model"] == "step" and f.values["since_round"] == 5 and f.rounds == (5, 6, 7, 8)
+
+
+def test_the_step_critical_value_is_honest_for_few_rounds():
+    """A step, the best of n - 3 splits, must be as improbable as k = 3 normal sigmas (one-sided 0.13%):
+    Student's t for n - 2 degrees of freedom, corrected for the splits (8 rounds: 6.69 for the best of 5
+    splits; the exact scan, simulated: 6.78). A trend keeps k."""
+    from sb_fleet.analysis.change_point import critical_t, t_isf, t_sf
+
+    assert abs(2 * t_sf(2.447, 6) - 0.05) < 1e-4 and abs(t_isf(0.025, 6) - 2.4469) < 1e-3
+    assert abs(t_sf(1.0, 1) - 0.25) < 1e-12  # Cauchy
+    assert critical_t(3, 8, "trend") == 3.0 and abs(critical_t(3, 8, "step") - 6.69) < 0.01
+    assert abs(critical_t(3, 20, "step") - 4.75) < 0.01 and 4.5 < critical_t(3, 4320, "step") < 5.1
