@@ -263,3 +263,25 @@ def test_a_stage_timeout_cuts_each_of_its_benchmarks(tmp_path):
         "timeout"
         not in stage_config(CONFIG, plain.spec.stage("single"))["superbench"]["benchmarks"]["gemm-flops"]
     )
+
+
+def test_a_soak_round_is_never_failed_by_the_history_gate(campaign, tmp_path):
+    """A soak's config keeps its rounds in the history store but turns the history gate's failures into
+    warnings (a round every node ran slower in failed healthy nodes there); the other stages keep it."""
+    import yaml
+
+    from sb_fleet.config.fleet_config import load_config
+
+    strict = {
+        **CONFIG,
+        "gates": {"history": {"regression": "fail", "drift": "fail", "offenders": "quarantine"}},
+    }
+    soak = stage_config(strict, campaign.spec.stage("soak"))
+    assert soak["gates"]["history"] == {"regression": "warn", "drift": "warn", "offenders": "warn"}
+    assert stage_config(CONFIG, campaign.spec.stage("soak"))["gates"]["history"]["regression"] == "warn"
+    assert stage_config(strict, campaign.spec.stage("single"))["gates"] == strict["gates"]
+    off = {**CONFIG, "gates": {"history": {"regression": "off"}}}
+    assert stage_config(off, campaign.spec.stage("soak"))["gates"]["history"]["regression"] == "off"
+    path = tmp_path / "soak.yaml"  # what validate reads: still a valid config
+    path.write_text(yaml.safe_dump(soak))
+    assert load_config(path).gates.history.regression == "warn"
