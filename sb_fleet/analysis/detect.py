@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sb_fleet.analysis.issues import FAIL, Issue
+from sb_fleet.analysis.issues import FAIL, FlagLimit, Issue, flag_limit
 from sb_fleet.analysis.order_stats import median, quantiles, row_nanmedian
 from sb_fleet.analysis.stats import MAD_TO_SIGMA, shared_columns
 from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
@@ -213,6 +213,13 @@ def detect(
                         category=category_of(columns[c]),
                         severity=FAIL,
                         sigmas=float(bad[r, u] / max(sigma, own[r, u])),
+                        flag_limit=flag_limit(
+                            float(signed[r, u]),
+                            float(max(sigma, own[r, u])),
+                            sigma,
+                            settings.threshold,
+                            settings.min_deviation,
+                        ),
                         detail=(
                             f"{signed[r, u] * 100:+.1f}% from the fleet median {center:.4g} "
                             f"(limit {cell_limit[r, u] * 100:.1f}%, {bad[r, u] / sigma:.1f} robust sigmas)"
@@ -251,6 +258,13 @@ def detect(
                                 category=category_of(columns[c]),
                                 severity=FAIL,
                                 sigmas=float(sbad[r, u] / sib_sigma),
+                                flag_limit=flag_limit(
+                                    float(rel[r, u]),
+                                    float(max(sib_sigma, own[r, u])),
+                                    sib_sigma,
+                                    settings.threshold,
+                                    settings.sibling_min_deviation,
+                                ),
                                 detail=(
                                     f"{rel[r, u] * 100:+.1f}% from the median {host_med[r]:.4g} of its "
                                     f"{int(present[r]) - 1} siblings on this host (limit {sib_limit * 100:.1f}%)"
@@ -396,9 +410,28 @@ def _combined(
                     category=category_of(f"{group}/x"),
                     severity=FAIL,
                     sigmas=float(score[ui, r] / sigma),
+                    flag_limit=_combined_limit(
+                        float(mean[ui, r]), float(score[ui, r] / sigma), threshold, lst, float(floors[ui])
+                    ),
                     detail=(
                         f"{of} metrics of {group} on {where} are on average {mean[ui, r] * 100:.1f}% worse than "
                         f"{against} (combined {score[ui, r] / sigma:.1f} robust sigmas)"
                     ),
                 ),
             )
+
+
+def _combined_limit(
+    mean: float,
+    score: float,
+    threshold: float,
+    parts: list[tuple[np.ndarray, np.ndarray, float]],
+    floor: float,
+) -> FlagLimit | None:
+    """A combined finding's limit on its mean deviation: where its score (linear in the deviations)
+    would meet ``threshold``, at least ``floor``; its noise the mean sigma of the families combined
+    (the fleet's: no re-run of a few hosts measures it again)."""
+    noise = float(np.mean([p[2] for p in parts]))
+    if not (score > 0 and np.isfinite(mean) and np.isfinite(noise) and noise > 0):
+        return None
+    return flag_limit(-1.0, noise, noise, mean * threshold / score / noise, floor)

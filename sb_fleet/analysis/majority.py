@@ -57,7 +57,7 @@ import numpy as np
 
 from sb_fleet.analysis import evidence as ev
 from sb_fleet.analysis.detect import category_of
-from sb_fleet.analysis.issues import FAIL, Issue
+from sb_fleet.analysis.issues import FAIL, FlagLimit, Issue, flag_limit
 from sb_fleet.analysis.noise_priors import noise_prior
 from sb_fleet.analysis.stats import MAD_TO_SIGMA, shared_columns
 from sb_fleet.analysis.superbench.metric_names import Directions, parse_metric
@@ -392,6 +392,14 @@ def majority_check(
                 category=category_of(names[j]),
                 severity=FAIL,
                 sigmas=None if own_unknown[r, j] else float(z[r, j]),
+                flag_limit=flag_limit(
+                    float(dev[r, j]) if direc[j] == 0 else float(-direc[j]),  # the bad side
+                    float(sigma[r, j]),
+                    float(fam_sigma[j]),
+                    settings.threshold * float(infl[r, j]),
+                    settings.min_deviation,
+                    log=True,
+                ),
                 detail=(
                     f"{dev[r, j] * 100:+.1f}% from the median {ref[r, j]:.4g} of the {int(m_others[r, j])} "
                     + (
@@ -417,7 +425,18 @@ def majority_check(
                 promised=float(promised[rows, j].max()),
             )
         )
-    _combine(names, v, dev, bad, np.where(own_unknown, np.nan, z), direc, settings, out)
+    _combine(
+        names,
+        v,
+        dev,
+        bad,
+        np.where(own_unknown, np.nan, z),
+        direc,
+        settings,
+        out,
+        sigma,
+        np.broadcast_to(fam_sigma[None, :], v.shape),
+    )
     return out
 
 
@@ -496,7 +515,11 @@ def _combine(
     direc: np.ndarray,
     settings: DetectionSettings,
     out: MajorityResult,
+    noise: np.ndarray | None = None,
+    floor: np.ndarray | None = None,
 ) -> None:
+    """``noise``: the noise each value was judged with, ``floor``: the part of it the prior or the
+    family's spread set (for the combined finding's :class:`FlagLimit`)."""
     # (benchmark, unit) -> measurement -> columns
     units: dict[tuple[str, str], dict[str, list[int]]] = {}
     for j, name in enumerate(names):
@@ -517,6 +540,7 @@ def _combine(
         hit = (k >= 2) & (score > settings.combined_threshold) & (mean_bad > settings.min_deviation)
         for r in np.nonzero(hit)[0]:
             where = f"GPU/NIC {unit}" if unit else "the host"
+            cols = [j for js in meas.values() for j in js]
             out.issues.setdefault(int(r), []).append(
                 Issue(
                     metric=f"{group}/*" + (f":{unit}" if unit else ""),
@@ -527,6 +551,13 @@ def _combine(
                     category=category_of(f"{group}/x"),
                     severity=FAIL,
                     sigmas=float(score[r]),
+                    flag_limit=_combined_limit(
+                        float(mean_bad[r]),
+                        float(score[r]),
+                        settings,
+                        None if noise is None else noise[r, cols],
+                        None if floor is None else floor[r, cols],
+                    ),
                     detail=(
                         f"{int(k[r])} measurements of {group} on {where} are on average "
                         f"{mean_bad[r] * 100:.1f}% worse than the other hosts' medians "
@@ -534,6 +565,29 @@ def _combine(
                     ),
                 )
             )
+
+
+def _combined_limit(
+    mean_bad: float,
+    score: float,
+    settings: DetectionSettings,
+    noises: np.ndarray | None,
+    floor: np.ndarray | None,
+) -> FlagLimit | None:
+    """A combined finding's limit on its mean deviation: where the score, linear in the deviations at
+    their noise, would meet ``combined_threshold`` (at least ``min_deviation``); its noise the mean
+    noise of the metrics combined. None where that cannot be told."""
+    if noises is None or floor is None or not score > 0 or not math.isfinite(mean_bad):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        noise, low = float(np.nanmean(noises)), float(np.nanmean(floor))
+    if not (math.isfinite(noise) and noise > 0):
+        return None
+    sigmas = mean_bad * settings.combined_threshold / score / noise
+    return flag_limit(
+        -1.0, noise, min(low, noise) if math.isfinite(low) else noise, sigmas, settings.min_deviation
+    )
 
 
 def _two_hosts(

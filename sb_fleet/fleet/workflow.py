@@ -581,6 +581,7 @@ def confirm(
         {c: rerun[c] for c in plan.controls if c in rerun},
         firsts=firsts,
         direction=before.directions.of,
+        noise=None if again.noise is None else cf.rerun_values(again.hosts, again.columns, again.noise),
     )
     seconds = time.monotonic() - t0
     doc = cf.confirmation_json(plan, result, sub.rd.path, mode, seconds, selection)

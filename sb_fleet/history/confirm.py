@@ -5,8 +5,9 @@
    model, so that a change of the whole environment between the two runs is seen and taken out.
 2. :func:`judge_confirmation`: for every flagged host, did its findings reproduce in the second run?
    A numeric finding reproduces when the re-run value is again on the bad side of the reference
-   (scaled by how much the controls moved between the runs) by at least half the first deviation
-   and the practical margin; a failed benchmark reproduces when it fails again or reports nothing.
+   (scaled by how much the controls moved between the runs) beyond the limit that flagged it, that
+   limit computed under the re-run's own noise (:func:`rerun_limit`), and beyond the controls'
+   run-to-run noise; a failed benchmark reproduces when it fails again or reports nothing.
    A host none of whose findings reproduce is ``flaky``, not failed; one whose re-run says nothing
    (unreachable, no results) stays ``confirmed``: a host is never cleared without evidence.
    A combined finding (``majority-combined``, ``fleet-combined``, ``sibling-combined``: the metrics
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from sb_fleet.analysis.issues import FlagLimit
 from sb_fleet.analysis.majority import disagreement_key, inconsistency_key
 from sb_fleet.analysis.populations import split_key
 from sb_fleet.analysis.stats import MAD_TO_SIGMA
@@ -52,6 +54,8 @@ _D2 = {2: 1.128, 3: 1.693}  # expected range of n normal values, in sigmas
 class FindingLike(Protocol):
     @property
     def metric(self) -> str: ...
+    @property
+    def flag_limit(self) -> FlagLimit | None: ...
     @property
     def value(self) -> float | None: ...
     @property
@@ -200,6 +204,9 @@ class Replay:
     first_value: float | None = None  # the measured values of both runs (None for a combined finding)
     again_value: float | None = None
     reference: float | None = None  # what the re-run was judged against (the control-scaled reference)
+    limit: float | None = None  # the deviation the re-run had to clear (signed: the bad side's sign)
+    first_limit: float | None = None  # the limit that flagged it in the first run (None: not recorded)
+    limit_basis: str = ""  # how ``limit`` was set, in words
 
 
 @dataclass(frozen=True)
@@ -293,6 +300,11 @@ def _rerun_need(noise: tuple[float, int] | None) -> float:
     return RERUN_SIGMAS * sigma * math.sqrt(1 + 1 / n)
 
 
+UNDER_RERUN_NOISE = "under the re-run's noise"
+FIRST_NOISE = "as in the first run: the re-run measured no noise"
+NO_FLAG_LIMIT = "half the first deviation: the finding carries no flag limit"
+
+
 def judge_confirmation(
     findings: Mapping[str, Sequence[FindingLike]],
     rerun: Mapping[str, Mapping[str, float]],
@@ -301,12 +313,17 @@ def judge_confirmation(
     min_deviation: float = 0.02,
     firsts: Mapping[str, Mapping[str, float]] | None = None,
     direction: Callable[[str], int] | None = None,
+    noise: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Confirmation]:
     """Each flagged host: ``confirmed`` when any finding reproduced (or the re-run has nothing to say),
     ``flaky`` when every repeatable finding was measured again and none reproduced. ``firsts`` (every
     host's first-run values) and ``direction`` (1: higher is better, -1: lower) let a combined finding
-    be seen again; without them it counts as reproduced (never cleared without evidence)."""
+    be seen again; without them it counts as reproduced (never cleared without evidence). ``noise``:
+    the re-run's own measured noise (host -> metric -> relative sigma of its timed samples, flagged
+    hosts and controls), which the limit each finding must clear again is computed under
+    (:func:`rerun_limit`); ``min_deviation``: the margin of a finding that carries no flag limit."""
     out: dict[str, Confirmation] = {}
+    measured = noise or {}
     for host, issues in findings.items():
         values = rerun.get(host)
         replays: list[Replay] = []
@@ -316,16 +333,67 @@ def judge_confirmation(
             if i.check.endswith("-combined") and firsts is not None and direction is not None:
                 replays.append(
                     _combined_replay(
-                        i, host, values, firsts, controls_first, controls_rerun, direction, min_deviation
+                        i,
+                        host,
+                        values,
+                        firsts,
+                        controls_first,
+                        controls_rerun,
+                        direction,
+                        min_deviation,
+                        measured,
                     )
                 )
                 continue
-            replays.append(_replay(i, values, controls_first, controls_rerun, min_deviation))
+            sigma = rerun_sigma(i.check, i.metric, measured, controls_rerun)
+            replays.append(_replay(i, values, controls_first, controls_rerun, min_deviation, sigma))
         if not replays:
             continue
         flaky = all(not r.reproduced for r in replays)
         out[host] = Confirmation(host, FLAKY if flaky else CONFIRMED, tuple(replays))
     return out
+
+
+def rerun_sigma(
+    check: str,
+    metric: str,
+    noise: Mapping[str, Mapping[str, float]],
+    controls_rerun: Mapping[str, Mapping[str, float]],
+) -> float | None:
+    """The noise of ``metric`` in the re-run, as its healthy control hosts measured it, of the kinds
+    ``check``'s limit is made of: the controls' own measured noise (their median) and, for majority
+    agreement, whose limit also holds the other hosts' spread, the controls' spread on the metric.
+    None where the re-run measured neither, or for a check whose noise is the fleet's alone (the
+    fleet-wide combined checks). The flagged host's own noise in the re-run is not counted: a fault
+    that makes a host's samples scatter (a busy neighbour) would widen the very limit it must clear."""
+    if check not in ("majority", "majority-combined", "fleet", "sibling"):
+        return None
+    parts: list[float] = []
+    own = [n for c in controls_rerun if (n := noise.get(c, {}).get(metric)) is not None and math.isfinite(n)]
+    if own:
+        parts.append(statistics.median(own))
+    if check.startswith("majority"):
+        vals = [
+            v for c in controls_rerun if (v := controls_rerun[c].get(metric)) is not None and math.isfinite(v)
+        ]
+        if len(vals) >= 2 and (med := statistics.median(vals)) != 0:
+            parts.append(MAD_TO_SIGMA * statistics.median(abs(v - med) for v in vals) / abs(med))
+    return max(parts) if parts else None
+
+
+def rerun_limit(i: FindingLike, sigma: float | None) -> tuple[float, str] | None:
+    """The deviation a finding's re-run must clear (signed: the bad side's sign) and how it was set:
+    the limit that flagged it (:class:`~sb_fleet.analysis.issues.FlagLimit`) computed under the
+    re-run's noise ``sigma`` where that is the larger, so never less than the first run asked (a
+    re-run of a few hosts is quieter than the whole fleet's run); where the re-run measured no noise
+    (``sigma`` None), the first run's limit. None where the finding carries no limit (a record from
+    before limits were kept)."""
+    fl = getattr(i, "flag_limit", None)
+    if fl is None or not math.isfinite(fl.deviation):
+        return None
+    if sigma is None or not math.isfinite(sigma):
+        return fl.deviation, FIRST_NOISE
+    return fl.under(max(fl.noise, sigma)), UNDER_RERUN_NOISE
 
 
 def _replay(
@@ -334,6 +402,7 @@ def _replay(
     controls_first: Mapping[str, Mapping[str, float]],
     controls_rerun: Mapping[str, Mapping[str, float]],
     min_deviation: float,
+    sigma: float | None = None,
 ) -> Replay:
     if values is None:
         return Replay(i.metric, i.check, i.deviation, None, True, "no results in the re-run", i.value)
@@ -349,22 +418,34 @@ def _replay(
         return Replay(i.metric, i.check, i.deviation, None, True, "no reference to compare with", i.value, v)
     ref = i.reference * control_ratio(i.metric, controls_first, controls_rerun)
     again = (v - ref) / abs(ref)
-    need = max(min_deviation, abs(i.deviation) / 2)
-    same_side = (again < 0) == (i.deviation < 0)
+    fl = getattr(i, "flag_limit", None)
+    limit, basis = rerun_limit(i, sigma) or (
+        math.copysign(max(min_deviation, abs(i.deviation) / 2), i.deviation),
+        NO_FLAG_LIMIT,
+    )
     noise = rerun_noise(lambda m: m == i.metric, controls_first, controls_rerun)
     if noise is None:  # the metric itself on too few controls: its family's
         fam = name.family
         noise = rerun_noise(lambda m: parse_metric(m).family == fam, controls_first, controls_rerun)
-    enough = same_side and abs(again) >= need
+    enough = (again < 0) == (limit < 0) and abs(again) > abs(limit)
     reproduced = enough and again > -1 and abs(math.log1p(again)) >= _rerun_need(noise)
-    why = f"{i.deviation:+.1%} then {again:+.1%}" + (
-        ""
-        if reproduced
-        else f" (needed {math.copysign(need, i.deviation):+.1%})"
-        if not enough
-        else f", {_within(noise)}"
+    why = f"{i.deviation:+.1%} then {again:+.1%} (needed {limit:+.1%} {basis})" + (
+        f", {_within(noise)}" if enough and not reproduced else ""
     )
-    return Replay(i.metric, i.check, i.deviation, again, reproduced, why, i.value, v, ref)
+    return Replay(
+        i.metric,
+        i.check,
+        i.deviation,
+        again,
+        reproduced,
+        why,
+        i.value,
+        v,
+        ref,
+        limit,
+        None if fl is None else fl.deviation,
+        basis,
+    )
 
 
 def _within(noise: tuple[float, int] | None) -> str:
@@ -390,10 +471,12 @@ def _combined_replay(
     controls_rerun: Mapping[str, Mapping[str, float]],
     direction: Callable[[str], int],
     min_deviation: float,
+    measured: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Replay:
     """A combined finding (``<benchmark>/*`` or ``<benchmark>/*:<unit>``) seen again: the mean badness of
     that benchmark's metrics on that unit, against the median of the other hosts' first values (scaled
-    by the controls) or, for ``sibling-combined``, of the host's own other units in the same run."""
+    by the controls) or, for ``sibling-combined``, of the host's own other units in the same run. It
+    must clear its flag limit under the mean of the re-run's noise of those metrics."""
     if values is None:
         return Replay(i.metric, i.check, i.deviation, None, True, "no results in the re-run")
     group, _, rest = i.metric.partition("/*")
@@ -402,6 +485,7 @@ def _combined_replay(
     sibling = i.check.startswith("sibling")
     first_bad: list[float] = []
     again_bad: list[float] = []
+    sigmas: list[float] = []
     for m, v1 in mine.items():
         pm = parse_metric(m)
         d = direction(m)
@@ -420,10 +504,14 @@ def _combined_replay(
             continue
         first_bad.append(-d * (v1 - r1) / abs(r1))
         again_bad.append(-d * (v2 - r2) / abs(r2))
+        if (sm := rerun_sigma(i.check, m, measured or {}, controls_rerun)) is not None:
+            sigmas.append(sm)
     if not again_bad:
         return Replay(i.metric, i.check, i.deviation, None, True, "not reported again")
     b1, b2 = statistics.fmean(first_bad), statistics.fmean(again_bad)
-    need = max(min_deviation, b1 / 2)
+    fl = getattr(i, "flag_limit", None)
+    found = rerun_limit(i, statistics.fmean(sigmas) if sigmas else None)
+    need, basis = (abs(found[0]), found[1]) if found else (max(min_deviation, b1 / 2), NO_FLAG_LIMIT)
 
     def in_group(m: str) -> bool:
         pm = parse_metric(m)
@@ -431,11 +519,23 @@ def _combined_replay(
 
     noise = None if sibling else rerun_noise(in_group, controls_first, controls_rerun)
     # the mean badness as a ratio, its smaller reading
-    reproduced = b2 >= need and math.log1p(abs(b2)) >= _rerun_need(noise)
-    why = f"{-b1:+.1%} then {-b2:+.1%} on average over {len(again_bad)} metric(s)" + (
-        "" if reproduced else f" (needed {-need:+.1%})" if b2 < need else f", {_within(noise)}"
+    enough = b2 > need
+    reproduced = enough and math.log1p(abs(b2)) >= _rerun_need(noise)
+    why = (
+        f"{-b1:+.1%} then {-b2:+.1%} on average over {len(again_bad)} metric(s) (needed {-need:+.1%} {basis})"
+        + (f", {_within(noise)}" if enough and not reproduced else "")
     )
-    return Replay(i.metric, i.check, -b1, -b2, reproduced, why)
+    return Replay(
+        i.metric,
+        i.check,
+        -b1,
+        -b2,
+        reproduced,
+        why,
+        limit=-need,
+        first_limit=None if fl is None else fl.deviation,
+        limit_basis=basis,
+    )
 
 
 def rerun_values(hosts: Sequence[str], columns: Sequence[str], values: Any) -> dict[str, dict[str, float]]:
@@ -463,7 +563,9 @@ __all__ = [
     "judge_confirmation",
     "on_statistics_alone",
     "plan_confirmation",
+    "rerun_limit",
     "rerun_noise",
+    "rerun_sigma",
     "rerun_values",
     "groups_show_again",
     "inconsistency_shows_again",
@@ -577,6 +679,9 @@ def confirmation_json(
                         "reference": _finite(r.reference),
                         "reproduced": r.reproduced,
                         "why": r.why,
+                        "limit": _finite(r.limit),
+                        "first_limit": _finite(r.first_limit),
+                        "limit_basis": r.limit_basis,
                     }
                     for r in c.replays
                 ],
@@ -625,6 +730,9 @@ def recorded(confirm_doc: Mapping[str, Any] | None, splits_doc: Mapping[str, Any
                     first_value=_num_or_none(r.get("first_value")),
                     again_value=_num_or_none(r.get("again_value")),
                     reference=_num_or_none(r.get("reference")),
+                    limit=_num_or_none(r.get("limit")),
+                    first_limit=_num_or_none(r.get("first_limit")),
+                    limit_basis=str(r.get("limit_basis", "")),
                 )
                 for r in h.get("replays") or []
                 if isinstance(r, Mapping)

@@ -127,7 +127,20 @@ def _confirmations(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportRes
         {c: rerun[c] for c in controls if c in rerun},
         firsts=firsts,
         direction=first.fleet.directions.of,
+        noise=_rerun_noise(run),
     )
+
+
+def _rerun_noise(run: CorpusRun) -> dict[str, dict[str, float]] | None:
+    """The recorded re-run's own measured noise (host -> metric -> relative sigma), None if not kept."""
+    from sb_fleet.analysis.fleet_results import load_fleet
+    from sb_fleet.history import confirm as cf
+
+    path = run.path / "confirm" / "noise-summary.jsonl"
+    if not path.is_file():
+        return None
+    noise = load_fleet(path)  # the same lines as the results' summary: node -> metric -> noise
+    return cf.rerun_values(noise.hosts, noise.columns, noise.values)
 
 
 def _split_checks(run: CorpusRun, first):  # noqa: ANN001, ANN202 - a ReportResult; key -> (bool, how)
