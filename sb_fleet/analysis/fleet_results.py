@@ -30,6 +30,9 @@ from sb_fleet.rundir.normalize import INVALID_VALUES, MAX_NOISE, NOISE_SUMMARY, 
 from sb_fleet.safe_files import safe_name
 
 SUMMARY = "results-summary.jsonl"
+# A soak round's run directory compacted by its campaign (sb_fleet.campaign.round_compaction): this file says
+# what was removed and where the round's figures are; the report files and most nodes' results are gone.
+COMPACTED = "compacted.json"
 
 
 @dataclass(frozen=True)
@@ -371,6 +374,15 @@ def load_fleet(source: Path) -> Fleet:
 
 
 def _load_run_dir(run: Path) -> Fleet:
+    if (run / COMPACTED).is_file():
+        raise ResultsError(
+            run / COMPACTED,
+            None,
+            "a soak round compacted by its acceptance campaign (campaign key keep_rounds: failed): its "
+            "report files and the results of the nodes that passed it were removed",
+            "every node's figures, outcome and counters of the round are in the campaign's "
+            "soak-<stage>-series.jsonl (the file's 'series'); the nodes kept are in its 'kept'",
+        )
     summary = run / SUMMARY
     invalid: dict[str, dict[str, str]] = {}
     if summary.is_file():

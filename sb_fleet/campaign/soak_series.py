@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -171,39 +171,83 @@ def read_series(
     directory: Path, records: Sequence[RoundRecord], stage: Stage, hosts: Sequence[str], closing: Path
 ) -> dict[str, NodeSeries]:
     """Every node's soak in columns, each round's run directory read once; the closing check's counters
-    are the last round's end readings."""
+    are the last round's end readings. (The soak's series file holds the same rounds, written as they
+    finished: :func:`sb_fleet.campaign.round_columns.read_series_file` reads them from it.)"""
+    return series_of_rounds((extract_round(directory, r, stage) for r in records), records, hosts, closing)
+
+
+@dataclass
+class NodeRound:
+    """One node's round as the judgement reads it (:func:`extract_round`)."""
+
+    ok: bool
+    reason: str
+    has_row: bool  # the round's report has a row for the node
+    values: dict[str, float]
+    noise: dict[str, float]
+    throttled: int
+    counters: dict[str, float] | None  # its health document's counters (None: no document)
+
+
+@dataclass
+class RoundColumns:
+    """What the judgement reads of one round's run directory, per node."""
+
+    index: int
+    run_dir: str
+    nodes: dict[str, NodeRound] = field(default_factory=dict)
+
+
+def extract_round(directory: Path, record: RoundRecord, stage: Stage) -> RoundColumns:
+    """Of a round's run directory, read once, what the judgement reads of each of the round's nodes."""
+    rd = Path(directory) / record.run_dir
+    rows, values, noise = round_rows(rd)
+    loads = host_entries(read_or_none(rd / LOAD_FILE))  # the round's load, where it had one
+    out = RoundColumns(record.index, record.run_dir)
+    for h in record.hosts:
+        vals = values.get(h, {})
+        judged = bench_outcome(h, stage, rows.get(h), vals, label=f"round {record.index}")
+        doc = read_or_none(rd / "health" / f"{h}.json")
+        doc = doc if isinstance(doc, Mapping) else None
+        out.nodes[h] = NodeRound(
+            ok=judged.passed,
+            reason=judged.reason,
+            has_row=rows.get(h) is not None,
+            values=vals,
+            noise=noise.get(h, {}),
+            throttled=throttled_windows(doc, vals) + load_throttled_windows(loads.get(h)),
+            counters=health_counters(doc) if doc is not None else None,
+        )
+    return out
+
+
+def series_of_rounds(
+    rounds: Iterable[RoundColumns], records: Sequence[RoundRecord], hosts: Sequence[str], closing: Path
+) -> dict[str, NodeSeries]:
+    """Every node's soak in columns from its rounds (one per record, in the records' order)."""
     fleet = FleetReference()
     out = {h: NodeSeries(fleet=fleet) for h in hosts}
-    for pos, rec in enumerate(records):
-        rd = Path(directory) / rec.run_dir
-        rows, values, noise = round_rows(rd)
-        loads = host_entries(read_or_none(rd / LOAD_FILE))  # the round's load, where it had one
+    pos = -1
+    for pos, cols in enumerate(rounds):
+        rec, got = records[pos], cols.nodes
         add_fleet_round(
-            fleet, pos, [values.get(h, {}) for h in rec.hosts if h in out and rows.get(h) is not None]
+            fleet, pos, [got[h].values for h in rec.hosts if h in out and h in got and got[h].has_row]
         )
         last = pos == len(records) - 1
         for h in rec.hosts:
             node = out.get(h)
             if node is None:
                 continue
-            vals = values.get(h, {})
-            judged = bench_outcome(h, stage, rows.get(h), vals, label=f"round {rec.index}")
-            doc = read_or_none(rd / "health" / f"{h}.json")
-            doc = doc if isinstance(doc, Mapping) else None
-            node.add_round(
-                pos,
-                judged.passed,
-                judged.reason,
-                vals,
-                noise.get(h, {}),
-                throttled_windows(doc, vals) + load_throttled_windows(loads.get(h)),
-            )
-            if doc is not None:
-                node.add_counters(pos, START, health_counters(doc))
+            n = got.get(h) or NodeRound(False, f"no result from round {rec.index}", False, {}, {}, 0, None)
+            node.add_round(pos, n.ok, n.reason, n.values, n.noise, n.throttled)
+            if n.counters is not None:
+                node.add_counters(pos, START, n.counters)
             if last:
                 end_doc = read_or_none(closing / "health" / f"{h}.json")
                 if isinstance(end_doc, Mapping):
                     node.add_counters(pos, END, health_counters(end_doc))
+    if pos != len(records) - 1:
+        raise SbFleetError(f"{len(records)} soak rounds recorded, {pos + 1} read")
     fleet.settle()
     return out
 

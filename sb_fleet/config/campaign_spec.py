@@ -250,6 +250,10 @@ class Stage(_Strict):
     load: Load | None = None  # the load after each round's benchmarks (None: the nodes idle)
     # this stage's own drain policy (None: the campaign's ``drain``)
     drain: DrainPolicy | None = None
+    # soak: which rounds' run directories stay whole once the round's line is in the soak's series file
+    # (sb_fleet.campaign.round_compaction): "failed" (the nodes that failed, throttled or changed a watched
+    # counter, at most 20 rounds a node, and the first round whole), or "all"
+    keep_rounds: Literal["failed", "all"] = "failed"
 
     @field_validator("load", mode="before")
     @classmethod
@@ -340,6 +344,7 @@ _KIND_KEYS: dict[str, tuple[str, ...]] = {
     "max_throttled_windows": ("soak",),
     "drift": ("soak",),
     "load": ("soak",),
+    "keep_rounds": ("soak",),
 }
 
 

@@ -45,8 +45,9 @@ from sb_fleet.campaign.campaign_state import (
     save_state,
 )
 from sb_fleet.campaign.gating import StageOutcome, entrants, gate_stage, soak_outcome
+from sb_fleet.campaign.round_compaction import RoundCompactor
 from sb_fleet.campaign.soak_load import load_seconds
-from sb_fleet.campaign.soak_series import judge_series, read_series, round_rows, series_json
+from sb_fleet.campaign.soak_series import judge_series, round_rows, series_json
 from sb_fleet.campaign.stage_judgement import (
     StageConfigError,
     bench_outcome,
@@ -454,6 +455,8 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
     if not st.rounds_done(stage.name) and any(_last(ctx, h, stage.name) != "running" for h in hosts):
         st.start_stage(stage.name, hosts, 1, _now())
         _save(ctx)
+    compactor = RoundCompactor(ctx.dir, stage)
+    _round_finished(ctx, stage, compactor)  # what a stop left: a round recorded, not yet in the series file
     for index in range(1, stage.rounds + 1):
         if index in st.rounds_done(stage.name):
             continue
@@ -473,6 +476,7 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
             _now(),
         )
         _save(ctx)
+        _round_finished(ctx, stage, compactor)
     closing = _fresh(ctx.dir / RUNS / f"{stage.name}-closing-check")
     _say(ctx.opts, f"soak {stage.name}: closing health check (the counters at the soak's end)")
     from sb_fleet.fleet import workflow as wf
@@ -492,6 +496,14 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
     for h, why in {**decision.held_out, **decision.quarantined}.items():
         _say(ctx.opts, f"soak {stage.name}: {h} failed: {why}")
     _drain_now(ctx)
+
+
+def _round_finished(ctx: _Ctx, stage: Stage, compactor: RoundCompactor) -> None:
+    """The recorded rounds in the soak's series file, each compacted as the campaign keeps its rounds
+    (``keep_rounds``; :mod:`sb_fleet.campaign.round_compaction`)."""
+    done = compactor.catch_up(ctx.state.soak_rounds.get(stage.name, []))
+    if done:
+        log.info("soak %s: compacted %s", stage.name, ", ".join(done))
 
 
 def _drain_now(ctx: _Ctx) -> None:
@@ -543,12 +555,12 @@ def soak_evidence(node: NodeSoak, round_dirs: Mapping[int, str], judgement: str,
 def soak_judgement(
     directory: Path, state: CampaignState, stage: Stage, hosts: Sequence[str], closing: Path
 ) -> dict[str, NodeSoak]:
-    """The soak's judgement: every node's rounds read back from the rounds' run directories
-    (:mod:`sb_fleet.campaign.soak_series`: each directory once, kept in columns), judged node by node, and
+    """The soak's judgement: every node's rounds read back from the soak's series file (written as the
+    rounds finished, :mod:`sb_fleet.campaign.round_columns`; kept in columns), judged node by node, and
     written out node by node: ``soak-<stage>.json`` (the judgement, the rounds' times and directories) and
     ``soak-<stage>-rounds.jsonl`` (one line a node: its rounds in columns), neither ever whole in memory."""
     records = state.soak_rounds.get(stage.name, [])
-    series = read_series(directory, records, stage, hosts, closing)
+    series = RoundCompactor(directory, stage).judged_series(records, hosts, closing)
     judged: dict[str, NodeSoak] = {}
     basis: dict[str, str] = {}
     for h, node, figures in judge_series(series, records, SoakCriteria.from_stage(stage)):
