@@ -106,7 +106,7 @@ def run_bytes(
 
 
 def _stage_runs(
-    stage: Stage, raw: Mapping[str, Any], inventory: Inventory, nodes: int, forks: int
+    stage: Stage, raw: Mapping[str, Any], inventory: Inventory, nodes: int, forks: int, direct: bool
 ) -> tuple[list[RunPlan], list[str]]:
     """One attempt's runs of a stage (a soak: one round's and its closing check), each bounded."""
     notes: list[str] = []
@@ -125,7 +125,7 @@ def _stage_runs(
         if not plan.steps:
             why = "; ".join(f"{k}: {v}" for k, v in plan.unsupported.items()) or "no benchmark is enabled"
             notes.append(f"{pattern or stage.name}: nothing to run ({why})")
-        deadlines = validate_deadlines(cfg, plan, health=stage.kind == "soak", warm=True)
+        deadlines = validate_deadlines(cfg, plan, health=stage.kind == "soak", warm=True, ships=direct)
         runs.append(
             RunPlan(
                 pattern or ("round" if stage.kind == "soak" else "run"),
@@ -149,12 +149,15 @@ def plan_stage(
     forks: int,
     drains: bool,
     rounds_done: int = 0,
+    direct: bool = True,
     node_round_bytes: float = NODE_ROUND_BYTES,
     round_bytes: float = ROUND_BYTES,
 ) -> StagePlan:
-    """One stage on ``inventory``'s nodes (all of them enter: a node held out before only shortens it)."""
+    """One stage on ``inventory``'s nodes (all of them enter: a node held out before only shortens it).
+    ``direct``: validate's exec over sb-fleet's own clients (the first step's results come with it, as
+    ``validate --dry-run`` decides: sb_fleet.fleet.workflow), else through Ansible (collect's deadline)."""
     n = len(inventory.hosts)
-    one, notes = _stage_runs(stage, raw, inventory, n, forks)
+    one, notes = _stage_runs(stage, raw, inventory, n, forks, direct)
     if stage.kind == "soak":
         left = max(0, stage.rounds - rounds_done)
         rnd = [r for r in one if r.label != "closing check"]
@@ -216,12 +219,13 @@ def plan_campaign(
     inventory: Inventory,
     forks: int | None = None,
     state: CampaignState | None = None,
+    direct: bool = True,
     node_round_bytes: float = NODE_ROUND_BYTES,
     round_bytes: float = ROUND_BYTES,
 ) -> CampaignPlan:
     """The campaign's plan on ``inventory``'s nodes; with ``state`` (a resumed campaign), what remains:
     the stages not done on the nodes still active (a fabric stage next: its entrants), a soak's rounds
-    left. ``forks``: hosts at once (default: the config's ``fleet.forks``)."""
+    left. ``forks``: hosts at once (default: the config's ``fleet.forks``); ``direct``: :func:`plan_stage`'s."""
     spec = campaign.spec
     cfg = Config.model_validate(dict(raw_config))
     at_once = forks or cfg.fleet.forks
@@ -245,6 +249,7 @@ def plan_campaign(
                 at_once,
                 spec.drains(stage),
                 rounds_done,
+                direct,
                 node_round_bytes,
                 round_bytes,
             )

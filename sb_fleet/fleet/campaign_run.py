@@ -642,15 +642,23 @@ def dry_run(opts: AcceptOptions, new_dir: Path | None = None) -> str:
     touched, nothing written (``new_dir``: the new campaign's ``--dir``, where given). With ``resume``: what
     remains of the campaign in ``opts.directory``."""
     from sb_fleet.campaign.campaign_plan import plan_campaign, plan_lines
+    from sb_fleet.fleet.direct_exec import direct_reason
     from sb_fleet.rundir.runinputs import plan_inputs
+
+    def direct(config: Any, inventory: Any) -> bool:  # as validate --dry-run decides (fleet.workflow)
+        srun = config.fleet.launcher == "slurm"
+        return config.fleet.exec_via == "ssh" and all(direct_reason(h, srun) is None for h in inventory.hosts)
 
     if opts.resume:
         ctx = _resume(opts)
-        _config, inventory, _plan = plan_inputs(ctx.config_path, ctx.inventory_path)
-        plan = plan_campaign(ctx.campaign, ctx.raw_config, inventory, opts.forks, ctx.state)
+        config, inventory, _plan = plan_inputs(ctx.config_path, ctx.inventory_path)
+        plan = plan_campaign(
+            ctx.campaign, ctx.raw_config, inventory, opts.forks, ctx.state, direct(config, inventory)
+        )
         return "\n".join(plan_lines(plan, resumed=True))
-    campaign, _config, inventory, raw = _checked_inputs(opts, new_dir)
-    return "\n".join(plan_lines(plan_campaign(campaign, raw, inventory, opts.forks)))
+    campaign, config, inventory, raw = _checked_inputs(opts, new_dir)
+    plan = plan_campaign(campaign, raw, inventory, opts.forks, None, direct(config, inventory))
+    return "\n".join(plan_lines(plan))
 
 
 def run_campaign(opts: AcceptOptions) -> tuple[int, Path]:

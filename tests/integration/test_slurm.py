@@ -669,3 +669,69 @@ def test_sigterm_while_salloc_waits_withdraws_the_request(cluster, tmp_path):
     finally:
         c.sh("scancel", holder.group(1), check=False)
     wait_for(lambda: c.sh("squeue", "-h").stdout.strip() == "", 30, "the holder's allocation to end")
+
+
+ON_REJECT = """\
+version: 1
+drain: on_reject
+stages:
+  - {name: single, kind: single_node, benchmarks: [gemm-flops]}
+  - {name: again, kind: single_node, benchmarks: [gemm-flops]}
+"""
+
+
+def test_accept_drain_on_reject_drains_a_node_when_its_stage_rejects_it_and_only_once(cluster, tmp_path):
+    """``drain: on_reject``: the nodes the first stage rejects (their workspace is root's: hostprep fails)
+    are handled before the second stage starts: slnode3 drained with ``sb-fleet accept-<dir>: <stage>:
+    <finding>``, slnode4 (drained by an admin) left alone; every action in DIR/slurm-actions.json.
+    ``sb-fleet drain DIR`` afterwards drains nothing twice."""
+    c, fleet, cfg = cluster
+    _idle(c)
+    c.sh("scontrol", "update", "nodename=slnode4", "state=drain", "reason=admin maintenance")
+    home = Path(fleet.user.pw_dir)
+    for d in (home / ".sb-fleet", home / ".sb-fleet" / "hosts"):
+        d.mkdir(exist_ok=True)
+        shutil.chown(d, "sbtest", "sbtest")
+    planted = [home / ".sb-fleet" / "hosts" / n for n in ("slnode3", "slnode4")]
+    camp = tmp_path / "on-reject.yaml"
+    camp.write_text(ON_REJECT)
+    d = tmp_path / "rack7"
+    try:
+        for ws in planted:
+            if ws.exists():
+                shutil.rmtree(ws)
+            ws.mkdir(mode=0o755)
+        r = sb_fleet(
+            "accept", "-c", str(cfg), "-i", "slurm:partition=gpu", "--campaign", str(camp), "--dir", str(d),
+            env=c.env, timeout=900,
+        )  # fmt: skip
+        assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+        states = c.states()
+        state, reason = states["slnode3"]
+        assert state.startswith("drain"), states
+        assert reason.startswith("sb-fleet accept-rack7: single: ") and len(reason) < 256, reason
+        assert states["slnode4"] == ("drained", "admin maintenance"), states
+        assert states["slnode1"][0] == "idle" and states["slnode2"][0] == "idle", states
+        log = json.loads((d / "slurm-actions.json").read_text())["actions"]
+        assert [(a["node"], a["verb"], a["by"]) for a in log] == [
+            ("slnode3", "drain", "accept drain on_reject"),
+            ("slnode4", "leave", "accept drain on_reject"),
+        ], log
+        assert log[0]["rc"] == 0 and "slurm-actions" not in r.stderr
+        # drained as soon as the stage decided: before the next stage started on the other nodes
+        timeline = json.loads((d / "campaign-state.json").read_text())["hosts"]["slnode1"]["timeline"]
+        again = next(t for t in timeline if t["stage"] == "again")
+        assert log[0]["time"] <= again["start"], (log[0], again)
+        said = "drain on_reject: slnode3: drained (sb-fleet accept-rack7: single: "
+        assert said in r.stderr, r.stderr[-3000:]
+        # the drain command after the campaign: nothing drained twice, the admin's node still alone
+        r = sb_fleet("drain", str(d), env=c.env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "slnode3: left alone: already drained by sb-fleet accept-rack7" in r.stdout, r.stdout
+        log = json.loads((d / "slurm-actions.json").read_text())["actions"]
+        assert [(a["node"], a["verb"]) for a in log[2:]] == [("slnode3", "leave"), ("slnode4", "leave")], log
+        assert c.states()["slnode3"] == (state, reason)
+    finally:
+        for ws in planted:
+            shutil.rmtree(ws, ignore_errors=True)
+        _idle(c)

@@ -22,6 +22,7 @@ from sb_fleet.campaign.campaign_plan import (
 from sb_fleet.campaign.campaign_state import CampaignState, RoundRecord
 from sb_fleet.campaign.gating import StageOutcome, entrants, gate_stage
 from sb_fleet.config.campaign_spec import parse_campaign
+from sb_fleet.config.hostlist import compress
 from sb_fleet.config.inventory import Host, Inventory
 
 T0 = datetime(2026, 12, 7, 8, 0, tzinfo=timezone.utc)
@@ -200,3 +201,75 @@ def test_units():
     assert duration(0) == "0s" and duration(59.2) == "1m" and duration(3600) == "1h"
     assert duration(3 * 86400 + 3600 * 4 + 61) == "3d 4h" and duration(150) == "2m 30s"
     assert size(449_000) == "449.0 KB" and size(232e9) == "232.0 GB" and size(12) == "12 B"
+
+
+def _cli_inputs(tmp_path):
+    import yaml
+
+    camp, cfg, inv = tmp_path / "c.yaml", tmp_path / "cfg.yaml", tmp_path / "hosts.ini"
+    camp.write_text(TEXT)
+    cfg.write_text(yaml.safe_dump({**CONFIG, "health": {"enabled": True}}))
+    inv.write_text("[gpu]\n" + "".join(f"g{i:02d} ansible_host=10.0.0.{i}\n" for i in range(1, 25)))
+    return camp, cfg, inv
+
+
+def test_the_command_checks_prints_and_writes_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from sb_fleet.cli.main import main
+
+    camp, cfg, inv = _cli_inputs(tmp_path)
+    d = tmp_path / "acc"
+    args = ["accept", "--dry-run", "-c", str(cfg), "-i", str(inv), "--campaign", str(camp)]
+    r = CliRunner().invoke(main, [*args, "--dir", str(d)])
+    assert r.exit_code == 0, r.output
+    assert not d.exists()  # nothing written, not even the directory
+    names = [f"g{i:02d}" for i in range(1, 25)]
+    assert f"nodes: 24 node(s): {compress(names)}\n" in r.output  # past 20: a hostlist
+    assert "g01, g02" not in r.output
+    assert "attempt 1 pair-wise: 23 pattern round(s)" in r.output
+    assert f"{size(ROUND_BYTES + NODE_ROUND_BYTES * 24)} a round" in r.output
+    assert CliRunner().invoke(main, args).exit_code == 0  # no --dir: a plan needs none
+    # the same refusals as a start: a benchmark the config lacks, at its line; a directory in use
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TEXT.replace("benchmarks: [nccl-bw]", "benchmarks: [nope]"))
+    r = CliRunner().invoke(
+        main, ["accept", "--dry-run", "-c", str(cfg), "-i", str(inv), "--campaign", str(bad)]
+    )
+    assert r.exit_code == 2 and "line 5" in r.output and "'nope'" in r.output, r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    d.mkdir()
+    (d / "campaign-state.json").write_text("{}")
+    r = CliRunner().invoke(main, [*args, "--dir", str(d)])
+    assert r.exit_code == 2 and "a campaign is already in this directory" in r.output, r.output
+
+
+def test_the_command_resumed_prints_what_remains(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from sb_fleet.campaign.campaign_state import INPUTS_NAME, save_state
+    from sb_fleet.cli.main import main
+    from sb_fleet.safe_files import sha256_file
+
+    camp, cfg, inv = _cli_inputs(tmp_path)
+    c = campaign(tmp_path)
+    hosts = [f"g{i:02d}" for i in range(1, 25)]
+    state = CampaignState.new(c, hosts, T0)
+    state.finish_stage("sanity", T0)
+    d = tmp_path / "acc"
+    save_state(d, state)
+    inputs = {
+        "campaign": str(camp),
+        "config": str(cfg),
+        "config_digest": sha256_file(cfg),
+        "inventory": str(inv),
+    }
+    (d / INPUTS_NAME).write_text(json.dumps({"schema_version": 1, **inputs}))
+    before = sorted(p.name for p in d.iterdir())
+    r = CliRunner().invoke(main, ["accept", "--dry-run", "--resume", str(d)])
+    assert r.exit_code == 0, r.output
+    assert "stages done: sanity" in r.output and "1. single (single_node)" in r.output, r.output
+    assert "5 round(s) left of 5" in r.output
+    assert sorted(p.name for p in d.iterdir()) == before  # nothing written

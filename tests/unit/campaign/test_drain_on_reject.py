@@ -116,3 +116,25 @@ def test_a_node_this_campaign_drained_is_not_drained_again(tmp_path):
     assert verbs["n1"] == ("leave", f"already drained by sb-fleet {rid} (sb-fleet {rid}: single: gemm slow)")
     assert verbs["n2"][0] == "drain" and verbs["n4"][0] == "drain"
     assert verbs["n3"][0] == "leave" and "another reason" in verbs["n3"][1]
+
+
+def test_slurm_missing_is_a_warning_and_the_drain_is_tried_again(tmp_path):
+    """No sinfo where the config says: one warning line, nothing recorded (the node is still pending, so
+    the next stage or a resume tries again), never an exception that would stop the campaign."""
+    from sb_fleet.fleet.campaign_drain import drain_on_reject
+
+    c = _campaign(tmp_path)
+    state = CampaignState.new(c, HOSTS, T0)
+    _stage(c, state, "sanity", {"h5": "gpu.row_remap: remap pending"})
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        f"version: v0.4\nsuperbench: {{benchmarks: {{}}}}\nslurm: {{sinfo: {tmp_path / 'no-sinfo'}, scontrol: {tmp_path / 'no-scontrol'}}}\n"
+    )
+    d = tmp_path / "rack7"
+    d.mkdir()
+    lines = drain_on_reject(d, cfg, state, c.spec)
+    assert len(lines) == 1 and lines[0].startswith("warning: drain on_reject: h5 not drained ("), lines
+    assert "not found" in lines[0] and not (d / "slurm-actions.json").exists()
+    assert (
+        drain_on_reject(d, cfg, state, _campaign(tmp_path, TEXT.replace("drain: on_reject\n", "")).spec) == []
+    )
