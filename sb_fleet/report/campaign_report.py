@@ -12,17 +12,19 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sb_fleet.analysis.superbench.metric_names import parse_metric
 from sb_fleet.campaign.acceptance_record import campaign_summary
 from sb_fleet.campaign.campaign_state import CampaignState
 from sb_fleet.config.campaign_spec import Campaign
-from sb_fleet.safe_files import atomic_write_text
+from sb_fleet.safe_files import atomic_write_text, safe_name
 
 COLOURS = {
     "passed": "#2e7d32",
@@ -40,9 +42,12 @@ VERDICT_COLOURS = {
 }
 
 
-def _soaks(directory: Path, campaign: Campaign) -> dict[str, Mapping[str, Any]]:
-    """Each soak's judgement, and its nodes' rounds as the page draws them (:func:`node_view`), the rounds
-    file read a node (a line) at a time: 4,320 rounds of 1,000 nodes are never whole in memory."""
+def _soaks(
+    directory: Path, campaign: Campaign, drawn: Container[str] | None = None
+) -> dict[str, Mapping[str, Any]]:
+    """Each soak's judgement, and the rounds as the page draws them (:func:`node_view`) of the ``drawn``
+    nodes (None: every node), the rounds file read a node (a line) at a time: 4,320 rounds of 1,000 nodes
+    are never whole in memory."""
     out: dict[str, Mapping[str, Any]] = {}
     for st in campaign.spec.stages:
         if st.kind != "soak":
@@ -55,18 +60,33 @@ def _soaks(directory: Path, campaign: Campaign) -> dict[str, Mapping[str, Any]]:
             continue
         views: dict[str, dict[str, Any]] = {}
         if doc.get("schema_version") == 3:
-            try:
-                with open(directory / str(doc.get("rounds_file")), encoding="utf-8") as f:
-                    for line in f:
-                        row = json.loads(line)
-                        if isinstance(row, dict) and isinstance(row.get("host"), str):
-                            views[row["host"]] = node_view(row)
-            except (OSError, ValueError):
-                pass
+            for host, row in _rounds_lines(directory / str(doc.get("rounds_file"))):
+                if drawn is None or host in drawn:
+                    views[host] = node_view(row)
         elif doc.get("schema_version") == 2:  # the rounds inline (2026-11-29, eaca6e5 to 5ac37a3)
-            views = {h: node_view(c) for h, c in (doc.get("rounds") or {}).items() if isinstance(c, Mapping)}
+            views = {
+                h: node_view(c)
+                for h, c in (doc.get("rounds") or {}).items()
+                if isinstance(c, Mapping) and (drawn is None or h in drawn)
+            }
         out[st.name] = {**doc, "rounds": views}
+        out[st.name] = {**out[st.name], "soak_end": _soak_end(out[st.name])}
     return out
+
+
+def _rounds_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A soak's rounds file a node (a line) at a time: (host, its columns); nothing where it is unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("host"), str):
+                    yield row["host"], row
+    except OSError:
+        return
 
 
 def _md_cell(text: Any) -> str:
@@ -125,8 +145,10 @@ def campaign_markdown(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[st
             fails = [f for f in node.get("findings") or [] if f.get("fails")]
             word = "passed" if node.get("passed") else "failed"
             lines.append(f"- **{_md_cell(host)}**: {word}, {node.get('rounds')} round(s)")
-            for f in fails:
+            for f in fails[:MAX_FINDINGS_SHOWN]:
                 lines.append(f"  - {f.get('kind')}: {_md_cell(f.get('message'))}")
+            if len(fails) > MAX_FINDINGS_SHOWN:
+                lines.append(f"  - and {len(fails) - MAX_FINDINGS_SHOWN} more (`acceptance/<host>.json`)")
     lines += [
         "",
         "Records: `acceptance/<host>.json` per node, `campaign-summary.json`; every stage's run directory "
@@ -147,6 +169,13 @@ def _t(s: str | None) -> float | None:
 
 ROUND_COLOURS = {True: "#43a047", False: "#c62828"}
 MERGE_BELOW_PX = 4.0
+BUCKET_PX = 2.0  # rounds that alternate faster than the pixels: one bar per this many pixels
+MAX_DRAWN = (
+    50  # nodes drawn on campaign.html (timeline, rounds, plots): the failed first; every node has its page
+)
+MAX_PLOTS = 12  # per-round plots of a node on campaign.html (all of them on its page)
+MAX_FINDINGS_SHOWN = 5  # failing findings of a node in campaign.md and campaign.html's tables
+NODE_PAGES = "campaign-nodes"  # a page per node beside campaign.html
 TICK_STEPS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400)
 
 
@@ -184,7 +213,44 @@ def round_spans(
             out[-1] = (px, max(pw, x + w - px), ok, [*idx, int(r.get("index") or 0)])
         else:
             out.append((x, w, ok, [int(r.get("index") or 0)]))
+    return _bucketed(out)
+
+
+def _bucketed(
+    spans: list[tuple[float, float, bool, list[int]]], px: float = BUCKET_PX
+) -> list[tuple[float, float, bool, list[int]]]:
+    """``spans`` where they are few; past one per :data:`BUCKET_PX` pixels of their extent (outcomes that
+    alternate faster than the pixels: a bar a round), one bar per ``px`` pixels, failed where any round in
+    it failed, consecutive ones of one outcome joined: at most a bar per ``px`` pixels whatever the rounds."""
+    if not spans:
+        return spans
+    x0, x1 = spans[0][0], max(x + w for x, w, _, _ in spans)
+    if len(spans) <= max((x1 - x0) / px, 1):
+        return spans
+    buckets: dict[int, tuple[bool, list[int]]] = {}
+    for x, _w, ok, idx in spans:
+        k = int((x - x0) // px)
+        was = buckets.get(k)
+        buckets[k] = (ok, list(idx)) if was is None else (was[0] and ok, was[1] + idx)
+    out: list[tuple[float, float, bool, list[int]]] = []
+    for k in sorted(buckets):
+        ok, idx = buckets[k]
+        x = x0 + k * px
+        if out and out[-1][2] == ok and abs(out[-1][0] + out[-1][1] - x) < 1e-6:
+            out[-1] = (out[-1][0], out[-1][1] + px, ok, out[-1][3] + idx)
+        else:
+            out.append((x, px, ok, idx))
     return out
+
+
+def _soak_end(doc: Mapping[str, Any]) -> float:
+    """The last round's end of a soak's judgement (0 without one)."""
+    if isinstance(doc.get("soak_end"), float):
+        return float(doc["soak_end"])
+    ends = [
+        _t(str(v[1])) for v in (doc.get("round_times") or {}).values() if isinstance(v, list) and len(v) == 2
+    ]
+    return max((e for e in ends if e is not None), default=0.0)
 
 
 def _timeline_svg(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, Any]], now: float) -> str:
@@ -195,7 +261,8 @@ def _timeline_svg(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
     starts = [a for a, _ in spans if a is not None]
     if not starts:
         return "<p>No stage has started.</p>"
-    t0, t1 = min(starts), max(max(b for _, b in spans if b is not None), min(starts) + 1)
+    ends = [b for _, b in spans if b is not None] + [_soak_end(doc) for doc in soaks.values()]
+    t0, t1 = min(starts), max(max(ends), min(starts) + 1)  # every round on the canvas: bounded bars
     label_w, width, row_h = 200, 1100, 22
     nodes = list(summary["nodes"].items())
     height = row_h * len(nodes) + 34
@@ -380,73 +447,97 @@ def _trend_text(t: Mapping[str, Any] | None) -> str:
 
 def _round_strip(index: Sequence[int], ok: Sequence[int], n: int, width: int = SPARK_WIDTH) -> str:
     """A node's rounds 1..n in a strip, each green or red; rounds narrower than 4 pixels of one outcome
-    drawn as one (a failed round always shows)."""
+    drawn as one (a failed round always shows), and at most a bar per :data:`BUCKET_PX` pixels."""
     if n <= 0:
         return ""
     w = width / n
-    spans: list[list[float]] = []  # x0, x1, ok, first, last
+    spans: list[tuple[float, float, bool, list[int]]] = []
     for i, good in sorted(zip(index, ok, strict=False)):
         x = (i - 1) * w
-        if spans and spans[-1][2] == bool(good) and w < MERGE_BELOW_PX and x - spans[-1][1] < 1.0:
-            spans[-1][1], spans[-1][4] = x + w, i
+        if spans and spans[-1][2] == bool(good) and w < MERGE_BELOW_PX and x - sum(spans[-1][:2]) < 1.0:
+            spans[-1] = (spans[-1][0], x + w - spans[-1][0], bool(good), [spans[-1][3][0], i])
         else:
-            spans.append([x, x + w, bool(good), i, i])
+            spans.append((x, w, bool(good), [i]))
     rects = "".join(
-        f'<rect x="{a:.1f}" y="0" width="{max(b - a - (1 if w >= MERGE_BELOW_PX else 0), 1):.1f}" height="12" '
-        f'fill="{ROUND_COLOURS[bool(good)]}"><title>round {int(f)}{"" if f == la else f"-{int(la)}"}: '
-        f"{'passed' if good else 'failed'}</title></rect>"
-        for a, b, good, f, la in spans
+        f'<rect x="{a:.1f}" y="0" width="{max(bw - (1 if w >= MERGE_BELOW_PX else 0), 1):.1f}" height="12" '
+        f'fill="{ROUND_COLOURS[good]}"><title>round {idx[0]}{"" if idx[0] == idx[-1] else f"-{idx[-1]}"}: '
+        f"{'passed' if good else 'failed' if len(idx) <= 2 else 'a failed round'}</title></rect>"
+        for a, bw, good, idx in _bucketed(spans)
     )
     return f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="12">{rects}</svg>'
 
 
-def _soak_html(name: str, doc: Mapping[str, Any]) -> str:
+def _plot_order(node: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
+    """A node's plots, the subjects of its failing findings first, then its judged figures, then the rest."""
+    failing = {str(f.get("subject")) for f in node.get("findings") or [] if f.get("fails")}
+    judged = {str(t.get("metric")) for t in node.get("trends") or [] if isinstance(t, Mapping)}
+    return sorted(keys, key=lambda k: (k not in failing, k not in judged, k))
+
+
+def node_page(host: str) -> str:
+    """A node's page, relative to the campaign directory (its name safe whatever the host's)."""
+    return f"{NODE_PAGES}/{safe_name(host)}.html"
+
+
+def _host_cell(host: str, links: bool) -> str:
+    if not links:
+        return html.escape(host)
+    return f'<a href="{html.escape(quote(node_page(host)))}">{html.escape(host)}</a>'
+
+
+def _soak_html(
+    name: str, doc: Mapping[str, Any], links: bool = False, max_plots: int | None = None, prefix: str = ""
+) -> str:
+    """A soak's table (every node: its judgement, its rounds drawn where its view is in ``doc``, its
+    failing findings) and the per-round plots of the nodes drawn (at most ``max_plots`` each)."""
     views = {h: _view(v) for h, v in (doc.get("rounds") or {}).items()}
+    nodes = doc.get("nodes") or {}
     rows = []
-    for host, node in (doc.get("nodes") or {}).items():
+    for host, node in nodes.items():
         n = int(node.get("rounds") or 0)
         view = views.get(host)
         if view is not None:
             strip = _round_strip(view["index"], view["ok"], max(n, max(view["index"], default=0)))
-        else:  # no columns: the judgement's failed rounds
-            failed = set(node.get("failed_rounds") or [])
-            strip = _round_strip(range(1, n + 1), [i not in failed for i in range(1, n + 1)], n)
-        fails = "; ".join(
-            html.escape(str(f.get("message"))) for f in node.get("findings") or [] if f.get("fails")
-        )
+        else:  # not drawn here: the judgement's failed rounds, counted
+            failed = len(node.get("failed_rounds") or [])
+            strip = f"{failed} of {n} round(s) failed" if failed else f"{n} round(s), none failed"
+        fails = [html.escape(str(f.get("message"))) for f in node.get("findings") or [] if f.get("fails")]
+        more = f"; and {len(fails) - MAX_FINDINGS_SHOWN} more" if len(fails) > MAX_FINDINGS_SHOWN else ""
         rows.append(
-            f"<tr><td>{html.escape(host)}</td><td>{'passed' if node.get('passed') else '<b>failed</b>'}</td>"
-            f"<td>{strip}</td><td>{fails}</td></tr>"
+            f"<tr><td>{_host_cell(host, links)}</td><td>{'passed' if node.get('passed') else '<b>failed</b>'}</td>"
+            f"<td>{strip}</td><td>{'; '.join(fails[:MAX_FINDINGS_SHOWN])}{more}</td></tr>"
         )
     plots = []
     for host, view in views.items():
         n = max(view["index"], default=0)
-        trends = {
-            str(t.get("metric")): t
-            for t in ((doc.get("nodes") or {}).get(host) or {}).get("trends") or []
-            if isinstance(t, Mapping)
-        }
+        node = nodes.get(host) or {}
+        trends = {str(t.get("metric")): t for t in node.get("trends") or [] if isinstance(t, Mapping)}
+        keys = _plot_order(node, list(view["series"]))
+        shown = keys if max_plots is None else keys[:max_plots]
         cells = "".join(
-            f"<tr><td>{html.escape(k)}</td><td>{_spark(pts, n)}</td><td>{_trend_text(trends.get(k))}</td></tr>"
-            for k, pts in sorted(view["series"].items())
+            f"<tr><td>{html.escape(k)}</td><td>{_spark(view['series'][k], n)}</td>"
+            f"<td>{_trend_text(trends.get(k))}</td></tr>"
+            for k in sorted(shown)
         )
+        if len(shown) < len(keys):
+            cells += f"<tr><td colspan=3>and {len(keys) - len(shown)} more on {_host_cell(host, links)}'s page</td></tr>"
         if cells:
             plots.append(f"<h3>{html.escape(host)}: per round</h3><table>{cells}</table>")
     return (
-        f"<h2>Soak stage {html.escape(name)}</h2><table><tr><th>node</th><th>soak</th><th>rounds</th>"
+        f"<h2>{prefix}Soak stage {html.escape(name)}</h2><table><tr><th>node</th><th>soak</th><th>rounds</th>"
         f"<th>findings</th></tr>{''.join(rows)}</table>" + "".join(plots)
     )
 
 
-def campaign_html(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, Any]], now: float) -> str:
-    c = summary["campaign"]
-    rows = "".join(
-        f'<tr><td>{html.escape(h)}</td><td style="color:{VERDICT_COLOURS.get(n["verdict"], "#555")}">'
-        f"<b>{n['verdict']}</b></td><td>{html.escape(str(n['stage_reached'] or '-'))}</td>"
-        f"<td>{html.escape(str(n['failed_stage'] or '-'))}</td><td>{html.escape(n['reason'] or '')}</td></tr>"
-        for h, n in summary["nodes"].items()
-    )
-    legend = " ".join(
+HEAD = (
+    '<!DOCTYPE html><html><head><meta charset="utf-8"><title>{title}</title>'
+    "<style>body{{font-family:sans-serif;margin:1em}}table{{border-collapse:collapse}}"
+    "td,th{{border:1px solid #ccc;padding:2px 6px;text-align:left}}</style></head><body>"
+)
+
+
+def _legend() -> str:
+    return " ".join(
         f'<span style="background:{col};color:#fff;padding:0 4px">{word}</span>'
         for word, col in [
             *COLOURS.items(),
@@ -454,31 +545,163 @@ def campaign_html(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
             ("round failed", ROUND_COLOURS[False]),
         ]
     )
+
+
+def drawn_nodes(summary: Mapping[str, Any], most: int = MAX_DRAWN) -> list[str]:
+    """The nodes campaign.html draws: those not accepted first (the campaign's order), then the rest, at
+    most ``most``."""
+    nodes = list(summary["nodes"].items())
+    bad = [h for h, n in nodes if n["verdict"] != "accepted"]
+    good = [h for h, n in nodes if n["verdict"] == "accepted"]
+    return (bad + good)[:most]
+
+
+def campaign_html(
+    summary: Mapping[str, Any],
+    soaks: Mapping[str, Mapping[str, Any]],
+    now: float,
+    drawn: Sequence[str] | None = None,
+    links: bool = False,
+) -> str:
+    """The campaign's page: every node's row (verdict, stage, reason; with ``links``, to its page); the
+    timeline, rounds and plots of the ``drawn`` nodes (None: every node)."""
+    c = summary["campaign"]
+    everyone = summary["nodes"]
+    shown = list(everyone) if drawn is None else [h for h in drawn if h in everyone]
+    rows = "".join(
+        f'<tr><td>{_host_cell(h, links)}</td><td style="color:{VERDICT_COLOURS.get(n["verdict"], "#555")}">'
+        f"<b>{n['verdict']}</b></td><td>{html.escape(str(n['stage_reached'] or '-'))}</td>"
+        f"<td>{html.escape(str(n['failed_stage'] or '-'))}</td><td>{html.escape(n['reason'] or '')}</td></tr>"
+        for h, n in everyone.items()
+    )
+    counts = ", ".join(f"{k} {v}" for v, k in sorted(summary.get("verdicts", {}).items()))
+    part = {**summary, "nodes": {h: everyone[h] for h in shown}}
+    left = len(everyone) - len(shown)
+    note = (
+        f"<p>{len(shown)} of {len(everyone)} nodes drawn (those not accepted first); every node's timeline, "
+        f"rounds and plots are on its page (<code>{NODE_PAGES}/</code>, linked from the table below).</p>"
+        if left
+        else ""
+    )
     return (
-        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>Acceptance campaign</title>'
-        "<style>body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style></head><body>"
-        f"<h1>Acceptance campaign</h1><p><code>{html.escape(c['file'])}</code> "
+        HEAD.format(title="Acceptance campaign")
+        + f"<h1>Acceptance campaign</h1><p><code>{html.escape(c['file'])}</code> "
         f"(sha256 {c['digest'][:12]}) {html.escape(c['description'])}</p>"
         f"<p>started {summary['started']}, updated {summary['updated']}, "
-        f"{'finished' if summary['finished'] else '<b>not finished</b>'}</p>"
-        f"<h2>Timeline per node</h2><p>{legend}</p>{_timeline_svg(summary, soaks, now)}"
+        f"{'finished' if summary['finished'] else '<b>not finished</b>'}"
+        f"{'; nodes: ' + counts if counts else ''}</p>"
+        f"<h2>Timeline per node</h2><p>{_legend()}</p>{note}{_timeline_svg(part, soaks, now)}"
         "<h2>Nodes</h2><table><tr><th>node</th><th>verdict</th><th>stage reached</th><th>failed stage</th>"
         f"<th>reason</th></tr>{rows}</table>"
-        + "".join(_soak_html(name, doc) for name, doc in soaks.items())
+        + "".join(
+            _soak_html(name, doc, links, None if drawn is None else MAX_PLOTS) for name, doc in soaks.items()
+        )
         + "</body></html>\n"
     )
+
+
+def node_html(
+    summary: Mapping[str, Any], host: str, soaks: Mapping[str, Mapping[str, Any]], now: float
+) -> str:
+    """One node's page: its verdict and reason, its timeline (every attempt, as a table too), each soak's
+    judgement of it with its rounds and every per-round plot. ``soaks``: each soak's judgement with this
+    node's view only."""
+    n = summary["nodes"][host]
+    c = summary["campaign"]
+    steps = "".join(
+        f"<tr><td>{html.escape(str(t['stage']))}</td><td>{t['attempt']}</td><td>{html.escape(str(t['outcome']))}"
+        f"</td><td>{html.escape(str(t['start']))}</td><td>{html.escape(str(t['end'] or 'running'))}</td></tr>"
+        for t in n["timeline"]
+    )
+    part = {**summary, "nodes": {host: n}}
+    mine = {
+        name: {**doc, "nodes": {h: v for h, v in (doc.get("nodes") or {}).items() if h == host}}
+        for name, doc in soaks.items()
+    }
+    return (
+        HEAD.format(title=f"{html.escape(host)}: acceptance campaign")
+        + f'<p><a href="../campaign.html">campaign</a> <code>{html.escape(c["file"])}</code> '
+        f"(sha256 {c['digest'][:12]})</p><h1>{html.escape(host)}: "
+        f'<span style="color:{VERDICT_COLOURS.get(n["verdict"], "#555")}">{n["verdict"]}</span></h1>'
+        f"<p>stage reached {html.escape(str(n['stage_reached'] or '-'))}, failed stage "
+        f"{html.escape(str(n['failed_stage'] or '-'))}{': ' + html.escape(n['reason']) if n['reason'] else ''}</p>"
+        f"<h2>Timeline</h2><p>{_legend()}</p>{_timeline_svg(part, mine, now)}"
+        "<table><tr><th>stage</th><th>attempt</th><th>outcome</th><th>start</th><th>end</th></tr>"
+        f"{steps}</table>"
+        + "".join(_soak_html(name, doc) for name, doc in mine.items())
+        + f"<p>Record: <code>acceptance/{html.escape(safe_name(host))}.json</code></p></body></html>\n"
+    )
+
+
+_HOST_PREFIX = re.compile(rb'^\{"host": ("(?:[^"\\]|\\.)*")')
+
+
+def _line_offsets(path: Path) -> dict[str, int]:
+    """Where each node's line starts in a soak's rounds file (read once; the lines are not parsed whole)."""
+    out: dict[str, int] = {}
+    try:
+        with open(path, "rb") as f:
+            pos = 0
+            for line in f:
+                m = _HOST_PREFIX.match(line)
+                try:
+                    host = json.loads(m.group(1)) if m else json.loads(line).get("host")
+                except (ValueError, AttributeError):
+                    host = None
+                if isinstance(host, str):
+                    out.setdefault(host, pos)
+                pos += len(line)
+    except OSError:
+        pass
+    return out
+
+
+def _view_at(path: Path, offset: int) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            row = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    return node_view(row) if isinstance(row, dict) else None
+
+
+def write_node_pages(
+    directory: Path, summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, Any]], now: float
+) -> Path:
+    """``campaign-nodes/<host>.html`` for every node, one at a time (a node's rounds read from the soaks'
+    rounds files where its page is written: never every node's in memory)."""
+    out = Path(directory) / NODE_PAGES
+    out.mkdir(mode=0o700, exist_ok=True)
+    files = {
+        name: Path(directory) / str(doc.get("rounds_file"))
+        for name, doc in soaks.items()
+        if doc.get("schema_version") == 3
+    }
+    offsets = {name: _line_offsets(p) for name, p in files.items()}
+    for host in summary["nodes"]:
+        mine: dict[str, Mapping[str, Any]] = {}
+        for name, doc in soaks.items():
+            view = (doc.get("rounds") or {}).get(host)
+            if view is None and name in files and host in offsets[name]:
+                view = _view_at(files[name], offsets[name][host])
+            mine[name] = {**doc, "rounds": {host: view} if view is not None else {}}
+        atomic_write_text(Path(directory) / node_page(host), node_html(summary, host, mine, now))
+    return out
 
 
 def write_campaign_report(
     directory: Path, state: CampaignState, campaign: Campaign, written: str
 ) -> list[Path]:
-    """``campaign.md`` and ``campaign.html`` in the campaign directory, each written atomically."""
+    """``campaign.md``, ``campaign.html`` (every node's row; the timeline, rounds and plots of at most
+    :data:`MAX_DRAWN` nodes, those not accepted first) and a page per node in ``campaign-nodes/``, each
+    written atomically: the page stays bounded at 1,000 nodes of 4,320 rounds whatever fails."""
     directory = Path(directory)
     summary = campaign_summary(state, campaign, written)
-    soaks = _soaks(directory, campaign)
+    drawn = drawn_nodes(summary)
+    soaks = _soaks(directory, campaign, set(drawn))
     now = _t(written) or 0.0
     md, page = directory / "campaign.md", directory / "campaign.html"
     atomic_write_text(md, campaign_markdown(summary, soaks))
-    atomic_write_text(page, campaign_html(summary, soaks, now))
-    return [md, page]
+    atomic_write_text(page, campaign_html(summary, soaks, now, drawn, links=True))
+    return [md, page, write_node_pages(directory, summary, soaks, now)]
