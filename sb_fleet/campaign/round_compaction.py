@@ -42,7 +42,8 @@ from sb_fleet.errors import RunDirError
 from sb_fleet.safe_files import atomic_write_json
 
 KEEP_ROUNDS_PER_NODE = 20  # acceptance records list at most 20 round directories a node (MAX_EVIDENCE_ROUNDS)
-ROUND_FILES = ("manifest.json", "config.yaml", "config.json", "plan.json", "metrics.json")
+# load.json: the round's load, a few numbers a node in columns (sb_fleet.campaign.soak_load.load_doc)
+ROUND_FILES = ("manifest.json", "config.yaml", "config.json", "plan.json", "metrics.json", "load.json")
 NODE_FILES = ("raw/{h}", "health/{h}.json", "facts/{h}.json")
 
 

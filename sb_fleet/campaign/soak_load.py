@@ -4,10 +4,8 @@ the throttled windows a round's judgement counts from it.
 The load (campaign key ``load:``; the host side is ``sb_bench.host.burn``) runs after a round's benchmarks
 until the round's end less ``load.margin``. Each node's process prints ``SB_LOAD_SUMMARY <json>`` last:
 its start and end (epoch seconds), its work and its telemetry reduced to a few numbers. The control node
-keeps these per round in ``load.json`` of the round's run directory (:data:`LOAD_FILE`)::
-
-    {"schema_version": 1, "kind": "cpu-gemm", "start": ISO, "end": ISO, "seconds": 17.0,
-     "hosts": {"node1": {"outcome": "ok", "reason": "", "summary": {...}}, ...}}
+keeps them per round in ``load.json`` of the round's run directory (:data:`LOAD_FILE`), in columns
+(:func:`load_doc`): ~100 bytes a node a round, kept when the round's directory is compacted.
 """
 
 from __future__ import annotations
@@ -45,34 +43,116 @@ def parse_summary(stdout: str) -> dict[str, Any] | None:
     return None
 
 
+# Each node's numbers in load.json, a column each (a node's value at its position in ``hosts``): from its
+# summary (sb_bench.host.burn) and its telemetry's (sb_bench.host.load_telemetry.Summary).
+SUMMARY_COLUMNS = ("start", "working_from", "end", "ended_by", "gemms", "gflops", "errors")
+TELEMETRY_COLUMNS = (
+    "samples",
+    "throttled_windows",
+    "max_temp_c",
+    "min_sm_mhz",
+    "min_mem_mhz",
+    "mean_power_w",
+)
+
+
+def load_doc(
+    kind: str,
+    start: str,
+    end: str,
+    seconds: float,
+    stopped: str | None,
+    entries: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """``load.json``, compact: the round's nodes once, then a column per number (:data:`SUMMARY_COLUMNS`,
+    :data:`TELEMETRY_COLUMNS`, ``outcome``; a counter's ``[start, end]`` under ``counters``), and only where
+    a node has them its words (why no load, the load's or the telemetry's problem) and the slowdown
+    reasons it saw (``reasons_s``, ``throttled_at``). ``entries``: per node ``outcome``, ``reason`` and
+    ``summary`` (its SB_LOAD_SUMMARY, or None)."""
+    hosts = list(entries)
+    cols: dict[str, list[Any]] = {c: [] for c in ("outcome", *SUMMARY_COLUMNS, *TELEMETRY_COLUMNS)}
+    counters: dict[str, list[Any]] = {}
+    notes: dict[str, dict[str, Any]] = {}
+    for i, h in enumerate(hosts):
+        e = entries[h]
+        summary: Mapping[str, Any] = e["summary"] if isinstance(e.get("summary"), Mapping) else {}
+        tele: Mapping[str, Any] = (
+            summary["telemetry"] if isinstance(summary.get("telemetry"), Mapping) else {}
+        )
+        cols["outcome"].append(e.get("outcome"))
+        for c in SUMMARY_COLUMNS:
+            cols[c].append(summary.get(c))
+        for c in TELEMETRY_COLUMNS:
+            cols[c].append(tele.get(c))
+        read: Mapping[str, Any] = tele["counters"] if isinstance(tele.get("counters"), Mapping) else {}
+        for key in read:
+            counters.setdefault(str(key), [None] * i)
+        for key, col in counters.items():
+            col.append(read.get(key))
+        note = {
+            k: v
+            for k, v in (
+                ("reason", e.get("reason") if e.get("outcome") != "ok" else ""),
+                ("problem", summary.get("problem")),
+                ("telemetry_problem", summary.get("telemetry_problem")),
+                ("telemetry_source", summary.get("telemetry_source")),
+                ("reasons_s", tele.get("reasons_s")),
+                ("throttled_at", tele.get("throttled_at")),
+            )
+            if v
+        }
+        if note:
+            notes[h] = note
+    return {
+        "schema_version": 1,
+        "kind": kind,
+        "start": start,
+        "end": end,
+        "seconds": round(seconds, 1),
+        "stopped": stopped,
+        "hosts": hosts,
+        "columns": cols,
+        "counters": counters,
+        "notes": notes,
+    }
+
+
 def _count(v: Any) -> int:
     return int(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else 0
 
 
+def host_entries(doc: Any) -> dict[str, dict[str, Any]]:
+    """``load.json``'s nodes, each a flat record of its numbers (its columns' values), its counters
+    (``counters``) and its words; empty for a round without a load, or a damaged file."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("hosts"), list):
+        return {}
+    cols: Mapping[str, Any] = doc["columns"] if isinstance(doc.get("columns"), Mapping) else {}
+    counters: Mapping[str, Any] = doc["counters"] if isinstance(doc.get("counters"), Mapping) else {}
+    notes: Mapping[str, Any] = doc["notes"] if isinstance(doc.get("notes"), Mapping) else {}
+    out: dict[str, dict[str, Any]] = {}
+    for i, h in enumerate(doc["hosts"]):
+        e: dict[str, Any] = {c: col[i] for c, col in cols.items() if isinstance(col, list) and i < len(col)}
+        e["counters"] = {
+            k: col[i] for k, col in counters.items() if isinstance(col, list) and i < len(col) and col[i]
+        }
+        note = notes.get(h)
+        if isinstance(note, Mapping):
+            e.update(note)
+        out[str(h)] = e
+    return out
+
+
 def load_throttled_windows(entry: Mapping[str, Any] | None) -> int:
-    """A node's throttled windows in a round's load (its ``load.json`` entry): the telemetry's sample
-    intervals with a slowdown reason active (sb_bench.host.load_telemetry.THROTTLING); 0 without one."""
-    if not isinstance(entry, Mapping):
-        return 0
-    summary = entry.get("summary")
-    tele = summary.get("telemetry") if isinstance(summary, Mapping) else None
-    return _count(tele.get("throttled_windows")) if isinstance(tele, Mapping) else 0
-
-
-def host_entries(doc: Any) -> dict[str, Mapping[str, Any]]:
-    """``load.json``'s nodes (empty for a round without a load, or a damaged file)."""
-    hosts = doc.get("hosts") if isinstance(doc, Mapping) else None
-    return (
-        {str(h): e for h, e in hosts.items() if isinstance(e, Mapping)} if isinstance(hosts, Mapping) else {}
-    )
+    """A node's throttled windows in a round's load (its :func:`host_entries` record): the telemetry's
+    sample intervals with a slowdown reason active (sb_bench.host.load_telemetry.THROTTLING); 0 without."""
+    return _count(entry.get("throttled_windows")) if isinstance(entry, Mapping) else 0
 
 
 def busy_seconds(entry: Mapping[str, Any] | None) -> float:
     """How long a node's load ran (its process's start to its end, as it said): 0 without a summary."""
-    summary = entry.get("summary") if isinstance(entry, Mapping) else None
-    if not isinstance(summary, Mapping):
+    if not isinstance(entry, Mapping):
         return 0.0
-    start, end = summary.get("start"), summary.get("end")
+    start, end = entry.get("start"), entry.get("end")
     if isinstance(start, (int, float)) and isinstance(end, (int, float)) and end > start:
         return float(end - start)
     return 0.0

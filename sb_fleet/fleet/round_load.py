@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sb_fleet.campaign.soak_load import LOAD_FILE, parse_summary
+from sb_fleet.campaign.soak_load import LOAD_FILE, load_doc, parse_summary
 from sb_fleet.config.campaign_spec import Load
 from sb_fleet.fleet.direct_exec import ExecTask, HostExec
 from sb_fleet.fleet.executor import run_direct_stage
@@ -39,7 +39,8 @@ CLIENT_SLACK_S = 30  # the client's own timeout beyond that
 
 @dataclass
 class LoadRun:
-    """What a round's load did: when it started and ended here, and per node its entry of ``load.json``."""
+    """What a round's load did: when it started and ended here, and per node its outcome, the reason and
+    its summary (``load.json`` keeps them in columns: sb_fleet.campaign.soak_load.load_doc)."""
 
     start: str
     end: str
@@ -132,15 +133,6 @@ def run_round_load(opts: Any, load: Load, hosts: Sequence[str], seconds: float) 
     out.end = _iso(time.time())
     out.hosts, out.stopped = entries, stopped
     atomic_write_json(
-        run.rd.path / LOAD_FILE,
-        {
-            "schema_version": 1,
-            "kind": load.kind,
-            "start": out.start,
-            "end": out.end,
-            "seconds": round(seconds, 1),
-            "stopped": stopped,
-            "hosts": entries,
-        },
+        run.rd.path / LOAD_FILE, load_doc(load.kind, out.start, out.end, seconds, stopped, entries)
     )
     return out

@@ -10,7 +10,8 @@
   back (sb_bench.micro.gpu_burn's loop: every second's last product is compared with the first, wrong
   entries counted); on a node without CUDA it does nothing and says so (``skipped``).
 * ``cpu-gemm``: a float32 GEMM loop on the node's allotted cores (its CPU affinity; ``--threads`` fewer)
-  through torch, else numpy, else a Python loop on one core.
+  through numpy's BLAS (its import is a tenth of torch's: the cores are busy sooner), else torch, else a
+  Python loop on one core; every second's last product is compared with the first.
 
 The process ends by itself: after ``--seconds`` (its own deadline, whatever became of the control node
 that started it; SIGALRM a grace later ends it even if a GEMM hangs), on SIGTERM/SIGINT/SIGHUP (sb-fleet's
@@ -161,15 +162,17 @@ def launch(kind: str, size: int, threads: int, stop: threading.Event, work: Work
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(n)  # before numpy or torch loads its BLAS
     try:
+        import numpy  # noqa: F401  (a tenth of torch's import: the cores are busy sooner)
+    except ImportError:
+        pass
+    else:
+        numpy_loop(stop, work, size or 512)
+        return
+    try:
         import torch
     except ImportError:
-        try:
-            import numpy  # noqa: F401
-        except ImportError:
-            work.problem = "neither torch nor numpy here: a Python loop on one core"
-            python_loop(stop, work)
-            return
-        numpy_loop(stop, work, size or 512)
+        work.problem = "neither numpy nor torch here: a Python loop on one core"
+        python_loop(stop, work)
         return
     torch.set_num_threads(n)
     torch_loop(stop, work, "cpu", size or 512, "float32")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,6 +20,7 @@ from sb_fleet.campaign.campaign_state import RoundRecord
 from sb_fleet.campaign.soak_load import (
     busy_seconds,
     host_entries,
+    load_doc,
     load_seconds,
     load_throttled_windows,
     parse_summary,
@@ -143,17 +146,41 @@ def test_the_fake_machines_planted_throttle_is_seen_only_in_its_window(tmp_path)
     assert not src.dropped  # the fake answers every field the load asks
 
 
-def test_a_summary_line_is_read_back_and_its_windows_counted():
-    doc = {"start": 10.0, "end": 40.0, "telemetry": {"throttled_windows": 3}}
+def test_a_summary_line_is_read_back_and_kept_in_columns():
+    doc = {
+        "start": 10.0,
+        "end": 40.0,
+        "gemms": 5,
+        "problem": "",
+        "telemetry": {
+            "throttled_windows": 3,
+            "max_temp_c": 88.0,
+            "reasons_s": {"hw_thermal_slowdown": 15.0},
+            "counters": {"xid": [0, 1]},
+        },
+    }
     out = "sb-load: 1\nsb-load: 2\nSB_LOAD_SUMMARY " + json.dumps(doc) + "\n"
     assert parse_summary(out) == doc
     assert parse_summary("sb-load: 1\nSB_LOAD_SUMMARY {broken\n") is None
     assert parse_summary("SB_LOAD_SUMMARY [1]") is None
-    entry = {"outcome": "ok", "summary": doc}
-    assert load_throttled_windows(entry) == 3 and busy_seconds(entry) == 30.0
-    assert load_throttled_windows(None) == 0 and load_throttled_windows({"summary": None}) == 0
-    assert load_throttled_windows({"summary": {"telemetry": {"throttled_windows": "9"}}}) == 0
-    assert host_entries({"hosts": {"a": entry, "b": 3}}) == {"a": entry} and host_entries([]) == {}
+    calm = {"start": 11.0, "end": 40.0, "telemetry": {"throttled_windows": 0, "counters": {}}}
+    entries = {
+        "a": {"outcome": "ok", "reason": "", "summary": doc},
+        "b": {"outcome": "ok", "reason": "", "summary": calm},
+        "c": {"outcome": "unreachable", "reason": "no route", "summary": None},
+    }
+    stored = json.loads(json.dumps(load_doc("cpu-gemm", "S", "E", 30.0, None, entries)))
+    assert stored["hosts"] == ["a", "b", "c"] and stored["columns"]["throttled_windows"] == [3, 0, None]
+    assert set(stored["notes"]) == {"a", "c"}  # words only where a node has them
+    back = host_entries(stored)
+    assert load_throttled_windows(back["a"]) == 3 and busy_seconds(back["a"]) == 30.0
+    assert back["a"]["counters"] == {"xid": [0, 1]} and back["a"]["reasons_s"] == {
+        "hw_thermal_slowdown": 15.0
+    }
+    assert back["c"]["outcome"] == "unreachable" and back["c"]["reason"] == "no route"
+    assert load_throttled_windows(back["c"]) == 0 and busy_seconds(back["c"]) == 0.0
+    assert load_throttled_windows(None) == 0 and load_throttled_windows({"throttled_windows": "9"}) == 0
+    assert host_entries({"hosts": 3}) == {} and host_entries([]) == {}
 
 
 def test_the_rounds_load_adds_its_throttled_windows_to_that_node_and_round(tmp_path):
@@ -166,11 +193,58 @@ def test_the_rounds_load_adds_its_throttled_windows_to_that_node_and_round(tmp_p
     ]
     for i in (1, 2, 3):
         (tmp_path / "runs" / f"r{i}").mkdir(parents=True)
-    hosts = {
+    entries = {
         "a": {"outcome": "ok", "summary": {"telemetry": {"throttled_windows": 4}}},
-        "b": {"outcome": "ok"},
+        "b": {"outcome": "ok", "summary": {"telemetry": {"throttled_windows": 0}}},
     }
-    (tmp_path / "runs" / "r2" / "load.json").write_text(json.dumps({"schema_version": 1, "hosts": hosts}))
+    doc = load_doc("cpu-gemm", "S", "E", 17.0, None, entries)
+    (tmp_path / "runs" / "r2" / "load.json").write_text(json.dumps(doc))
     series = read_series(tmp_path, records, stage, ["a", "b"], tmp_path / "closing")
     assert series["a"].throttled == {1: 4}  # round 2 (its position 1), node a only
     assert series["b"].throttled == {}
+
+
+def _burn(tmp_path: Path, *args: str) -> subprocess.Popen:
+    roots = make_machine(tmp_path / "m", gpus=2)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sb_bench.host.burn",
+            "--kind",
+            "cpu-gemm",
+            "--interval",
+            "1",
+            "--threads",
+            "1",
+        ]
+        + ["--size", "128", "--tool-dir", roots["sb_tool_dir"], *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parents[3] / "benchmarks"),
+    )
+
+
+def test_the_load_ends_by_its_own_deadline_with_its_summary(tmp_path):
+    t0 = time.monotonic()
+    p = _burn(tmp_path, "--seconds", "2.5")
+    out, _ = p.communicate(timeout=60)
+    took = time.monotonic() - t0
+    s = parse_summary(out)
+    assert p.returncode == 0 and s is not None, out[-2000:]
+    assert s["ended_by"] == "deadline" and 2.5 <= s["end"] - s["start"] < 4.5 and took < 20, (s, took)
+    assert s["gemms"] > 0 and s["errors"] == 0 and s["telemetry_source"] == "nvidia-smi", s
+    assert s["telemetry"]["samples"] >= 2 and s["telemetry"]["gpus"] == 2, s
+    assert out.splitlines()[0].startswith("sb-load: ")
+
+
+def test_sigterm_ends_the_load_at_once_with_its_summary(tmp_path):
+    p = _burn(tmp_path, "--seconds", "120")
+    assert p.stdout is not None
+    assert p.stdout.readline().startswith("sb-load: ")  # sampling: the load is on
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=30)
+    s = parse_summary(out)
+    assert p.returncode == 0 and s is not None and s["ended_by"] == "stop", out[-2000:]
+    assert time.monotonic() - t0 < 10
