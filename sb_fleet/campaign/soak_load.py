@@ -148,6 +148,14 @@ def load_throttled_windows(entry: Mapping[str, Any] | None) -> int:
     return _count(entry.get("throttled_windows")) if isinstance(entry, Mapping) else 0
 
 
+def load_failure(entry: Mapping[str, Any] | None) -> str:
+    """Why a node's load fails its round, or "": wrong GEMM products under the load (every second's last
+    product is compared with the first: a GPU or core that computes wrong when hot). A load that did not
+    run (an unreachable node, no CUDA) fails nothing here: the round's own checks judge the node."""
+    n = _count(entry.get("errors")) if isinstance(entry, Mapping) else 0
+    return f"the load's GEMMs gave {n} wrong product entr{'y' if n == 1 else 'ies'}" if n else ""
+
+
 def busy_seconds(entry: Mapping[str, Any] | None) -> float:
     """How long a node's load ran (its process's start to its end, as it said): 0 without a summary."""
     if not isinstance(entry, Mapping):

@@ -26,7 +26,7 @@ from sb_fleet.analysis.fleet_results import load_fleet
 from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, judge_node
 from sb_fleet.bounded_json import read_or_none
 from sb_fleet.campaign.campaign_state import RoundRecord
-from sb_fleet.campaign.soak_load import LOAD_FILE, host_entries, load_throttled_windows
+from sb_fleet.campaign.soak_load import LOAD_FILE, host_entries, load_failure, load_throttled_windows
 from sb_fleet.campaign.stage_judgement import bench_outcome, health_counters, throttled_windows
 from sb_fleet.config.campaign_spec import Stage
 from sb_fleet.errors import SbFleetError
@@ -214,9 +214,11 @@ def extract_round(directory: Path, record: RoundRecord, stage: Stage) -> RoundCo
         judged = bench_outcome(h, stage, rows.get(h), vals, label=f"round {record.index}")
         doc = read_or_none(rd / "health" / f"{h}.json")
         doc = doc if isinstance(doc, Mapping) else None
+        wrong = load_failure(loads.get(h))  # wrong products under the round's load fail the round
+        why = [] if judged.passed else [judged.reason]
         out.nodes[h] = NodeRound(
-            ok=judged.passed,
-            reason=judged.reason,
+            ok=judged.passed and not wrong,
+            reason="; ".join([*why, wrong]) if wrong else judged.reason,
             has_row=rows.get(h) is not None,
             values=vals,
             noise=noise.get(h, {}),

@@ -21,11 +21,12 @@ from sb_fleet.campaign.soak_load import (
     busy_seconds,
     host_entries,
     load_doc,
+    load_failure,
     load_seconds,
     load_throttled_windows,
     parse_summary,
 )
-from sb_fleet.campaign.soak_series import read_series
+from sb_fleet.campaign.soak_series import extract_round, read_series
 from sb_fleet.config.campaign_spec import CampaignError, Load, parse_campaign
 from sb_fleet.fleet.round_load import load_command
 
@@ -248,3 +249,23 @@ def test_sigterm_ends_the_load_at_once_with_its_summary(tmp_path):
     s = parse_summary(out)
     assert p.returncode == 0 and s is not None and s["ended_by"] == "stop", out[-2000:]
     assert time.monotonic() - t0 < 10
+
+
+def test_wrong_products_under_the_load_fail_that_nodes_round(tmp_path):
+    stage = parse_campaign(SOAK + "    load: gpu-burn\n", Path("c.yaml")).spec.stages[1]
+    rec = RoundRecord(2, "2026-12-07T10:02:00+00:00", "2026-12-07T10:02:10+00:00", "runs/r2", ["a", "b"])
+    (tmp_path / "runs" / "r2").mkdir(parents=True)
+    entries = {
+        "a": {"outcome": "ok", "summary": {"errors": 3, "telemetry": {}}},
+        "b": {"outcome": "ok", "summary": {"errors": 0, "telemetry": {}}},
+    }
+    (tmp_path / "runs" / "r2" / "load.json").write_text(
+        json.dumps(load_doc("gpu-burn", "S", "E", 9.0, None, entries))
+    )
+    cols = extract_round(tmp_path, rec, stage)
+    a, b = cols.nodes["a"], cols.nodes["b"]
+    assert not a.ok and "the load's GEMMs gave 3 wrong product entries" in a.reason, a.reason
+    # b's round fails for its own reason alone (no report here), never for a's load
+    assert "wrong product" not in b.reason
+    assert load_failure({"errors": 1}) == "the load's GEMMs gave 1 wrong product entry"
+    assert load_failure({"errors": 0}) == "" and load_failure(None) == ""
