@@ -17,13 +17,13 @@ import math
 import statistics
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from sb_fleet.analysis.fleet_results import load_fleet
-from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, judge_node
+from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, Trend, judge_node
 from sb_fleet.bounded_json import read_or_none
 from sb_fleet.campaign.campaign_state import RoundRecord
 from sb_fleet.campaign.soak_load import LOAD_FILE, host_entries, load_failure, load_throttled_windows
@@ -325,9 +325,50 @@ def series_json(series: NodeSeries, records: Sequence[RoundRecord]) -> dict[str,
     }
 
 
-def _noise(node: NodeSoak) -> float:
-    """The mean per-round noise of a node's judged figures (infinite where none was judged)."""
-    return statistics.fmean(t.noise for t in node.trends) if node.trends else math.inf
+def _change_log(t: Trend) -> float:
+    return math.log1p(t.change) if t.change > -1 else -math.inf
+
+
+def _fleet_explains(measured: Trend, relative: Trend | None) -> bool:
+    """Whether the fleet moved with the node: relative to the fleet's median of each round, less than half
+    of the node's change as measured remains (or it went the other way)."""
+    if relative is None:
+        return False
+    m, r = _change_log(measured), _change_log(relative)
+    return m * r <= 0 or abs(r) < abs(m) / 2
+
+
+def combine_bases(relative: NodeSoak, measured: NodeSoak) -> tuple[NodeSoak, str]:
+    """One node's judgement from both bases of its figures, never the one where a change looks smaller:
+    relative to the fleet's median of each round (a slowdown every node had in the same rounds is not the
+    node's), and, as measured, every drift the fleet did not share (its change relative to the fleet at
+    least half of it): a node whose loss the fleet's own noise hides relative to it still fails. The rounds,
+    counters and throttled windows are judged alike on both."""
+    rel_trends = {t.metric: t for t in relative.trends}
+    failing = {f.subject for f in relative.findings if f.kind == "drift" and f.fails}
+    extra = [
+        f
+        for f in measured.findings
+        if f.kind == "drift"
+        and f.fails
+        and f.subject not in failing
+        and not _fleet_explains(
+            next(t for t in measured.trends if t.metric == f.subject), rel_trends.get(f.subject)
+        )
+    ]
+    if not extra:
+        return relative, "relative"
+    marked = [replace(f, message=f"{f.message} (as measured; the fleet did not move with it)") for f in extra]
+    trends = tuple(
+        next((m for m in measured.trends if m.metric == t.metric), t)
+        if t.metric in {f.subject for f in extra}
+        else t
+        for t in relative.trends
+    )
+    findings = relative.findings + tuple(marked)
+    return replace(
+        relative, passed=not any(f.fails for f in findings), findings=findings, trends=trends
+    ), "both"
 
 
 def judge_series(
@@ -337,11 +378,10 @@ def judge_series(
     direction: Callable[[str], int] | None = None,
 ) -> Iterator[tuple[str, NodeSoak, str]]:
     """Each node's judgement in turn, its rounds built from its columns and dropped after, with the basis
-    of its figures: ``measured``, or ``relative`` to the fleet's median of each round. Both are judged and
-    the one whose round-to-round noise is the lower is kept: relative to the fleet where the node moved
-    with it (a slow round every node had), as measured where the fleet's median moved without it (the
-    fleet's nodes share the node's hardware, or one of them left a round). Only the figures differ: the
-    rounds, counters and throttled windows are judged alike."""
+    of its figures: ``measured`` where the fleet gives no reference (fewer than 3 nodes in its rounds);
+    else ``relative`` to the fleet's median of each round, or ``both`` where a drift as measured that the
+    fleet did not share fails too (:func:`combine_bases`). Before 2026-12-07 the less noisy basis was kept,
+    which is the one where a step looks smaller (issue 55)."""
     judge = judge_node if direction is None else lambda h, r, c: judge_node(h, r, c, direction)
     for host, s in series.items():
         measured = judge(host, node_rounds(s, records, relative=False), criteria)
@@ -349,8 +389,5 @@ def judge_series(
             yield host, measured, "measured"
             continue
         relative = judge(host, node_rounds(s, records, relative=True), criteria)
-        yield (
-            (host, relative, "relative")
-            if _noise(relative) < _noise(measured)
-            else (host, measured, "measured")
-        )
+        node, basis = combine_bases(relative, measured)
+        yield host, node, basis
