@@ -75,6 +75,20 @@ def confirmations(run_dir: Path) -> dict[str, list[str]]:
     }
 
 
+def fleet_findings(run_dir: Path) -> list[str]:
+    """What the gate can fail on besides a host: inconsistent metrics, two-host disagreements and
+    population splits (report.json), each with what its re-run said."""
+    doc = json.loads((run_dir / "report.json").read_text())
+    out = []
+    for kind in ("inconsistent", "disagreements", "populations"):
+        for x in doc.get(kind) or []:
+            what = x.get("metric") or x.get("family")
+            groups = x.get("groups") or x.get("hosts")
+            again = x.get("confirmation", "not re-run") if "confirmed" in x else "not re-run"
+            out.append(f"{kind}: {what} {json.dumps(groups)[:200]}; re-run: {again}")
+    return out
+
+
 def run_once(fleet: SshFleet, cfg: Path, inv: Path, run_dir: Path, slow: str | None) -> dict:
     groups: list[CpuGroup] = []
     beside = None
@@ -109,6 +123,7 @@ def run_once(fleet: SshFleet, cfg: Path, inv: Path, run_dir: Path, slow: str | N
         "headline": (doc.get("headline") or {}).get("text", ""),
         "not_passed": findings(run_dir),
         "confirmation": confirmations(run_dir),
+        "fleet_findings": fleet_findings(run_dir),
     }
 
 
@@ -150,6 +165,8 @@ def main() -> int:
                 print(f"  {h} {f[0]}" + ("" if h != slow else " (the slow host)"), *f[1:], sep="\n    ")
             for h, lines in got.get("confirmation", {}).items():
                 print(f"  confirmation of {h}:", *lines, sep="\n    ")
+            for line in got.get("fleet_findings", []):
+                print(f"  {line}")
             if failed and slow is None:
                 print(f"  healthy host(s) failed: {failed}", flush=True)
     finally:
