@@ -11,9 +11,17 @@ template round ``r mod m``): the judgement reads, parses and judges what it woul
 case runs in a process of its own (its peak RSS is the case's). The disk a round takes is read from the
 template's real round directories (per node and per round).
 
+Every round goes through the runner's hook as it finishes (the state saved, the round's line written to the
+soak's series file, its run directory compacted: sb_fleet/campaign/round_compaction.py, ``keep_rounds:
+failed``), the judgement reads the series file, the records and the pages are written: each case prints the
+hook's CPU a round, the judgement's, the memory, and the campaign directory's size after it all (a file's
+apparent size; the synthetic rounds hold each node's health document, raw results and facts, the round's
+shared files; their playbooks are not copied, the first round is counted whole from the template's).
+``CAMPAIGN_COST_KEEP_PAGES=DIR`` keeps each case's campaign.html and campaign-nodes/ there.
+
 Usage::
 
-    python bench/campaign_cost.py --template DIR [--hosts 50 100 200] [--rounds 20 100 200]
+    python bench/campaign_cost.py --template DIR [--hosts 10 40] [--rounds 500 2000] [--cases 1000x20]
 
 What a round's validate itself costs the control node (SSH, Ansible, collect, the round's report) is
 measured by bench/scale.py (docs/speed.md); this script prints it beside its own figures for the total.
@@ -54,6 +62,10 @@ SHARED = [
     "outcomes/benchmarks.json",
     "outcomes/deploy.json",
 ]
+
+# The round's files that do not grow with its nodes (a compacted round keeps them; the playbooks and the
+# suite's archive go)
+FIXED = ["config.yaml", "config.json", "plan.json", "metrics.json"]
 
 CAMPAIGN = """\
 version: 1
@@ -121,6 +133,14 @@ def _expand_file(src: Path, dst: Path, mapping: dict[str, list[str]]) -> None:
         dst.write_text(json.dumps(_expand(json.loads(src.read_text()), mapping)))
 
 
+def _link(src: Path | str, dst: Path | str) -> None:
+    """A hard link, or a copy where the template is on another file system (TMPDIR=/dev/shm)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def _template(campaign_dir: Path) -> tuple[list[Path], Path, list[str]]:
     state = json.loads((campaign_dir / "campaign-state.json").read_text())
     ((stage, rounds),) = state["soak_rounds"].items()
@@ -149,7 +169,17 @@ def build(work: Path, template: Path, n_hosts: int, n_rounds: int) -> tuple[Path
         for old, news in mapping.items():
             for new in news:
                 if (src / "health" / f"{old}.json").is_file():  # none where the node failed the round
-                    os.link(src / "health" / f"{old}.json", out / "health" / f"{new}.json")
+                    _link(src / "health" / f"{old}.json", out / "health" / f"{new}.json")
+                if (src / "facts" / f"{old}.json").is_file():
+                    (out / "facts").mkdir(exist_ok=True)
+                    _link(src / "facts" / f"{old}.json", out / "facts" / f"{new}.json")
+                if (
+                    src / "raw" / old
+                ).is_dir():  # its raw results (what a compacted round keeps of a failed node)
+                    shutil.copytree(src / "raw" / old, out / "raw" / new, copy_function=_link)
+        for name in FIXED:
+            if (src / name).is_file() and not (out / name).exists():
+                _link(src / name, out / name)
         expanded[src] = out
     for r in range(1, n_rounds + 1):
         src = expanded[dirs[(r - 1) % len(dirs)]]
@@ -163,9 +193,11 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
     from sb_fleet.campaign.acceptance_record import write_records
     from sb_fleet.campaign.campaign_state import CampaignState, RoundRecord, save_state
     from sb_fleet.campaign.gating import gate_stage, soak_outcome
+    from sb_fleet.campaign.round_columns import series_file
+    from sb_fleet.campaign.round_compaction import RoundCompactor
     from sb_fleet.config.campaign_spec import load_campaign
     from sb_fleet.fleet.campaign_run import soak_evidence, soak_judgement
-    from sb_fleet.report.campaign_report import write_campaign_report
+    from sb_fleet.report.campaign_report import NODE_PAGES, write_campaign_report
 
     work = Path(tempfile.mkdtemp(prefix="sbf-campaign-cost-"))
     try:
@@ -179,6 +211,9 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
         state.start_stage(stage.name, hosts, 1, t0)
         save_state(d, state)
         saves: list[tuple[float, float]] = []
+        compactions: list[tuple[float, float]] = []
+        full_bytes = _bytes(d)
+        compactor = RoundCompactor(d, stage)
         for r in range(1, n_rounds + 1):
             start, end = t0 + timedelta(minutes=r - 1), t0 + timedelta(minutes=r - 1, seconds=50)
             rec = RoundRecord(r, start.isoformat(), end.isoformat(), f"runs/soak-round-{r:04d}", list(hosts))
@@ -186,7 +221,13 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
             state.record_round(stage.name, rec, end)
             save_state(d, state)
             saves.append((time.process_time() - c0, time.perf_counter() - w0))
+            c0, w0 = time.process_time(), time.perf_counter()
+            compactor.catch_up(state.soak_rounds[stage.name])  # the runner's hook: the line, then compaction
+            compactions.append((time.process_time() - c0, time.perf_counter() - w0))
+        del compactor
         state_bytes = (d / "campaign-state.json").stat().st_size
+        runs_bytes = _bytes(d / "runs")
+        series_bytes = (d / series_file(stage.name)).stat().st_size
         rss0 = _rss_mb()
         c0, w0 = time.process_time(), time.perf_counter()
         judged = soak_judgement(d, state, stage, hosts, d / "runs" / "soak-closing-check")
@@ -204,15 +245,23 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
             for h, n in judged.items()
         }
         c0, w0 = time.process_time(), time.perf_counter()
-        state.apply(gate_stage(stage, hosts, outcomes), t0)
-        state.finish_stage(stage.name, t0)
-        state.finish(t0)
+        t_end = t0 + timedelta(minutes=n_rounds)
+        state.apply(gate_stage(stage, hosts, outcomes), t_end)
+        state.finish_stage(stage.name, t_end)
+        state.finish(t_end)
         save_state(d, state)
         now = (t0 + timedelta(minutes=n_rounds)).isoformat()
         write_records(d, state, campaign, now, None)
         write_campaign_report(d, state, campaign, now)
         records_cpu, records_wall = time.process_time() - c0, time.perf_counter() - w0
+        pages = d / NODE_PAGES
         sizes = {
+            "runs_full": full_bytes,
+            "runs_compacted": runs_bytes,
+            "series": series_bytes,
+            "node_pages": _bytes(pages),
+            "node_page_max": max((p.stat().st_size for p in pages.iterdir()), default=0),
+            "campaign_dir": _bytes(d),
             "state": (d / "campaign-state.json").stat().st_size,
             "soak_json": (d / "soak-soak.json").stat().st_size
             + (d / "soak-soak-rounds.jsonl").stat().st_size,
@@ -229,6 +278,9 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
             "save_cpu_last": sum(c for c, _ in saves[-5:]) / min(5, len(saves)),
             "save_wall_last": sum(w for _, w in saves[-5:]) / min(5, len(saves)),
             "save_cpu_total": sum(c for c, _ in saves),
+            "compact_cpu_mean": sum(c for c, _ in compactions) / len(compactions),
+            "compact_wall_mean": sum(w for _, w in compactions) / len(compactions),
+            "compact_cpu_total": sum(c for c, _ in compactions),
             "state_bytes_before_judgement": state_bytes,
             "judge_cpu": judge_cpu,
             "judge_wall": judge_wall,
@@ -242,7 +294,19 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
             "verdicts": verdicts,
         }
     finally:
+        keep = os.environ.get("CAMPAIGN_COST_KEEP_PAGES")
+        if keep and (work / "campaign" / "campaign.html").is_file():
+            dst = Path(keep) / f"{n_hosts}x{n_rounds}"
+            shutil.rmtree(dst, ignore_errors=True)
+            dst.mkdir(parents=True)
+            shutil.copy(work / "campaign" / "campaign.html", dst)
+            shutil.copytree(work / "campaign" / NODE_PAGES, dst / NODE_PAGES)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _bytes(path: Path) -> int:
+    """The apparent size of every file under ``path`` (a hard link counted as the file it stands for)."""
+    return sum(p.lstat().st_size for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def round_disk(template: Path) -> dict[str, float]:
@@ -274,8 +338,11 @@ def round_disk(template: Path) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--template", type=Path, required=True, help="a finished campaign's directory")
-    ap.add_argument("--hosts", type=int, nargs="+", default=[50, 100, 200])
-    ap.add_argument("--rounds", type=int, nargs="+", default=[20, 100, 200])
+    ap.add_argument("--hosts", type=int, nargs="+", default=[10, 40])
+    ap.add_argument("--rounds", type=int, nargs="+", default=[500, 2000])
+    ap.add_argument(
+        "--cases", nargs="+", default=["1000x20"], help="more cases besides --hosts x --rounds: NODESxROUNDS"
+    )
     ap.add_argument("--case", type=int, nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="write every case's figures here")
     args = ap.parse_args()
@@ -284,31 +351,31 @@ def main() -> int:
         return 0
     results = []
     print(
-        f"{'hosts':>6} {'rounds':>6} {'save/round':>11} {'judge CPU':>10} {'per host-round':>15} "
-        f"{'peak RSS':>9} {'RSS/host-round':>15} {'records+report':>15} {'state':>9} {'soak json':>10}"
+        f"{'hosts':>6} {'rounds':>6} {'save/round':>11} {'round hook':>11} {'judge CPU':>10} {'per host-round':>15} "
+        f"{'peak RSS':>9} {'records+report':>15} {'series':>8} {'runs kept':>10} {'dir':>9} {'html':>8}"
     )
-    for h in args.hosts:
-        for r in args.rounds:
-            out = subprocess.run(
-                [sys.executable, __file__, "--template", str(args.template), "--case", str(h), str(r)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if out.returncode != 0:
-                print(out.stderr[-3000:], file=sys.stderr)
-                return 1
-            x = json.loads(out.stdout.strip().splitlines()[-1])
-            results.append(x)
-            hr = h * r
-            print(
-                f"{h:>6} {r:>6} {x['save_cpu_last'] * 1000:>9.1f}ms {x['judge_cpu']:>9.2f}s "
-                f"{x['judge_cpu'] / hr * 1e6:>12.0f} us {x['peak_rss_mb']:>7.0f}MB "
-                f"{(x['rss_peak_mb'] - x['rss_before_mb']) * 1024 / hr:>12.2f} KB "
-                f"{x['records_report_cpu']:>14.2f}s {x['sizes']['state'] / 1e3:>7.0f}KB "
-                f"{x['sizes']['soak_json'] / 1e6:>8.1f}MB",
-                flush=True,
-            )
+    grid = [(h, r) for h in args.hosts for r in args.rounds]
+    grid += [(int(a), int(b)) for a, b in (c.split("x") for c in args.cases or [])]
+    for h, r in grid:
+        out = subprocess.run(
+            [sys.executable, __file__, "--template", str(args.template), "--case", str(h), str(r)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            print(out.stderr[-3000:], file=sys.stderr)
+            return 1
+        x = json.loads(out.stdout.strip().splitlines()[-1])
+        results.append(x)
+        hr, z = h * r, x["sizes"]
+        print(
+            f"{h:>6} {r:>6} {x['save_cpu_last'] * 1000:>9.1f}ms {x['compact_cpu_mean'] * 1000:>9.1f}ms "
+            f"{x['judge_cpu']:>9.2f}s {x['judge_cpu'] / hr * 1e6:>12.0f} us {x['peak_rss_mb']:>7.0f}MB "
+            f"{x['records_report_cpu']:>14.2f}s {z['series'] / 1e6:>6.1f}MB {z['runs_compacted'] / 1e6:>8.1f}MB "
+            f"{z['campaign_dir'] / 1e6:>7.1f}MB {z['campaign_html'] / 1e6:>6.2f}MB",
+            flush=True,
+        )
     disk = round_disk(args.template)
     n, R = TARGET_HOSTS, TARGET_ROUNDS
 
@@ -321,38 +388,57 @@ def main() -> int:
         coef = np.linalg.lstsq(x, y, rcond=None)[0]
         return float(coef @ np.array([1.0, hosts, rounds, hosts * rounds]))
 
+    def per_node_round(get) -> float:  # noqa: ANN001
+        """The figure per node-round of the largest case (the least fixed cost in it)."""
+        c = max(results, key=lambda c: c["hosts"] * c["rounds"])
+        return float(get(c)) / (c["hosts"] * c["rounds"])
+
     judge_cpu = fit(lambda x: x["judge_cpu"])
+    judge_cpu_hi = per_node_round(lambda x: x["judge_cpu"]) * n * R
     judge_mem = fit(lambda x: x["rss_peak_mb"] - x["rss_before_mb"])
-    report_mem = fit(lambda x: x["peak_rss_mb"] - x["rss_before_mb"])
-    soak_json = fit(lambda x: x["sizes"]["soak_json"])
+    peak = fit(lambda x: x["peak_rss_mb"])
     records = fit(lambda x: x["records_report_cpu"])
-    save = fit(lambda x: x["save_cpu_last"])  # one save, at the soak's end
-    # every round's save: the fit is linear in the rounds, so the mean is the save half-way through
-    save_all = fit(lambda x: x["save_cpu_last"], rounds=R // 2) * R
+    hook = fit(lambda x: x["compact_cpu_mean"] + x["save_cpu_last"])  # CPU-s a round at n nodes
+    hook_wall = fit(lambda x: x["compact_wall_mean"] + x["save_wall_last"])
+    series = per_node_round(lambda x: x["sizes"]["series"]) * n * R
+    soak_json = per_node_round(lambda x: x["sizes"]["soak_json"]) * n * R
+    # the compacted rounds: what each round keeps (its fixed files and marker) and what each node keeps (its
+    # files of at most 20 rounds, a bound the long cases reach), fitted; the first round whole besides
+    kept = fit(lambda x: x["sizes"]["runs_compacted"])
+    first = disk["per_host_round"] * n + disk["per_round"]
+    rest = fit(lambda x: x["sizes"]["campaign_dir"] - x["sizes"]["runs_compacted"] - x["sizes"]["series"])
+    total = kept + first + series + rest
+    html_at_n = [c["sizes"]["campaign_html"] for c in results if c["hosts"] == n]
+    html = max(html_at_n) if html_at_n else fit(lambda x: x["sizes"]["campaign_html"])
     state = fit(lambda x: x["sizes"]["state"])
-    disk_total = disk["per_host_round"] * n * R + disk["per_round"] * R
+    full = disk["per_host_round"] * n * R + disk["per_round"] * R
     print()
     print(
         f"a real round's run directory: {disk['per_host_round'] / 1e3:.1f} KB per node, "
-        f"{disk['per_round'] / 1e3:.0f} KB per round (playbooks, the suite's archive, Ansible's artifacts)"
+        f"{disk['per_round'] / 1e3:.0f} KB per round (playbooks, the suite's archive, Ansible's artifacts): "
+        f"{full / 1e9:.0f} GB at {n} nodes x {R} rounds, kept whole"
     )
     hs, rs = [c["hosts"] for c in results], [c["rounds"] for c in results]
     print(
-        f"extrapolated to {n} nodes x {R} rounds (a + b nodes + c rounds + e nodes x rounds, fitted to "
-        f"{len(results)} cases, {min(hs)}-{max(hs)} nodes x {min(rs)}-{max(rs)} rounds):"
+        f"extrapolated to {n} nodes x {R} rounds ({len(results)} cases, {min(hs)}-{max(hs)} nodes x "
+        f"{min(rs)}-{max(rs)} rounds; fits a + b nodes + c rounds + e nodes x rounds, or the largest per "
+        "node-round):"
     )
     print(
-        f"  the state saved after every round: {save * 1000:.0f} ms of CPU at the end ({save_all / 60:.1f} CPU-min "
-        f"in all), {state / 1e6:.1f} MB at the end"
+        f"  after each round: the state saved, the round's line written and its directory compacted: "
+        f"{hook:.2f} CPU-s ({hook_wall:.2f} s wall) at {n} nodes, {hook * R / 60:.0f} CPU-min over the soak (the save at the soak's end)"
     )
     print(
-        f"  the soak's judgement at its end: {judge_cpu / 60:.1f} CPU-min, {judge_mem / 1024:.2f} GB of memory"
+        f"  the soak's judgement at its end: {judge_cpu / 60:.1f} CPU-min (at the largest per node-round: "
+        f"{judge_cpu_hi / 60:.1f}), {judge_mem / 1024:.2f} GB of memory above the process's; peak "
+        f"{peak / 1024:.2f} GB; records and report {records / 60:.1f} CPU-min"
     )
     print(
-        f"  records and report: {records / 60:.1f} CPU-min, the peak with the judgement {report_mem / 1024:.2f} GB; "
-        f"soak-<stage>.json and its rounds file {soak_json / 1e9:.2f} GB"
+        f"  the campaign directory: {total / 1e9:.1f} GB: the series file {series / 1e9:.2f} GB, the compacted "
+        f"rounds {kept / 1e9:.2f} GB and the first round whole {first / 1e9:.2f} GB, the rest (soak json "
+        f"{soak_json / 1e9:.2f} GB, state {state / 1e6:.0f} MB, records, pages) {rest / 1e9:.2f} GB"
     )
-    print(f"  the campaign directory: {disk_total / 1e9:.0f} GB (the rounds' run directories)")
+    print(f"  campaign.html: {html / 1e6:.1f} MB ({'measured' if html_at_n else 'fitted'} at {n} nodes)")
     if args.json:
         args.json.write_text(json.dumps({"cases": results, "disk": disk}, indent=1))
     return 0

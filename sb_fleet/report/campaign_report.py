@@ -276,7 +276,8 @@ def _timeline_svg(summary: Mapping[str, Any], soaks: Mapping[str, Mapping[str, A
         x = label_w + off * scale
         out.append(
             f'<line x1="{x:.1f}" y1="2" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#ddd"/>'
-            f'<text x="{x:.1f}" y="{axis_y + 16}" font-size="10" text-anchor="middle">{_offset(off)}</text>'
+            f'<text x="{x:.1f}" y="{axis_y + 16}" font-size="10" '
+            f'text-anchor="{"end" if x > width - 30 else "middle"}">{_offset(off)}</text>'
         )
     for i, (host, n) in enumerate(nodes):
         y = 5 + i * row_h
@@ -423,10 +424,24 @@ def _spark(points: Sequence[tuple[float, float]], n_rounds: int, width: int = 22
             f"{4 + (p[0] - 0.5) / xs * (width - 8):.1f},{height - 4 - (p[1] - lo) / span * (height - 8):.1f}"
         )
 
-    line = " ".join(xy(p) for p in thinned(points, width))
+    pts = thinned(points, width)
+    columns: dict[int, list[tuple[float, float]]] = {}
+    for p in pts:
+        columns.setdefault(int((p[0] - 0.5) / xs * (width - 8)), []).append(p)
+    if (
+        len(pts) > len(columns) * 1.5
+    ):  # denser than the pixels (thousands of noisy rounds): a band and its middle
+        cols = [(min(c, key=lambda p: p[1]), max(c, key=lambda p: p[1])) for _, c in sorted(columns.items())]
+        band = " ".join(xy(hi_p) for _, hi_p in cols) + " " + " ".join(xy(lo_p) for lo_p, _ in reversed(cols))
+        mid = " ".join(xy((lo_p[0], (lo_p[1] + hi_p[1]) / 2)) for lo_p, hi_p in cols)
+        body = (
+            f'<polygon points="{band}" fill="#90caf9" stroke="none"/>'
+            f'<polyline points="{mid}" fill="none" stroke="#1565c0" stroke-width="1"/>'
+        )
+    else:
+        body = f'<polyline points="{" ".join(xy(p) for p in pts)}" fill="none" stroke="#1565c0" stroke-width="1.5"/>'
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
-        f'<polyline points="{line}" fill="none" stroke="#1565c0" stroke-width="1.5"/></svg>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">{body}</svg>'
         f" <small>{points[0][1]:.4g} → {points[-1][1]:.4g}</small>"
     )
 
@@ -493,7 +508,7 @@ def _soak_html(
     views = {h: _view(v) for h, v in (doc.get("rounds") or {}).items()}
     nodes = doc.get("nodes") or {}
     rows = []
-    for host, node in nodes.items():
+    for host, node in sorted(nodes.items(), key=lambda kv: bool(kv[1].get("passed"))):  # failed first
         n = int(node.get("rounds") or 0)
         view = views.get(host)
         if view is not None:
@@ -572,7 +587,7 @@ def campaign_html(
         f'<tr><td>{_host_cell(h, links)}</td><td style="color:{VERDICT_COLOURS.get(n["verdict"], "#555")}">'
         f"<b>{n['verdict']}</b></td><td>{html.escape(str(n['stage_reached'] or '-'))}</td>"
         f"<td>{html.escape(str(n['failed_stage'] or '-'))}</td><td>{html.escape(n['reason'] or '')}</td></tr>"
-        for h, n in everyone.items()
+        for h, n in sorted(everyone.items(), key=lambda kv: kv[1]["verdict"] == "accepted")  # failed first
     )
     counts = ", ".join(f"{k} {v}" for v, k in sorted(summary.get("verdicts", {}).items()))
     part = {**summary, "nodes": {h: everyone[h] for h in shown}}
