@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,10 @@ from sb_fleet.errors import RunDirError
 
 SCHEMA = 1
 MAX_LINE = 256 << 20  # one round of 1,000 nodes is ~0.1 MB; a line past this is damage, not a round
+
+
+# how append() starts a line: its schema, round and run directory
+_HEAD = re.compile(rb'^\{"v":%d,"round":(-?\d+),"run_dir":("(?:[^"\\]|\\.)*")' % SCHEMA)
 
 
 def series_file(stage: str) -> str:
@@ -82,15 +87,60 @@ class SeriesFile:
         self.run_dirs: dict[str, int] = {}  # run_dir -> its round's index
         self.kept: dict[str, int] = {}  # node -> rounds whose files it kept (round_compaction's count)
         self.keep: dict[str, dict[str, str]] = {}  # run_dir -> the nodes whose files it kept, and why
-        self._last: dict[str, dict[str, float]] = {}
+        self._last_readings: dict[str, dict[str, float]] | None = None  # replayed when first needed
         good = 0
-        for raw, line in self._lines():
-            replay(line, self._last)
-            self._note(line)
+        for raw, head in self._heads():
+            self._note(head)
             good += len(raw)
         if self.path.is_file() and good != self.path.stat().st_size:
             with open(self.path, "r+b") as f:
                 f.truncate(good)
+
+    @property
+    def _last(self) -> dict[str, dict[str, float]]:
+        """Each node's last counter readings, the file replayed (only to write a line: the judgement reads
+        the rounds without them)."""
+        if self._last_readings is None:
+            self._last_readings = {}
+            for _, line in self._lines():
+                replay(line, self._last_readings)
+        return self._last_readings
+
+    def _heads(self) -> Iterator[tuple[bytes, dict[str, Any]]]:
+        """Each line's round, run directory and kept nodes, its nodes left unparsed where the line starts as
+        :meth:`append` writes it (else the whole line, checked)."""
+        if not self.path.is_file():
+            return
+        decoder = json.JSONDecoder()
+        with open(self.path, "rb") as f:
+            for k, raw in enumerate(f, 1):
+                if not raw.endswith(b"\n") or len(raw) > MAX_LINE:
+                    return  # cut off by a crash: written again from its run directory
+                m = _HEAD.match(raw)
+                if m is None:
+                    yield raw, self._checked(raw, k)
+                    continue
+                try:
+                    head: dict[str, Any] = {"round": int(m.group(1)), "run_dir": json.loads(m.group(2))}
+                    if raw.startswith(b',"keep":', m.end()):
+                        head["keep"] = decoder.raw_decode(raw[m.end() + 8 :].decode())[0]
+                except ValueError:
+                    head = self._checked(raw, k)
+                yield raw, head
+
+    def _checked(self, raw: bytes, k: int) -> dict[str, Any]:
+        try:
+            line = json.loads(raw)
+            if not isinstance(line, dict) or line.get("v") != SCHEMA:
+                raise ValueError(f"not a schema {SCHEMA} round")
+            str(line["run_dir"]), int(line["round"]), line["nodes"].items(), list(line["columns"])
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise RunDirError(
+                f"{self.path}: line {k} is damaged ({type(exc).__name__}: {exc}); move the file aside "
+                "to read the rounds again from their run directories (rounds already compacted are "
+                "then lost)"
+            ) from None
+        return line
 
     def _note(self, line: Mapping[str, Any]) -> None:
         self.run_dirs[str(line["run_dir"])] = int(line["round"])
@@ -115,18 +165,7 @@ class SeriesFile:
             for k, raw in enumerate(f, 1):
                 if not raw.endswith(b"\n") or len(raw) > MAX_LINE:
                     return  # cut off by a crash: written again from its run directory
-                try:
-                    line = json.loads(raw)
-                    if not isinstance(line, dict) or line.get("v") != SCHEMA:
-                        raise ValueError(f"not a schema {SCHEMA} round")
-                    str(line["run_dir"]), int(line["round"]), line["nodes"].items(), list(line["columns"])
-                except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                    raise RunDirError(
-                        f"{self.path}: line {k} is damaged ({type(exc).__name__}: {exc}); move the file aside "
-                        "to read the rounds again from their run directories (rounds already compacted are "
-                        "then lost)"
-                    ) from None
-                yield raw, line
+                yield raw, self._checked(raw, k)
 
     def rounds(self) -> Iterator[RoundColumns]:
         """Every round of the file in order, each node's counters whole, one round at a time."""
