@@ -105,7 +105,9 @@ def run_round_load(opts: Any, load: Load, hosts: Sequence[str], seconds: float) 
         with wf.executor(run, opts, list(hosts)) as ex:
             direct = [h for h in ex.direct_hosts(list(hosts)) if h in doc["hosts"]]
             for h in hosts:
-                if h not in direct:
+                if h not in doc["hosts"]:
+                    entries[h] = {"outcome": "skipped", "reason": "not in the round's exec-hosts.json"}
+                elif h not in direct:
                     entries[h] = {
                         "outcome": "skipped",
                         "reason": "no load: the node's exec goes through Ansible (its inventory asks for it)",
