@@ -65,7 +65,7 @@ SHARED = [
 
 # The round's files that do not grow with its nodes (a compacted round keeps them; the playbooks and the
 # suite's archive go)
-FIXED = ["config.yaml", "config.json", "plan.json", "metrics.json"]
+FIXED = ["config.yaml", "config.json", "metrics.json"]
 
 CAMPAIGN = """\
 version: 1

@@ -7,7 +7,8 @@ A round's run directory is 50-60 KB a node (raw results, the health document, it
 metrics.prom, junit) and ~450 KB of playbooks and the suite's archive: 232 GB for 1,000 nodes x 4,320
 rounds. Compacted, it keeps:
 
-- ``manifest.json``, ``config.yaml``, ``config.json``, ``plan.json``, ``metrics.json`` (what ran, how, when);
+- ``manifest.json``, ``config.yaml``, ``config.json``, ``metrics.json`` (what ran, how, when; not ``plan.json``:
+  ~200 bytes a node a round), ``load.json`` (the round's load, a few numbers a node);
 - the files of each node that failed the round, was throttled in it, or whose watched counters changed
   since its previous reading (its raw results, health document and facts: the evidence the records point
   to), for at most :data:`KEEP_ROUNDS_PER_NODE` rounds a node (the records name at most as many);
@@ -43,7 +44,7 @@ from sb_fleet.safe_files import atomic_write_json
 
 KEEP_ROUNDS_PER_NODE = 20  # acceptance records list at most 20 round directories a node (MAX_EVIDENCE_ROUNDS)
 # load.json: the round's load, a few numbers a node in columns (sb_fleet.campaign.soak_load.load_doc)
-ROUND_FILES = ("manifest.json", "config.yaml", "config.json", "plan.json", "metrics.json", "load.json")
+ROUND_FILES = ("manifest.json", "config.yaml", "config.json", "metrics.json", "load.json")
 NODE_FILES = ("raw/{h}", "health/{h}.json", "facts/{h}.json")
 
 

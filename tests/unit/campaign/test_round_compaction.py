@@ -166,9 +166,7 @@ def test_a_compacted_round_keeps_what_the_records_point_to(tmp_path):
     first = runs / "soak-round-01"
     assert not (first / COMPACTED).exists() and (first / "report.json").is_file()  # the first round whole
     plain = runs / "soak-round-02"  # every node passed, nothing changed
-    assert sorted(p.name for p in plain.iterdir()) == sorted(
-        ["manifest.json", "config.json", "plan.json", COMPACTED]
-    )
+    assert sorted(p.name for p in plain.iterdir()) == sorted(["manifest.json", "config.json", COMPACTED])
     marker = json.loads((plain / COMPACTED).read_text())
     assert marker["kept"] == {} and marker["series"] == series_file("soak") and marker["round"] == 2
     assert marker["removed"]["files"] > 20 and marker["removed"]["bytes"] > 4000
@@ -292,7 +290,5 @@ def test_report_on_a_compacted_round_is_one_clear_line(tmp_path):
     assert out.returncode == 2, out
     assert "Traceback" not in out.stderr and "soak-<stage>-series.jsonl" in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
-    assert sorted(p.name for p in rd.iterdir()) == sorted(
-        ["manifest.json", "config.json", "plan.json", COMPACTED]
-    )
+    assert sorted(p.name for p in rd.iterdir()) == sorted(["manifest.json", "config.json", COMPACTED])
     assert math.isfinite(load_fleet(d / "runs" / "soak-round-01").values[0, 0])  # the first round: whole
