@@ -210,7 +210,10 @@ def test_campaign_report_md_and_html(campaign, tmp_path):
     assert "<svg" in page and "7 GPU(s) &lt;b&gt;" in page and "7 GPU(s) <b>" not in page  # escaped
     assert "failed 1 of 3 rounds" in page and "<script" not in page
     paths = write_campaign_report(tmp_path, state, campaign, "2026-11-29T08:05:00+00:00")
-    assert [p.name for p in paths] == ["campaign.md", "campaign.html"] and all(p.exists() for p in paths)
+    assert [p.name for p in paths] == ["campaign.md", "campaign.html", "campaign-nodes"]
+    assert all(p.exists() for p in paths) and sorted(p.name for p in paths[2].iterdir()) == [
+        f"{h}.html" for h in sorted(state.hosts)
+    ]  # a page per node
 
 
 def test_the_soak_is_plotted_per_round():
