@@ -179,8 +179,8 @@ def compact(rd: Path, keep: Mapping[str, str], marker: Mapping[str, Any]) -> boo
     for p in drop:
         try:
             p.unlink()
-        except FileNotFoundError:
-            pass
+        except OSError:
+            pass  # gone already (a compaction cut off), or not ours to remove: the round keeps it
     for root, dirs, _files in os.walk(rd, topdown=False):
         for d in dirs:
             try:

@@ -501,7 +501,11 @@ def _soak(ctx: _Ctx, stage: Stage) -> None:
 def _round_finished(ctx: _Ctx, stage: Stage, compactor: RoundCompactor) -> None:
     """The recorded rounds in the soak's series file, each compacted as the campaign keeps its rounds
     (``keep_rounds``; :mod:`sb_fleet.campaign.round_compaction`)."""
-    done = compactor.catch_up(ctx.state.soak_rounds.get(stage.name, []))
+    try:
+        done = compactor.catch_up(ctx.state.soak_rounds.get(stage.name, []))
+    except OSError as exc:  # the disk: the soak goes on, the rounds stay whole until the next round's call
+        _say(ctx.opts, f"warning: soak {stage.name}: the rounds' series file or compaction failed ({exc})")
+        return
     if done:
         log.info("soak %s: compacted %s", stage.name, ", ".join(done))
 
