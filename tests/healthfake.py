@@ -235,7 +235,11 @@ def make_machine(
 
 
 def plant_throttle(
-    tools: Path, start: float, seconds: float, reason: str = "hw_thermal_slowdown", gpus: list[int] | None = None
+    tools: Path,
+    start: float,
+    seconds: float,
+    reason: str = "hw_thermal_slowdown",
+    gpus: list[int] | None = None,
 ) -> None:
     """The fake nvidia-smi in ``tools`` reports ``reason`` active on ``gpus`` (None: every GPU) from
     ``start`` (epoch seconds) for ``seconds``; earlier plantings are kept."""
