@@ -126,31 +126,31 @@ def test_the_columns_as_json():
     assert [r.throttled_windows for r in rounds] == [0, 2, 0] and rounds[2].metrics["m/y_bw"].noise == 0.02
 
 
-def test_a_round_every_node_is_slow_in_is_not_a_nodes_drift():
-    """Five nodes; in round 3 the whole machine is slow (every figure at 40%); node e loses 5% a round. Judged
-    against the fleet's median of each round, e fails and the others pass; judged alone, the shared slow
-    round is noise enough to hide e's loss."""
+def _fleet_rounds(names: str, rounds: int, speed, sigma: float, seed: int) -> dict[str, NodeSeries]:  # noqa: ANN001
+    """Nodes sharing a fleet reference, each round's figure 100 x ``speed(host, position)`` with Gaussian
+    noise of ``sigma``, every round passed; the fleet's medians settled."""
     from sb_fleet.campaign.soak_series import FleetReference, add_fleet_round
 
-    records = _records(8)
-    rng = random.Random(3)
+    rng = random.Random(seed)
     fleet = FleetReference()
-    nodes = {h: NodeSeries(fleet=fleet) for h in "abcde"}
-    for pos in range(8):
-        common = 0.4 if pos == 2 else 1.0
-        vals = {
-            h: {
-                "g/fp32_flops": 100.0
-                * common
-                * (1 - 0.05 * pos if h == "e" else 1.0)
-                * (1 + rng.gauss(0, 0.01))
-            }
-            for h in nodes
-        }
+    nodes = {h: NodeSeries(fleet=fleet) for h in names}
+    for pos in range(rounds):
+        vals = {h: {"g/fp32_flops": 100.0 * speed(h, pos) * (1 + rng.gauss(0, sigma))} for h in nodes}
         for h, s in nodes.items():
             s.add_round(pos, True, "", vals[h], {}, 0)
         add_fleet_round(fleet, pos, list(vals.values()))
     fleet.settle()
+    return nodes
+
+
+def test_a_round_every_node_is_slow_in_is_not_a_nodes_drift():
+    """Five nodes; in round 3 the whole machine is slow (every figure at 40%); node e loses 5% a round. Judged
+    against the fleet's median of each round, e fails and the others pass; judged alone, the shared slow
+    round is noise enough to hide e's loss."""
+    records = _records(8)
+    nodes = _fleet_rounds(
+        "abcde", 8, lambda h, pos: (0.4 if pos == 2 else 1.0) * (1 - 0.05 * pos if h == "e" else 1.0), 0.01, 3
+    )
     crit = SoakCriteria(drift_min_rounds=5, drift_min_change=0.05)
     judged = {h: (n.passed, basis) for h, n, basis in judge_series(nodes, records, crit)}
     assert judged == {h: (h != "e", "relative") for h in "abcde"}
@@ -190,27 +190,14 @@ def test_a_slowdown_every_node_shares_rejects_none_and_a_nodes_own_step_is_caugh
     """Six nodes; from round 5 of 8 the whole fleet runs at 60% (load on the machine), and node f also
     falls to half of the fleet's speed from round 4. As measured every node stepped down; relative to the
     fleet's median of each round only f did: f fails with the step and the round it began, the rest pass."""
-    from sb_fleet.campaign.soak_series import FleetReference, add_fleet_round
-
     records = _records(8)
-    rng = random.Random(11)
-    fleet = FleetReference()
-    nodes = {h: NodeSeries(fleet=fleet) for h in "abcdef"}
-    for pos in range(8):
-        common = 0.6 if pos >= 4 else 1.0
-        vals = {
-            h: {
-                "g/fp32_flops": 100.0
-                * common
-                * (0.5 if h == "f" and pos >= 3 else 1.0)
-                * (1 + rng.gauss(0, 0.03))
-            }
-            for h in nodes
-        }
-        for h, s in nodes.items():
-            s.add_round(pos, True, "", vals[h], {}, 0)
-        add_fleet_round(fleet, pos, list(vals.values()))
-    fleet.settle()
+    nodes = _fleet_rounds(
+        "abcdef",
+        8,
+        lambda h, pos: (0.6 if pos >= 4 else 1.0) * (0.5 if h == "f" and pos >= 3 else 1.0),
+        0.03,
+        11,
+    )
     crit = SoakCriteria(drift_min_rounds=6, drift_min_change=0.05)
     judged = {h: n for h, n, _basis in judge_series(nodes, records, crit)}
     assert [h for h, n in judged.items() if not n.passed] == ["f"]
