@@ -31,16 +31,30 @@ from sb_fleet.plan.run_plan import build_plan
 # Disk of one run directory (a stage's attempt or pattern, a soak round), measured on the loopback fleet:
 # docs/campaigns.md, "What a 72-hour soak of 1,000 nodes costs the control node" (2026-11-29): 53.2 KB per
 # node (its raw results, health document, report rows, metrics.prom, junit) and 449 KB per run (the
-# playbooks and the suite's archive). A GPU node's eight ranks write more. Nothing prunes old rounds yet
-# (round compaction, when it lands, shrinks the per-node figure).
+# playbooks and the suite's archive). A GPU node's eight ranks write more. A soak's rounds but its first
+# are compacted as they finish (below), unless its keep_rounds is all.
 NODE_ROUND_BYTES = 53_200
 ROUND_BYTES = 449_000
 # The soak's judgement files (soak-<stage>.json and its rounds file), per node-round: 2.8 MB at 10 nodes x
 # 4,320 rounds, 9.8 MB at 40 (the same section's table, bench/campaign_cost.py).
 SOAK_FILES_NODE_ROUND_BYTES = 65
+# A soak with ``keep_rounds: failed`` (the default) keeps its first round whole and compacts the others as
+# they finish (sb_fleet/campaign/round_compaction.py); docs/campaigns.md, the cost section of 2026-12-07
+# (bench/campaign_cost.py at 077525e): the series file ~90 bytes a node-round, a compacted round ~44 bytes
+# a node (its kept report rows) and ~12 KB (manifest, config, metrics; a 1,000-node host list), the
+# round's load.json ~100 bytes a node where the soak has a load, and each node's own files kept for at most
+# 20 rounds it failed, was throttled or changed a counter in (~17 KB a round on the loopback fleet).
+SERIES_NODE_ROUND_BYTES = 90
+COMPACT_NODE_ROUND_BYTES = 44
+COMPACT_ROUND_BYTES = 12_000
+LOAD_NODE_ROUND_BYTES = 100
+KEPT_ROUNDS_PER_NODE = 20
+KEPT_NODE_ROUND_BYTES = 17_000
 DISK_SOURCE = (
-    "measured on the loopback fleet, docs/campaigns.md (2026-11-29): 53.2 KB a node and 449 KB a run "
-    "directory (a GPU node's eight ranks write more), ~65 bytes a node-round of the soak's judgement files"
+    "measured on the loopback fleet, docs/campaigns.md: 53.2 KB a node and 449 KB a run directory "
+    "(2026-11-29; a GPU node's eight ranks write more), ~65 bytes a node-round of the soak's judgement "
+    "files; a compacted soak round (keep_rounds: failed, 2026-12-07) ~44 bytes a node and ~12 KB, ~90 "
+    "bytes a node-round of its series file, at most 20 whole rounds a node kept (~17 KB each)"
 )
 MAX_NAMES = 20  # nodes listed by name up to this many; past it, as a hostlist and cut
 
@@ -103,6 +117,27 @@ def run_bytes(
 ) -> float:
     """One run directory's disk: a run's own files and each node's."""
     return round_bytes + node_round_bytes * nodes
+
+
+def soak_disk(
+    stage: Stage,
+    nodes: int,
+    rounds: int,
+    closing: int,
+    node_round_bytes: float = NODE_ROUND_BYTES,
+    round_bytes: float = ROUND_BYTES,
+) -> float:
+    """A soak's disk for ``rounds`` rounds of ``nodes`` and ``closing`` closing checks: every round whole
+    with ``keep_rounds: all``; else the first whole, the rest compacted, the series file, each node's
+    files kept for at most :data:`KEPT_ROUNDS_PER_NODE` rounds (an upper bound), and the load's files."""
+    whole = run_bytes(nodes, node_round_bytes, round_bytes)
+    judged = rounds * nodes * SOAK_FILES_NODE_ROUND_BYTES + closing * whole
+    if stage.keep_rounds == "all" or rounds == 0:
+        return judged + rounds * whole
+    compacted = (rounds - 1) * (COMPACT_ROUND_BYTES + nodes * COMPACT_NODE_ROUND_BYTES)
+    kept = nodes * min(rounds - 1, KEPT_ROUNDS_PER_NODE) * KEPT_NODE_ROUND_BYTES
+    load = rounds * nodes * LOAD_NODE_ROUND_BYTES if stage.load is not None else 0
+    return judged + whole + compacted + kept + rounds * nodes * SERIES_NODE_ROUND_BYTES + load
 
 
 def _stage_runs(
@@ -181,8 +216,7 @@ def plan_stage(
             rounds_left=left,
             min_s=left * pace,
             max_s=left * max(pace, round_bound) + sum(r.bound_s for r in closing),
-            disk_bytes=(left + len(closing)) * run_bytes(n, node_round_bytes, round_bytes)
-            + left * n * SOAK_FILES_NODE_ROUND_BYTES,
+            disk_bytes=soak_disk(stage, n, left, len(closing), node_round_bytes, round_bytes),
             notes=tuple(notes),
         )
     attempts = 2 if stage.on_failure == "retry_once" else 1
@@ -351,8 +385,13 @@ def plan_lines(plan: CampaignPlan, resumed: bool = False) -> list[str]:
         if st.stage.kind == "soak":
             lines.append(
                 f"     wall: {duration(st.min_s)} at its pace, at most {duration(st.max_s)}; disk: "
-                f"{size(run_bytes(st.nodes, plan.node_round_bytes, plan.round_bytes))} a round, "
-                f"{size(st.disk_bytes)} in all"
+                f"{size(run_bytes(st.nodes, plan.node_round_bytes, plan.round_bytes))} a round"
+                + (
+                    ""
+                    if st.stage.keep_rounds == "all"
+                    else " while it runs (compacted once recorded: keep_rounds failed)"
+                )
+                + f", {size(st.disk_bytes)} in all"
             )
         else:
             lines.append(f"     wall: at most {duration(st.max_s)}; disk: at most {size(st.disk_bytes)}")

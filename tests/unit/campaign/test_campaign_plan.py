@@ -10,14 +10,19 @@ from datetime import datetime, timezone
 import pytest
 
 from sb_fleet.campaign.campaign_plan import (
+    COMPACT_NODE_ROUND_BYTES,
+    COMPACT_ROUND_BYTES,
+    KEPT_NODE_ROUND_BYTES,
     NODE_ROUND_BYTES,
     ROUND_BYTES,
+    SERIES_NODE_ROUND_BYTES,
     SOAK_FILES_NODE_ROUND_BYTES,
     duration,
     node_names,
     plan_campaign,
     plan_lines,
     size,
+    soak_disk,
 )
 from sb_fleet.campaign.campaign_state import CampaignState, RoundRecord
 from sb_fleet.campaign.gating import StageOutcome, entrants, gate_stage
@@ -74,12 +79,27 @@ def test_disk_is_the_measured_figures_per_run_and_per_node(tmp_path):
     plan = plan_campaign(campaign(tmp_path), CONFIG, inventory(6))
     per_run = ROUND_BYTES + NODE_ROUND_BYTES * 6
     soak = plan.stages[3]
-    # 5 rounds and the closing check, and the judgement files of 6 nodes x 5 rounds
-    assert soak.disk_bytes == pytest.approx(6 * per_run + 30 * SOAK_FILES_NODE_ROUND_BYTES)
+    # keep_rounds failed (the default): the first round whole, 4 compacted, each node's files for at most
+    # 4 rounds, the series file; the closing check whole; the judgement files of 6 nodes x 5 rounds
+    compacted = 4 * (COMPACT_ROUND_BYTES + 6 * COMPACT_NODE_ROUND_BYTES) + 6 * 4 * KEPT_NODE_ROUND_BYTES
+    expected = 2 * per_run + compacted + 30 * (SOAK_FILES_NODE_ROUND_BYTES + SERIES_NODE_ROUND_BYTES)
+    assert soak.disk_bytes == pytest.approx(expected)
     assert [s.disk_bytes for s in plan.stages[:3]] == [per_run, 2 * per_run, 2 * per_run]
-    assert plan.disk_bytes == pytest.approx(11 * per_run + 30 * SOAK_FILES_NODE_ROUND_BYTES)
-    # docs/campaigns.md's own figure: 1,000 nodes x 4,320 rounds of run directories is 232 GB
+    assert plan.disk_bytes == pytest.approx(5 * per_run + expected)
+    # keep_rounds all: every round whole, as before compaction
+    whole = plan_campaign(
+        campaign(tmp_path, TEXT.replace("round: 1m}", "round: 1m, keep_rounds: all}")), CONFIG, inventory(6)
+    )
+    assert whole.stages[3].disk_bytes == pytest.approx(6 * per_run + 30 * SOAK_FILES_NODE_ROUND_BYTES)
+    # docs/campaigns.md's own figure: 1,000 nodes x 4,320 rounds of run directories is 232 GB whole
     assert pytest.approx(232e9, rel=0.005) == 4320 * (ROUND_BYTES + NODE_ROUND_BYTES * 1000)
+    # compacted, with a load: under the 10 GB (the cost section: ~1.5 GB measured and fitted)
+    big = parse_campaign(
+        "version: 1\nstages:\n  - {name: s, kind: soak, benchmarks: [gemm-flops], duration: 72h, round: 1m,"
+        " load: cpu-gemm}\n",
+        tmp_path / "big.yaml",
+    ).spec.stages[0]
+    assert 1e9 < soak_disk(big, 1000, 4320, 1) < 2.5e9
 
 
 def test_wall_time_from_the_deadlines_and_the_soaks_pace(tmp_path):
