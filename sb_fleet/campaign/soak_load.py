@@ -10,10 +10,11 @@ keeps them per round in ``load.json`` of the round's run directory (:data:`LOAD_
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from sb_fleet import bounded_json
 
 LOAD_FILE = "load.json"
 SUMMARY_MARK = "SB_LOAD_SUMMARY"  # sb_bench.host.burn.SUMMARY_MARK (the suite is never imported here)
@@ -32,11 +33,8 @@ def parse_summary(stdout: str) -> dict[str, Any] | None:
     """The node's summary: the last ``SB_LOAD_SUMMARY`` line of its output, a JSON object; else None."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(SUMMARY_MARK + " "):
-            text = line[len(SUMMARY_MARK) + 1 :]
-            if len(text) > MAX_SUMMARY:
-                return None
-            try:
-                doc = json.loads(text)
+            try:  # a host's line: bounded in size and depth (a nested one is no summary, not a traceback)
+                doc = bounded_json.loads(line[len(SUMMARY_MARK) + 1 :], MAX_SUMMARY)
             except ValueError:
                 return None
             return doc if isinstance(doc, dict) else None

@@ -164,6 +164,9 @@ def test_a_summary_line_is_read_back_and_kept_in_columns():
     assert parse_summary(out) == doc
     assert parse_summary("sb-load: 1\nSB_LOAD_SUMMARY {broken\n") is None
     assert parse_summary("SB_LOAD_SUMMARY [1]") is None
+    # a host's hostile line: nested past any real summary, or longer than one: no summary, no traceback
+    assert parse_summary("SB_LOAD_SUMMARY " + "[" * 60_000) is None
+    assert parse_summary('SB_LOAD_SUMMARY {"a": "' + "x" * (70 << 10) + '"}') is None
     calm = {"start": 11.0, "end": 40.0, "telemetry": {"throttled_windows": 0, "counters": {}}}
     entries = {
         "a": {"outcome": "ok", "reason": "", "summary": doc},
