@@ -14,10 +14,11 @@ campaign), so nothing is drained twice.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from sb_fleet import bounded_json
+from sb_fleet.bounded_json import read_or_none
 from sb_fleet.campaign.campaign_state import INPUTS_NAME, CampaignState, NodeState, load_state
 from sb_fleet.config.campaign_spec import CampaignSpec, load_campaign
 from sb_fleet.errors import RunDirError, SbFleetError, UsageError
@@ -85,10 +86,7 @@ def _slurm_tools(config: Path) -> tuple[str, str]:
 
 
 def _log(d: Path) -> dict[str, Any]:
-    try:
-        log = json.loads((d / ACTIONS_NAME).read_text())
-    except (OSError, ValueError):
-        log = None
+    log = read_or_none(d / ACTIONS_NAME)
     return log if isinstance(log, dict) else {"schema_version": 1, "actions": []}
 
 
@@ -132,7 +130,7 @@ def drain_campaign(path: Path, resume: bool, dry_run: bool) -> tuple[int, str]:
     """(exit code, text to print); 3 where Slurm refused an action."""
     d = Path(path)
     try:
-        inputs = json.loads((d / INPUTS_NAME).read_text())
+        inputs = bounded_json.read(d / INPUTS_NAME)
         config = Path(inputs["config"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RunDirError(f"{d / INPUTS_NAME}: damaged ({type(exc).__name__}: {exc})") from None
