@@ -21,6 +21,7 @@ docs/campaigns.md, "Judging a soak", states the rules and their reasons.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -412,7 +413,7 @@ def _drift_finding(t: Trend, crit: SoakCriteria) -> SoakFinding:
         at = t.rounds.index(t.since_round)
         what = (
             f"a step from round {t.since_round} ({len(t.rounds)} rounds judged; median "
-            f"{_median(t.values[:at]):.6g} before, {_median(t.values[at:]):.6g} from it; {way})"
+            f"{statistics.median(t.values[:at]):.6g} before, {statistics.median(t.values[at:]):.6g} from it; {way})"
         )
         source = (
             "within the two segments" if t.noise_source == "within segments" else f"from its {t.noise_source}"
@@ -445,12 +446,6 @@ def _drift_finding(t: Trend, crit: SoakCriteria) -> SoakFinding:
         },
         rounds=t.rounds if t.since_round is None else tuple(r for r in t.rounds if r >= t.since_round),
     )
-
-
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def judge_node(

@@ -345,6 +345,7 @@ def combine_bases(relative: NodeSoak, measured: NodeSoak) -> tuple[NodeSoak, str
     least half of it): a node whose loss the fleet's own noise hides relative to it still fails. The rounds,
     counters and throttled windows are judged alike on both."""
     rel_trends = {t.metric: t for t in relative.trends}
+    own = {t.metric: t for t in measured.trends}
     failing = {f.subject for f in relative.findings if f.kind == "drift" and f.fails}
     extra = [
         f
@@ -352,19 +353,13 @@ def combine_bases(relative: NodeSoak, measured: NodeSoak) -> tuple[NodeSoak, str
         if f.kind == "drift"
         and f.fails
         and f.subject not in failing
-        and not _fleet_explains(
-            next(t for t in measured.trends if t.metric == f.subject), rel_trends.get(f.subject)
-        )
+        and not _fleet_explains(own[f.subject], rel_trends.get(f.subject))
     ]
     if not extra:
         return relative, "relative"
     marked = [replace(f, message=f"{f.message} (as measured; the fleet did not move with it)") for f in extra]
-    trends = tuple(
-        next((m for m in measured.trends if m.metric == t.metric), t)
-        if t.metric in {f.subject for f in extra}
-        else t
-        for t in relative.trends
-    )
+    added = {f.subject for f in extra}
+    trends = tuple(own[t.metric] if t.metric in added else t for t in relative.trends)
     findings = relative.findings + tuple(marked)
     return replace(
         relative, passed=not any(f.fails for f in findings), findings=findings, trends=trends
