@@ -646,12 +646,11 @@ def dry_run(opts: AcceptOptions, new_dir: Path | None = None) -> str:
     touched, nothing written (``new_dir``: the new campaign's ``--dir``, where given). With ``resume``: what
     remains of the campaign in ``opts.directory``."""
     from sb_fleet.campaign.campaign_plan import plan_campaign, plan_lines
-    from sb_fleet.fleet.direct_exec import direct_reason
+    from sb_fleet.fleet.direct_exec import runs_direct
     from sb_fleet.rundir.runinputs import plan_inputs
 
-    def direct(config: Any, inventory: Any) -> bool:  # as validate --dry-run decides (fleet.workflow)
-        srun = config.fleet.launcher == "slurm"
-        return config.fleet.exec_via == "ssh" and all(direct_reason(h, srun) is None for h in inventory.hosts)
+    def direct(config: Any, inventory: Any) -> bool:  # as validate --dry-run decides
+        return runs_direct(config.fleet.exec_via, config.fleet.launcher, inventory.hosts)
 
     if opts.resume:
         ctx = _resume(opts)

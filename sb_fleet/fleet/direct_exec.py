@@ -28,7 +28,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -88,6 +88,14 @@ def direct_reason(host: Host, srun: bool = False) -> str | None:
     if other:
         return f"{other[0]} (an Ansible setting this path does not apply)"
     return None
+
+
+def runs_direct(exec_via: str, launcher: str, hosts: Iterable[Host]) -> bool:
+    """Whether validate's exec on ``hosts`` goes over sb-fleet's own clients (``fleet.exec_via: ssh``
+    and every host's connection fits them: :func:`direct_reason`), ssh or srun steps under
+    ``launcher: slurm``; else through Ansible. Its deadlines and ``--dry-run`` follow from it."""
+    srun = launcher == "slurm"
+    return exec_via == "ssh" and all(direct_reason(h, srun) is None for h in hosts)
 
 
 @dataclass(frozen=True)

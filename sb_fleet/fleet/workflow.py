@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from sb_fleet.errors import RunDirError
 from sb_fleet.exits import exit_for
-from sb_fleet.fleet.direct_exec import direct_reason
+from sb_fleet.fleet.direct_exec import runs_direct
 from sb_fleet.fleet.executor import Executor, Started
 from sb_fleet.fleet.pattern_followup import follow_up
 from sb_fleet.fleet.progress import Progress
@@ -175,8 +175,7 @@ def dry_run(run: RunInputs, hosts: list[str], validate: bool = False, opts: Opti
     # each phase of the one exec keeps its own deadline: watched from the control node over sb-fleet's own
     # clients (ssh, or srun's steps under launcher: slurm), read as they come; through Ansible the host
     # watches them itself
-    srun = fleet.launcher == "slurm"
-    direct = fleet.exec_via == "ssh" and all(direct_reason(run.inventory.get(h), srun) is None for h in hosts)
+    direct = runs_direct(fleet.exec_via, fleet.launcher, (run.inventory.get(h) for h in hosts))
     nightly = validate_deadlines(run.config, run.plan, health, warm=True, ships=direct)
     cold = validate_deadlines(run.config, run.plan, health, warm=False, ships=direct)
     return f"{text}\n\n{describe_bound(nightly, cold, len(hosts), opts.forks or fleet.forks, direct)}"
