@@ -77,6 +77,11 @@ class Disagreement:
     values: tuple[float, float]
     deviation: float  # (second - first) / first
     sigmas: float  # |difference| in noise units of one value
+    # what flagged it: each host's noise (the prior or its own, the larger), the threshold in noise
+    # sigmas and the practical margin (NaN threshold: a record from before these were kept)
+    noise: tuple[float, float] = (math.nan, math.nan)
+    threshold: float = math.nan
+    min_deviation: float = 0.0
     # validate's re-run: None (none ran), or whether the two hosts disagreed the same way again, and how
     # (a disagreement found inside a population split that did not show again is not confirmed either)
     confirmed: bool | None = None
@@ -102,6 +107,12 @@ class Disagreement:
     def apart(self) -> float:
         lo, hi = sorted(self.values)
         return hi / lo - 1 if lo > 0 else math.inf
+
+    def rerun_need(self, rerun_noise: Sequence[float | None]) -> float | None:
+        """How far apart (relative) the two hosts must be again in a re-run: the limit that flagged
+        them, under each host's noise in the re-run where that is the larger; None without a limit."""
+        first = self.noise if self.values[0] <= self.values[1] else self.noise[::-1]
+        return _need(first, rerun_noise, self.threshold, self.min_deviation)
 
     def sentence(self) -> str:
         a, b = self.hosts
@@ -179,6 +190,10 @@ class Inconsistency:
     groups: tuple[tuple[str, ...], ...]  # lowest value first
     centers: tuple[float, ...]  # each group's median
     noise: tuple[float, ...]  # each group's median own noise
+    # the threshold in noise sigmas and the practical margin two hosts were told apart by (NaN: a record
+    # from before these were kept)
+    threshold: float = math.nan
+    min_deviation: float = 0.0
     # validate's re-run of the metric's benchmark on these hosts: None (none ran), or whether the
     # groups showed again, and how
     confirmed: bool | None = None
@@ -199,6 +214,12 @@ class Inconsistency:
     def standing(self) -> bool:
         """Not cleared by a re-run (a finding, unless it did not show again)."""
         return self.confirmed is not False
+
+    def rerun_need(self, rerun_noise: Sequence[float | None]) -> float | None:
+        """How far apart (relative) the lowest and highest groups' centres must be again in a re-run:
+        the limit two hosts were told apart by, under the groups' noise in the re-run where that is the
+        larger (never less than the first run asked); None without a limit."""
+        return _need((self.noise[0], self.noise[-1]), rerun_noise, self.threshold, self.min_deviation)
 
     def sentence(self) -> str:
         parts = "; ".join(
@@ -228,6 +249,15 @@ class Inconsistency:
                 else {}
             ),
         }
+
+
+def _need(
+    first: Sequence[float], rerun: Sequence[float | None], threshold: float, min_deviation: float
+) -> float | None:
+    if not math.isfinite(threshold):
+        return None
+    sig = [max(f, r) if r is not None and math.isfinite(r) else f for f, r in zip(first, rerun, strict=True)]
+    return max(min_deviation, threshold * math.hypot(*sig))
 
 
 def inconsistency_key(metric: str, groups: Sequence[Sequence[str]]) -> str:
@@ -501,6 +531,8 @@ def _inconsistent(
                 groups=tuple(tuple(hosts[rows[i]] for i in g) for g in groups),
                 centers=tuple(float(np.median(vals[g])) for g in groups),
                 noise=tuple(float(np.median(sig[g])) for g in groups),
+                threshold=settings.threshold,
+                min_deviation=settings.min_deviation,
             )
     out.inconsistent.extend(found.values())
     return mask
@@ -616,6 +648,9 @@ def _two_hosts(
                 values=(float(a[j]), float(b[j])),
                 deviation=float(dev[j]),
                 sigmas=float(sig[j]),
+                noise=(float(sa[j]), float(sb[j])),
+                threshold=settings.threshold,
+                min_deviation=settings.min_deviation,
             )
         )
     out.disagreements.sort(key=lambda d: -d.sigmas)

@@ -53,6 +53,10 @@ class PopulationSplit:
     centers: tuple[float, float]  # that family's median on each side
     gap: float  # the hole between the two sides, relative to the lower side's top value
     families: tuple[str, ...]  # every family showing the same split
+    # the hole (log units) the split had to clear: the minimum gap, and noise_holes times the prior or
+    # the sides' own spread (NaN: a record from before it was kept)
+    hole_need: float = math.nan
+    noise_holes: float = 4.0
     # validate's confirmation run: None (none ran), or whether the split showed again, and how
     confirmed: bool | None = None
     confirmation: str = ""
@@ -67,6 +71,16 @@ class PopulationSplit:
         """The upper centre over the lower one, minus 1."""
         lo, hi = self.centers
         return hi / lo - 1 if lo else math.inf
+
+    def rerun_need(self, rerun_spread: float | None) -> float | None:
+        """The hole (log units) between the two sides a re-run must show again: the one this split
+        cleared, or ``noise_holes`` times the sides' spread in the re-run where that asks more; None
+        without a recorded limit."""
+        if not math.isfinite(self.hole_need):
+            return None
+        if rerun_spread is None or not math.isfinite(rerun_spread):
+            return self.hole_need
+        return max(self.hole_need, self.noise_holes * rerun_spread)
 
     def short(self) -> str:
         """The split in a few words: the family, the two sides' sizes and how far apart they are."""
@@ -154,8 +168,8 @@ def _row_medians(block: np.ndarray) -> np.ndarray:
 
 def _split_one(
     med: np.ndarray, prior: float, min_gap: float, min_share: float, noise_holes: float
-) -> tuple[np.ndarray, float, float, float] | None:
-    """(mask of the lower side, gap, lower centre, upper centre) or None."""
+) -> tuple[np.ndarray, float, float, float, float] | None:
+    """(mask of the lower side, gap, lower centre, upper centre, the hole it had to clear) or None."""
     ok = np.isfinite(med) & (med > 0)
     m = int(ok.sum())
     min_size = max(2, math.ceil(min_share * m))
@@ -180,7 +194,8 @@ def _split_one(
         return None
     mask = np.zeros(med.shape[0], dtype=bool)
     mask[np.nonzero(ok)[0]] = logs <= order[k - 1]
-    return mask, gap, float(math.exp(np.median(low))), float(math.exp(np.median(high)))
+    need = max(math.log1p(min_gap), noise_holes * max(prior, spread))
+    return mask, gap, float(math.exp(np.median(low))), float(math.exp(np.median(high))), need
 
 
 def find_splits(
@@ -212,20 +227,20 @@ def find_splits(
             done.append((part, label))
             continue
         meds = _host_medians(columns, values[part], noise[part] if noise is not None else None)
-        found: dict[frozenset[int], list[tuple[float, str, float, float]]] = {}
+        found: dict[frozenset[int], list[tuple[float, str, float, float, float]]] = {}
         for fam, (med, own) in meds.items():
             prior = max(noise_prior(fam.replace("#", "0")).sigma, own)
             res = _split_one(med, prior, min_gap, min_share, noise_holes)
             if res is None:
                 continue
-            mask, gap, clo, chi = res
-            found.setdefault(frozenset(np.nonzero(mask)[0].tolist()), []).append((gap, fam, clo, chi))
+            mask, gap, clo, chi, need = res
+            found.setdefault(frozenset(np.nonzero(mask)[0].tolist()), []).append((gap, fam, clo, chi, need))
         if not found:
             done.append((part, label))
             continue
         # The split most families agree on; ties: the widest gap.
         low_set, fams = max(found.items(), key=lambda kv: (len(kv[1]), max(g for g, *_ in kv[1])))
-        gap, fam, clo, chi = max(fams)
+        gap, fam, clo, chi, need = max(fams)
         low_mask = np.zeros(len(part), dtype=bool)
         low_mask[list(low_set)] = True
         lo_rows, hi_rows = part[low_mask], part[~low_mask]
@@ -236,7 +251,9 @@ def find_splits(
                 family=fam,
                 centers=(clo, chi),
                 gap=gap,
-                families=tuple(sorted(f for _, f, _, _ in fams)),
+                families=tuple(sorted(f for _, f, *_ in fams)),
+                hole_need=need,
+                noise_holes=noise_holes,
             )
         )
         n_split = len(splits)

@@ -464,7 +464,8 @@ def confirm_splits(run: RunInputs, opts: Options, first: ReportResult) -> dict[s
     sub_stages(sub, opts)
     again = load_fleet(sub.rd.path)
     rerun = cf.rerun_values(again.hosts, again.columns, again.values)
-    out = cf.recheck(splits, metric_findings, rerun)
+    noise = None if again.noise is None else cf.rerun_values(again.hosts, again.columns, again.noise)
+    out = cf.recheck(splits, metric_findings, rerun, noise)
     seconds = time.monotonic() - t0
     run.rd.write_json(
         "confirm-splits.json",

@@ -567,7 +567,6 @@ __all__ = [
     "rerun_noise",
     "rerun_sigma",
     "rerun_values",
-    "groups_show_again",
     "inconsistency_shows_again",
     "recheck",
     "select_for_confirmation",
@@ -576,43 +575,94 @@ __all__ = [
 
 
 def split_shows_again(
-    family: str, groups: Sequence[Sequence[str]], apart: float, rerun: Mapping[str, Mapping[str, float]]
+    sp: Any,
+    rerun: Mapping[str, Mapping[str, float]],
+    noise: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[bool, str]:
-    """Did a population split show again in the confirmation run? Each host's median over the family's
-    values in the re-run (``rerun``: host -> metric -> value); see :func:`groups_show_again`."""
-    return groups_show_again(lambda m: parse_metric(m).family == family, groups, apart, rerun)
+    """Did a population split (:class:`~sb_fleet.analysis.populations.PopulationSplit`) show again in
+    the confirmation run? Each host's median over the family's values in the re-run (``rerun``: host ->
+    metric -> value); every host of the lower side must stay below every host of the upper side, with a
+    hole between them as wide as the split had to clear (:meth:`rerun_need`, under the sides' spread in
+    the re-run). ``noise`` is not used: a split's limit is made of the sides' spread, not their samples."""
+    del noise
+    keep = _family(sp.family)
+    meds = _group_medians(keep, sp.groups, rerun)
+    if meds is None:
+        return True, STANDS
+    lo, hi = meds[0], meds[-1]
+    if max(lo) >= min(hi):
+        return False, _not_again(lo, hi, sp.apart, "the groups overlap")
+    if min(lo) <= 0:
+        return True, STANDS
+    logs_lo, logs_hi = [math.log(v) for v in lo], [math.log(v) for v in hi]
+    within = [x - statistics.median(logs_lo) for x in logs_lo] + [
+        x - statistics.median(logs_hi) for x in logs_hi
+    ]
+    spread = MAD_TO_SIGMA * statistics.median(abs(x) for x in within)
+    need = sp.rerun_need(spread)
+    hole = math.log(min(hi) / max(lo))
+    if need is None:
+        return _half_the_first(lo, hi, sp.apart)
+    if hole > need:
+        return True, (
+            f"showed again: {_apart(lo, hi) * 100:.0f}% apart (first {sp.apart * 100:.0f}%), a gap of "
+            f"{math.expm1(hole) * 100:.1f}% (needed {math.expm1(need) * 100:.1f}%)"
+        )
+    return False, _not_again(
+        lo,
+        hi,
+        sp.apart,
+        f"a gap of {math.expm1(hole) * 100:.1f}% where the split needed {math.expm1(need) * 100:.1f}%",
+    )
 
 
 def inconsistency_shows_again(
-    metric: str, groups: Sequence[Sequence[str]], apart: float, rerun: Mapping[str, Mapping[str, float]]
-) -> tuple[bool, str]:
-    """Did steady hosts that disagreed with no majority (``majority.Inconsistency``) disagree the same
-    way in the re-run? Each host's value of ``metric``; see :func:`groups_show_again`."""
-    return groups_show_again(lambda m: m == metric, groups, apart, rerun)
-
-
-def recheck(
-    splits: Sequence[Any], metric_findings: Sequence[Any], rerun: Mapping[str, Mapping[str, float]]
-) -> dict[str, tuple[bool, str]]:
-    """Did each finding show again in the re-run? ``splits``: population splits (their ``family``);
-    ``metric_findings``: inconsistencies and disagreements (their ``metric``); key -> (showed again, how)."""
-    out = {sp.key: split_shows_again(sp.family, sp.groups, sp.apart, rerun) for sp in splits}
-    out.update(
-        {f.key: inconsistency_shows_again(f.metric, f.groups, f.apart, rerun) for f in metric_findings}
-    )
-    return out
-
-
-def groups_show_again(
-    keep: Callable[[str], bool],
-    groups: Sequence[Sequence[str]],
-    apart: float,
+    finding: Any,
     rerun: Mapping[str, Mapping[str, float]],
+    noise: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[bool, str]:
-    """Groups of hosts (lowest first) measured again: each host's median over the metrics ``keep``
-    accepts in the re-run; they show again when every host of the lowest group is still below every host
-    of the highest and their centres are at least half as far apart as they were (``apart``, relative).
-    (shows again, the reason in words); a re-run that did not measure every host leaves them standing."""
+    """Did steady hosts that disagreed with no majority (``majority.Inconsistency``, or the two hosts of
+    a ``majority.Disagreement``) disagree the same way in the re-run? Each host's value of the finding's
+    metric: every host of the lowest group still below every host of the highest, and their centres as
+    far apart as the limit that told them apart, under the groups' own noise in the re-run (``noise``:
+    host -> metric -> relative sigma of its timed samples) where that is the larger (:meth:`rerun_need`):
+    as much as the first run asked, never half of it."""
+    metric = finding.metric
+    meds = _group_medians(lambda m: m == metric, finding.groups, rerun)
+    if meds is None:
+        return True, STANDS
+    lo, hi = meds[0], meds[-1]
+    if max(lo) >= min(hi):
+        return False, _not_again(lo, hi, finding.apart, "the groups overlap")
+    sigmas = [_group_noise(metric, g, noise) for g in (finding.groups[0], finding.groups[-1])]
+    need = finding.rerun_need(sigmas)
+    if need is None:
+        return _half_the_first(lo, hi, finding.apart)
+    again = _apart(lo, hi)
+    shown = [f"{s * 100:.1f}%" for s in sigmas if s is not None]
+    under = f" under the re-run's noise ({', '.join(shown)})" if shown else ""
+    if again > need:
+        return True, (
+            f"showed again: {again * 100:.0f}% apart (first {finding.apart * 100:.0f}%; needed "
+            f"{need * 100:.1f}%{under})"
+        )
+    return False, _not_again(
+        lo, hi, finding.apart, f"closer than the {need * 100:.1f}% that told them apart{under}"
+    )
+
+
+STANDS = "did not measure every host again: it stands"
+
+
+def _family(family: str) -> Callable[[str], bool]:
+    return lambda m: parse_metric(m).family == family
+
+
+def _group_medians(
+    keep: Callable[[str], bool], groups: Sequence[Sequence[str]], rerun: Mapping[str, Mapping[str, float]]
+) -> list[list[float]] | None:
+    """Each group's hosts' medians over the metrics ``keep`` accepts in the re-run; None unless every
+    host of the lowest and the highest group was measured again."""
     meds: list[list[float]] = []
     for g in groups:
         vals: list[float] = []
@@ -621,17 +671,48 @@ def groups_show_again(
             if xs:
                 vals.append(statistics.median(xs))
         meds.append(vals)
-    lo, hi = meds[0], meds[-1]
-    if len(lo) < len(groups[0]) or len(hi) < len(groups[-1]) or not lo or not hi:
-        return True, "did not measure every host again: it stands"
+    if len(meds[0]) < len(groups[0]) or len(meds[-1]) < len(groups[-1]) or not meds[0] or not meds[-1]:
+        return None
+    return meds
+
+
+def _group_noise(
+    metric: str, group: Sequence[str], noise: Mapping[str, Mapping[str, float]] | None
+) -> float | None:
+    """The median of a group's hosts' own measured noise of ``metric`` in the re-run; None unmeasured."""
+    xs = [n for h in group if (n := (noise or {}).get(h, {}).get(metric)) is not None and math.isfinite(n)]
+    return statistics.median(xs) if xs else None
+
+
+def _apart(lo: Sequence[float], hi: Sequence[float]) -> float:
     c_lo, c_hi = statistics.median(lo), statistics.median(hi)
-    again = c_hi / c_lo - 1 if c_lo > 0 else math.inf
-    if max(lo) < min(hi) and again >= apart / 2:
-        return True, f"showed again: {again * 100:.0f}% apart (first {apart * 100:.0f}%)"
-    return False, (
-        f"did not show again: {again * 100:+.0f}% apart (first {apart * 100:.0f}%), the groups "
-        + ("overlap" if max(lo) >= min(hi) else "closer than half the first gap")
-    )
+    return c_hi / c_lo - 1 if c_lo > 0 else math.inf
+
+
+def _not_again(lo: Sequence[float], hi: Sequence[float], first: float, why: str) -> str:
+    return f"did not show again: {_apart(lo, hi) * 100:+.0f}% apart (first {first * 100:.0f}%), {why}"
+
+
+def _half_the_first(lo: Sequence[float], hi: Sequence[float], first: float) -> tuple[bool, str]:
+    """A record from before limits were kept: the centres at least half as far apart as they were."""
+    again = _apart(lo, hi)
+    if again >= first / 2:
+        return True, f"showed again: {again * 100:.0f}% apart (first {first * 100:.0f}%; {NO_FLAG_LIMIT})"
+    return False, _not_again(lo, hi, first, "closer than half the first gap (the finding carries no limit)")
+
+
+def recheck(
+    splits: Sequence[Any],
+    metric_findings: Sequence[Any],
+    rerun: Mapping[str, Mapping[str, float]],
+    noise: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, tuple[bool, str]]:
+    """Did each finding show again in the re-run? ``splits``: population splits; ``metric_findings``:
+    inconsistencies and disagreements; ``noise``: the re-run's measured noise (host -> metric ->
+    relative sigma); key -> (showed again, how)."""
+    out = {sp.key: split_shows_again(sp, rerun) for sp in splits}
+    out.update({f.key: inconsistency_shows_again(f, rerun, noise) for f in metric_findings})
+    return out
 
 
 def confirm_config(config: Mapping[str, Any], benchmarks: Sequence[str]) -> dict[str, Any] | None:

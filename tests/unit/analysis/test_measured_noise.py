@@ -119,14 +119,14 @@ def test_an_inconsistency_fails_the_gate_only_if_validates_re_run_shows_it_again
     first = report(run_dir(tmp_path, values, noise))
     (inc,) = first.inconsistent
     moved = {"a": {GF: 118.0}, "b": {GF: 61.0}, "c": {GF: 62.0}, "d": {GF: 119.0}}  # other pairs now
-    checks = {inc.key: inconsistency_shows_again(inc.metric, inc.groups, inc.apart, moved)}
+    checks = {inc.key: inconsistency_shows_again(inc, moved)}
     r = report(run_dir(tmp_path, values, noise), split_checks=checks)
     assert r.gate.passed, r.gate.policy
     (cleared,) = r.inconsistent  # still reported, with the re-run's word
     assert cleared.confirmed is False and not cleared.standing
     assert "too noisy here to judge" in cleared.sentence() and cleared.to_json()["confirmed"] is False
     kept = {"a": {GF: 59.0}, "b": {GF: 62.0}, "c": {GF: 119.0}, "d": {GF: 122.0}}
-    checks = {inc.key: inconsistency_shows_again(inc.metric, inc.groups, inc.apart, kept)}
+    checks = {inc.key: inconsistency_shows_again(inc, kept)}
     r = report(run_dir(tmp_path, values, noise), split_checks=checks)
     assert not r.gate.passed and "inconsistent" in r.gate.policy
     assert "showed again" in r.inconsistent[0].sentence()
@@ -229,17 +229,17 @@ def test_a_population_split_that_does_not_show_again_in_the_confirmation_run_doe
     shuffled = {
         h: {GF: v} for h, v in zip(values, [22.1, 18.2, 22.3, 18.1, 18.4, 22.0, 21.8, 18.3], strict=True)
     }
-    ok, how = split_shows_again(sp.family, sp.groups, sp.apart, shuffled)
+    ok, how = split_shows_again(sp, shuffled)
     assert not ok and "did not show again" in how
     r = report(run_dir(tmp_path, values, noise), split_checks={sp.key: (ok, how)})
     assert r.gate.passed and r.populations[0].confirmed is False
     assert any("did not show again" in w for w in r.warnings)
     # A real second population (another GPU model) shows again: the gate fails as before.
     same = {h: {GF: v * 1.01} for h, v in zip(values, vals, strict=True)}
-    ok2, how2 = split_shows_again(sp.family, sp.groups, sp.apart, {h: {GF: x[GF]} for h, x in same.items()})
+    ok2, how2 = split_shows_again(sp, {h: {GF: x[GF]} for h, x in same.items()})
     assert ok2 and "showed again" in how2
     r2 = report(run_dir(tmp_path, values, noise), split_checks={sp.key: (ok2, how2)})
     assert not r2.gate.passed and r2.populations[0].confirmed is True
     # A host the re-run did not measure: the split stands (never cleared without evidence).
     partial = {h: v for h, v in same.items() if h != "h0"}
-    assert split_shows_again(sp.family, sp.groups, sp.apart, partial)[0]
+    assert split_shows_again(sp, partial)[0]

@@ -5,14 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from sb_fleet.analysis.issues import INCOMPLETE, Issue
+from sb_fleet.analysis.majority import Disagreement, Inconsistency
+from sb_fleet.analysis.populations import PopulationSplit
 from sb_fleet.analysis.verdict import after_confirmation, judge
 from sb_fleet.history.confirm import (
     CONFIRMED,
     FLAKY,
     benchmark_of,
     control_ratio,
-    groups_show_again,
     inconsistency_shows_again,
+    recheck,
+    split_shows_again,
     judge_confirmation,
     plan_confirmation,
     rerun_noise,
@@ -149,19 +152,71 @@ def test_run_to_run_noise_needs_two_controls_and_takes_out_their_common_shift() 
     assert n == 4 and sigma < 1e-9
 
 
+def _inc(groups, centers, noise=(0.01, 0.01), threshold=6.0):  # noqa: ANN001, ANN202
+    return Inconsistency(GEMM, groups, centers, noise, threshold=threshold, min_deviation=0.02)
+
+
 def test_groups_show_again_only_when_they_keep_apart() -> None:
-    groups = (("a", "b"), ("c", "d"))  # lowest first, 13% apart
+    groups = (("a", "b"), ("c", "d"))  # lowest first, 13% apart; told apart at 6 x hypot(1%, 1%) = 8.5%
+    inc = _inc(groups, (42.25, 47.75))
     same = {"a": {GEMM: 42.0}, "b": {GEMM: 42.5}, "c": {GEMM: 47.5}, "d": {GEMM: 48.0}}
-    ok, how = inconsistency_shows_again(GEMM, groups, 0.13, same)
-    assert ok and how.startswith("showed again"), how
+    ok, how = inconsistency_shows_again(inc, same)
+    assert ok and how.startswith("showed again") and "needed 8.5%" in how, how
     shuffled = {"a": {GEMM: 47.0}, "b": {GEMM: 42.5}, "c": {GEMM: 43.0}, "d": {GEMM: 48.0}}
-    ok, how = inconsistency_shows_again(GEMM, groups, 0.13, shuffled)
+    ok, how = inconsistency_shows_again(inc, shuffled)
     assert not ok and "overlap" in how, how
-    closer = {"a": {GEMM: 42.0}, "b": {GEMM: 42.5}, "c": {GEMM: 43.5}, "d": {GEMM: 44.0}}
-    ok, how = inconsistency_shows_again(GEMM, groups, 0.13, closer)
-    assert not ok and "closer than half" in how, how
-    ok, how = groups_show_again(lambda m: m == GEMM, groups, 0.13, {"a": {GEMM: 1.0}})
+    closer = {"a": {GEMM: 42.0}, "b": {GEMM: 42.5}, "c": {GEMM: 44.5}, "d": {GEMM: 45.0}}  # 6% apart
+    ok, how = inconsistency_shows_again(inc, closer)
+    assert not ok and "closer than the 8.5% that told them apart" in how, how
+    ok, how = inconsistency_shows_again(inc, {"a": {GEMM: 1.0}})
     assert ok and "stands" in how  # not measured again: never cleared without evidence
+
+
+def test_a_re_run_must_clear_the_limit_that_told_the_groups_apart_not_half_the_first_gap() -> None:
+    """Issue 55's no-fault run: node4's kernel-launch time was +37.2% from the others (limit +27.8%),
+    then +19.1% in the re-run: half the first gap (18.6%) counted it as shown again."""
+    groups = (("node1", "node2", "node3"), ("node4",))
+    inc = _inc(groups, (10.0, 13.72), noise=(0.0328, 0.0328))  # 6 x hypot = 27.8%
+    rerun = {"node1": {GEMM: 9.9}, "node2": {GEMM: 10.0}, "node3": {GEMM: 10.1}, "node4": {GEMM: 11.91}}
+    ok, how = inconsistency_shows_again(inc, rerun)
+    assert not ok and "+19% apart (first 37%)" in how and "27.8%" in how, how
+    old = Inconsistency(GEMM, groups, (10.0, 13.72), (0.0328, 0.0328))  # a record without its limit
+    ok, how = inconsistency_shows_again(old, rerun)
+    assert ok and "half the first deviation" in how, how
+    # As far apart as the first run, but the re-run's own samples scatter by 5%: the limit grows with it.
+    far = {**rerun, "node4": {GEMM: 14.0}}
+    assert inconsistency_shows_again(inc, far)[0]
+    noisy = {h: {GEMM: 0.05} for h in far}
+    ok, how = inconsistency_shows_again(inc, far, noisy)
+    assert not ok and "42.4%" in how and "under the re-run's noise (5.0%, 5.0%)" in how, how
+    quiet = {h: {GEMM: 0.001} for h in far}  # a quieter re-run never asks less than the first run did
+    ok, how = inconsistency_shows_again(inc, {**rerun, "node4": {GEMM: 12.5}}, quiet)
+    assert not ok and "27.8%" in how, how
+
+
+def test_two_hosts_disagree_again_only_beyond_the_limit_that_flagged_them() -> None:
+    d = Disagreement(GEMM, ("a", "b"), (100.0, 80.0), -0.2, 10.0, (0.01, 0.02), 6.0, 0.02)
+    assert d.groups == (("b",), ("a",))
+    need = d.rerun_need([None, None])
+    assert abs(need - 6 * np.hypot(0.02, 0.01)) < 1e-12  # the lower host's noise first
+    got = recheck([], [d], {"a": {GEMM: 100.0}, "b": {GEMM: 90.0}})
+    assert got[d.key][0] is False  # 11% < 13.4%
+    got = recheck([], [d], {"a": {GEMM: 100.0}, "b": {GEMM: 85.0}})
+    assert got[d.key][0] is True  # 17.6%
+
+
+def test_a_population_split_shows_again_only_with_the_hole_it_needed() -> None:
+    lo, hi = ("a", "b", "c"), ("d", "e", "f")
+    sp = PopulationSplit("", (lo, hi), "gemm-flops/fp16_tc_flops", (100.0, 120.0), 0.15, ("x",), 0.12, 4.0)
+    vals = dict(zip(lo + hi, (99.0, 100.0, 101.0, 119.0, 120.0, 121.0), strict=True))
+    ok, how = split_shows_again(sp, {h: {GEMM: v} for h, v in vals.items()})
+    assert ok and "needed 12.7%" in how, how  # hole 17.8% > e^0.12 - 1
+    vals.update(d=108.0)  # still apart, but the hole (6.9%) is narrower than the split needed
+    ok, how = split_shows_again(sp, {h: {GEMM: v} for h, v in vals.items()})
+    assert not ok and "where the split needed 12.7%" in how, how
+    vals.update(d=99.5)
+    ok, how = split_shows_again(sp, {h: {GEMM: v} for h, v in vals.items()})
+    assert not ok and "overlap" in how, how
 
 
 def test_no_evidence_never_clears_a_host() -> None:
