@@ -170,9 +170,10 @@ def stage_config(config: Mapping[str, Any], stage: Stage, pattern: str | None = 
     """The config (as loaded from its YAML) narrowed to ``stage``'s benchmarks (``superbench.enable``);
     with ``pattern``, each of them runs across nodes in that SuperBench traffic pattern: the pattern is
     set on every ``mpi`` and ``torch.distributed`` mode of the entry (a pattern's group is the mode's
-    world). With the stage's ``timeout``, each of its benchmarks' runs on a node is cut there (its
-    ``timeout``, where the config's own is longer): validate stops it on the host and records the timeout,
-    and the node fails the stage. A soak's rounds are not failed by the history gate: its regressions and
+    world). The stage's ``timeout`` is its deadline per node: ``fleet.run_timeout`` (all of a node's
+    benchmark runs together, whatever step is running then) and each benchmark's ``timeout`` cut to it:
+    validate stops what runs on the host past it, starts nothing more there, records the timeout, and the
+    node fails the stage. A soak's rounds are not failed by the history gate: its regressions and
     drift warn, its offenders are not quarantined (the soak judges the rounds together)."""
     cfg = copy.deepcopy(dict(config))
     sb = dict(cfg.get("superbench") or {})
@@ -194,7 +195,14 @@ def stage_config(config: Mapping[str, Any], stage: Stage, pattern: str | None = 
             entry["modes"] = modes
             benches[name] = entry
     if stage.timeout is not None and stage.kind != "sanity":
-        default = (cfg.get("fleet") or {}).get("default_timeout", DEFAULT_TIMEOUT_S)
+        # The stage's deadline per node: all of a node's benchmark runs together (fleet.run_timeout, kept
+        # by the node's runner across the steps), and no one benchmark's timeout beyond it.
+        fleet = dict(cfg.get("fleet") or {})
+        cap = max(1, math.ceil(stage.timeout))
+        own_cap = fleet.get("run_timeout")
+        fleet["run_timeout"] = min(int(own_cap), cap) if isinstance(own_cap, (int, float)) else cap
+        cfg["fleet"] = fleet
+        default = fleet.get("default_timeout", DEFAULT_TIMEOUT_S)
         for name in stage.benchmarks:
             entry = dict(benches.get(name) or {})
             own = entry.get("timeout") or default

@@ -172,6 +172,9 @@ class FleetSettings(_Strict):
     prep_timeout: int = Field(180, ge=10, le=86400)
     # s on top of a step's benchmark timeouts (process start, result writing): the step's deadline per host
     step_margin: int = Field(60, ge=1)
+    # s per host for all of its benchmark runs in one validate together (every step; a campaign stage's
+    # `timeout`): past it the running benchmark is stopped and those not started are not; None: no such cap
+    run_timeout: int | None = Field(None, ge=1)
     min_free_disk_gb: float = Field(1.0, ge=0)
     require_gpu: bool = False
     master_port: int = Field(29500, ge=1024, le=65000)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sb_fleet.config.fleet_config import BenchmarkEntry, Config
@@ -96,6 +96,8 @@ class Step:
     groups: tuple[NodeGroup, ...] = ()  # multi-node steps only
     left_out: tuple[str, ...] = ()  # hosts that fit no node group
     label: str = ""  # a pattern round: "tcp-bw pair-wise round 3/7"
+    # fleet.run_timeout: the host's deadline for all the run's steps together (its runner keeps the clock)
+    run_timeout: int | None = None
 
     @property
     def multi_node(self) -> bool:
@@ -149,6 +151,7 @@ class Plan:
                     "groups": [asdict(g) for g in s.groups],
                     "left_out": list(s.left_out),
                     "label": s.label,
+                    "run_timeout": s.run_timeout,
                 }
                 for s in self.steps
             ],
@@ -195,6 +198,7 @@ class Plan:
                     groups,
                     tuple(s["left_out"]),
                     str(s.get("label", "")),
+                    None if s.get("run_timeout") is None else int(s["run_timeout"]),
                 )
             )
         return cls(
@@ -225,6 +229,12 @@ class Plan:
                 lines.append(f"  group master {g.master}: {', '.join(g.hosts)}")
             if s.left_out:
                 lines.append(f"  left out (no full group): {', '.join(s.left_out)}")
+        caps = {s.run_timeout for s in self.steps if s.run_timeout is not None}
+        if caps:
+            lines.append(
+                f"every host's runs together: at most {max(caps)} s (fleet.run_timeout; what is still "
+                "running then is stopped, what has not started is not)"
+            )
         for name, info in self.patterns.items():
             lines.append(f"pattern {name}: {info['cost']}")
         for name, why in self.unsupported.items():
@@ -359,6 +369,12 @@ def build_plan(
             )
         )
     flush()
+    cap = config.fleet.run_timeout
+    if cap is not None:
+        # One deadline per host for every step together: no step outlives it (plus its margin).
+        steps = [
+            replace(s, timeout=min(s.timeout, cap + config.fleet.step_margin), run_timeout=cap) for s in steps
+        ]
     return Plan(hosts, setups, tuple(steps), tuple(enabled), unsupported, patterns)
 
 

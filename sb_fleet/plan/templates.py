@@ -45,12 +45,15 @@ def template_env() -> jinja2.Environment:
 
 
 def step_spec(run_id: str, step: Step) -> dict:
-    return {
+    spec = {
         "schema_version": SPEC_VERSION,
         "run_id": run_id,
         "step": step.id,
         "entries": [e.spec() for e in step.entries],
     }
+    if step.run_timeout is not None:
+        spec["run_timeout"] = step.run_timeout  # the host's deadline for every step together
+    return spec
 
 
 def runner_args(run_id: str, step: Step, master_port: int) -> list[str]:

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from sb_bench.core import registry
@@ -302,3 +303,54 @@ def test_runner_timeout_and_dead_process_leave_results(tmp_path):
     assert {"kernel-launch/torch_launch_time:0", "kernel-launch/torch_launch_time:1"} <= set(summary)
     assert all(math.isfinite(v) for v in summary.values())
     assert time.monotonic() - t0 < 150
+
+
+@pytest.mark.slow
+def test_the_hosts_deadline_for_the_whole_run_spans_its_steps(tmp_path):
+    """fleet.run_timeout (a campaign stage's timeout): one deadline per host for every step together,
+    kept across the steps' runners by run-clock.json; a --resume past it gets a new one."""
+
+    def spec(step: str, entries: list[dict]) -> Path:
+        path = tmp_path / f"{step}.json"
+        doc = {"schema_version": 1, "run_id": "r1", "step": step, "run_timeout": 4, "entries": entries}
+        path.write_text(json.dumps(doc))
+        return path
+
+    slow = {
+        "key": "slow",
+        "benchmark": "gemm-flops",
+        "timeout": 300,  # its own timeout is far away: the run's deadline cuts it
+        "params": {"m": 64, "precision": ["fp32"], "duration": 60},
+        "modes": [{"name": "local", "proc_num": 1}],
+    }
+    quick = {
+        "key": "quick",
+        "benchmark": "kernel-launch",
+        "timeout": 120,
+        "params": {"num_steps": 10},
+        "modes": [{"name": "local", "proc_num": 2, "parallel": True}],
+    }
+    res = tmp_path / "res"
+    t0 = time.monotonic()
+    first = run_runner(spec("step01", [slow]), res, "--host", "h1", timeout=120)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert time.monotonic() - t0 < 30
+    [cut] = rank_results(res, "slow")
+    assert cut["return_code"] == ReturnCode.TIMEOUT
+    assert cut["reason"].startswith("killed: this host's deadline for all of the run's benchmarks (4 s"), cut
+    second = run_runner(spec("step02", [quick]), res, "--host", "h1", timeout=120)
+    assert second.returncode == 1, second.stdout + second.stderr
+    ranks = rank_results(res, "quick")
+    assert [r["rank"] for r in ranks] == [0, 1]  # every rank says why it has no figures
+    assert all(r["status"] == "timeout" and r["reason"].startswith("not started: ") for r in ranks), ranks
+    status = json.loads((res / "status.json").read_text())["entries"]
+    assert status["slow"]["status"] == "timeout" and status["quick"]["status"] == "timeout"
+    clock = json.loads((res / "run-clock.json").read_text())
+    assert clock["run_id"] == "r1" and clock["first_step"] == "step01"
+    # The operator's --resume after the deadline: a new clock, and the step runs.
+    again = run_runner(spec("step02", [quick]), res, "--host", "h1", "--resume", timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert all(r["status"] == "ok" for r in rank_results(res, "quick"))
+    # A clock file a host garbled is no clock: a fresh one, not a crash.
+    (res / "run-clock.json").write_text('{"run_id": "r1", "started": true}')
+    assert run_runner(spec("step02", [quick]), res, "--host", "h1", "--resume", timeout=120).returncode == 0

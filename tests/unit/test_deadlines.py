@@ -138,3 +138,21 @@ def test_under_launcher_slurm_the_allocation_wait_counts_once(tmp_path: Path) ->
     plain = [x for x in d if x.per_host]
     assert wall_bound(d, 3, 2) == 45 + STAGE_MARGIN_S + wall_bound(plain, 3, 2)  # not once per wave
     assert "slurm.grant_timeout, once for the fleet" in describe_bound(d, d, 3, 2, phased=False)
+
+
+def test_fleet_run_timeout_is_one_deadline_per_host_for_every_step(tmp_path: Path) -> None:
+    """A campaign stage's timeout (fleet.run_timeout): no step's deadline outlives it (plus the margin),
+    and every step's spec carries it for the host's runner, which keeps the clock across the steps."""
+    from sb_fleet.plan.run_plan import Plan
+    from sb_fleet.plan.templates import step_spec
+
+    cfg, inv = _inputs(tmp_path)
+    cfg.write_text(CONFIG.replace("  step_margin: 7\n", "  step_margin: 7\n  run_timeout: 25\n"))
+    run = create_run(tmp_path / "run", cfg, inv)
+    assert [s.timeout for s in run.plan.steps] == [25 + 7]  # not 40 + 60 + 7
+    assert step_spec("r", run.plan.steps[0])["run_timeout"] == 25
+    again = Plan.from_json(run.plan.to_json())  # plan.json, read back by --resume and report
+    assert [s.run_timeout for s in again.steps] == [25]
+    assert "every host's runs together: at most 25 s (fleet.run_timeout" in run.plan.describe()
+    plain = create_run(tmp_path / "run2", *_inputs(tmp_path))
+    assert "run_timeout" not in step_spec("r", plain.plan.steps[0])

@@ -81,6 +81,9 @@ class EntryRun:
     expected_ranks: list[int] = field(default_factory=list)
     timed_out: bool = False
     exit_notes: list[str] = field(default_factory=list)
+    # the host's deadline for the whole run (spec run_timeout) came before the entry's own: its seconds
+    by_run_deadline: float | None = None
+    not_started: bool = False  # that deadline had passed before any of its processes started
 
 
 class Runner:
@@ -95,6 +98,7 @@ class Runner:
         self.run_id = str(spec.get("run_id") or "")
         self.step = str(spec.get("step") or "step")
         self.lock_fd: int | None = None
+        self.run_deadline: float | None = None  # time.monotonic() of the host's deadline for the whole run
 
     @property
     def identity(self) -> dict:
@@ -166,6 +170,35 @@ class Runner:
             os.close(self.lock_fd)  # closing drops the flock
             self.lock_fd = None
 
+    # -- the host's deadline for every step of the run together -----------------------------------
+    def start_run_clock(self) -> None:
+        """With the spec's ``run_timeout`` (fleet.run_timeout: a campaign stage's deadline per node), the
+        host's runs of this run end that many seconds after its first step began, whichever step is
+        running then. The first step's runner writes the wall-clock start to ``run-clock.json``, the
+        later steps' runners read it; a ``--resume`` whose deadline had passed starts a new clock (the
+        operator's retry gets the whole deadline again)."""
+        budget = self.spec.get("run_timeout")
+        if budget is None:
+            return
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
+            raise SpecError(f"run_timeout must be a positive number of seconds, not {budget!r}")
+        path = self.results / "run-clock.json"
+        clock = _read_json_bytes(path.read_bytes()) if path.exists() else {}
+        started = clock.get("started")
+        now = time.time()
+        fresh = (
+            clock.get("run_id") != self.run_id
+            or isinstance(started, bool)
+            or not isinstance(started, (int, float))
+            or started > now + 60  # a clock from the future is no clock
+            or (self.args.resume and now - started >= budget)
+        )
+        if fresh:
+            started = now
+            write_result(path, {"run_id": self.run_id, "started": now, "first_step": self.step})
+        assert isinstance(started, (int, float))
+        self.run_deadline = time.monotonic() + (started + float(budget) - now)
+
     # -- status -----------------------------------------------------------------------------------
     @property
     def status_path(self) -> Path:
@@ -206,6 +239,7 @@ class Runner:
     def run(self) -> int:
         self.results.mkdir(parents=True, exist_ok=True)
         self.claim()
+        self.start_run_clock()
         # The spec, named by host and run, once the directory is known to be this host's.
         write_result(self.results / f"spec-{self.step}.json", {**self.spec, "host": self.host})
         ident = f"host={self.host} run_id={self.run_id} step={self.step}"
@@ -328,6 +362,9 @@ class Runner:
         for old in out.glob("rank*.json"):
             old.unlink()
         deadline = time.monotonic() + float(entry.get("timeout") or 1e9)
+        if self.run_deadline is not None and self.run_deadline < deadline:
+            deadline = self.run_deadline
+            er.by_run_deadline = float(self.spec["run_timeout"])
         offset = 0
         for i, mode in enumerate(entry["modes"]):
             if self.interrupted:
@@ -335,6 +372,12 @@ class Runner:
             if not isinstance(mode, dict):
                 raise SpecError(f"{er.key}: modes[{i}] must be an object")
             name = mode.get("name", "local")
+            if time.monotonic() >= deadline:
+                # Past the host's deadline before this mode began: nothing starts; its ranks say why.
+                er.timed_out = True
+                er.not_started = i == 0
+                er.expected_ranks += self.mode_ranks(er, mode, offset)
+                break
             if name == "local":
                 n = count(mode.get("proc_num"), f"{er.key}: modes[{i}].proc_num")
                 ranks = list(range(offset, offset + n))
@@ -354,6 +397,16 @@ class Runner:
         self.fill_missing(er)
         self.stamp(er)
         return er
+
+    def mode_ranks(self, er: EntryRun, mode: dict, offset: int) -> list[int]:
+        """The ranks a mode would have written on this host (for the result files of a mode not run)."""
+        name = mode.get("name", "local")
+        n = count(mode.get("proc_num"), f"{er.key}: proc_num")
+        if name == "local":
+            return list(range(offset, offset + n))
+        if name == "torch.distributed" and node_count(mode.get("node_num", 1), self.args.nnodes) > 1:
+            return [int(self.args.node_rank or 0) * n + i for i in range(n)]
+        return list(range(n))
 
     def stamp(self, er: EntryRun) -> None:
         """Name this host and run in every rank file of the entry (collect checks them)."""
@@ -502,7 +555,15 @@ class Runner:
             f = rank_file(er.out, rank)
             if f.exists():
                 continue
-            if er.timed_out:
+            if er.timed_out and er.by_run_deadline is not None:
+                what = "not started" if er.not_started else "killed"
+                code, reason, st = (
+                    ReturnCode.TIMEOUT,
+                    f"{what}: this host's deadline for all of the run's benchmarks ({er.by_run_deadline:g} s, "
+                    "fleet.run_timeout: a campaign stage's timeout) had passed",
+                    "timeout",
+                )
+            elif er.timed_out:
                 code, reason, st = (
                     ReturnCode.TIMEOUT,
                     f"killed at its timeout of {er.entry.get('timeout')} s",

@@ -245,7 +245,7 @@ def test_the_soak_is_plotted_per_round():
     assert "0 → 7" in page
 
 
-def test_a_stage_timeout_cuts_each_of_its_benchmarks(tmp_path):
+def test_a_stage_timeout_is_its_deadline_per_node_and_cuts_each_benchmark(tmp_path):
     text = TEXT.replace(
         "    benchmarks: [gemm-flops]\n    criteria:",
         "    benchmarks: [gemm-flops, mem-bw]\n    timeout: 90s\n    criteria:",
@@ -256,7 +256,12 @@ def test_a_stage_timeout_cuts_each_of_its_benchmarks(tmp_path):
     config["superbench"] = {
         "benchmarks": {**CONFIG["superbench"]["benchmarks"], "gemm-flops": {"timeout": 300}}
     }
-    benches = stage_config(config, c.spec.stage("single"))["superbench"]["benchmarks"]
+    narrowed = stage_config(config, c.spec.stage("single"))
+    assert narrowed["fleet"] == {"default_timeout": 60, "run_timeout": 90}  # all of a node's runs together
+    assert config["fleet"] == {"default_timeout": 60}  # the config itself untouched
+    shorter = stage_config({**config, "fleet": {"run_timeout": 30}}, c.spec.stage("single"))
+    assert shorter["fleet"]["run_timeout"] == 30  # the config's own cap is shorter already
+    benches = narrowed["superbench"]["benchmarks"]
     assert benches["gemm-flops"]["timeout"] == 90  # its own 300 s cut to the stage's
     assert benches["mem-bw"]["timeout"] == 60  # the fleet's default is shorter already
     assert "timeout" not in benches["nccl-bw"]  # not the stage's

@@ -14,13 +14,13 @@ from sb_fleet.history.confirm import (
     benchmark_of,
     control_ratio,
     inconsistency_shows_again,
-    recheck,
-    split_shows_again,
     judge_confirmation,
     plan_confirmation,
+    recheck,
     rerun_noise,
     rerun_values,
     select_for_confirmation,
+    split_shows_again,
 )
 
 GEMM = "gemm-flops/fp16_tc_flops:3"
