@@ -200,3 +200,39 @@ def test_sigterm_in_each_stage_leaves_no_process_of_the_run(dfleet, tmp_path, st
     out, err = p.communicate(timeout=90)
     assert p.returncode in (1, 3, 130), out[-2000:] + err[-3000:]
     wait_run_gone(run_id, run_dir, err)
+
+
+def test_fleet_run_timeout_is_one_deadline_for_every_host_s_runs(dfleet, tmp_path):
+    """A campaign stage's timeout (fleet.run_timeout) on the real fleet: each host's benchmarks together
+    end at it. noop:a (3 s) ends within it; noop:b (30 s, its own timeout 60 s) is killed at it; noop:c
+    never starts; every host's results say so, and validate ends near the deadline, not after 60 s."""
+    fleet = dfleet[0]
+    inv, cfg = _setup(dfleet, "rt", 30, 120, 60, [])
+    body = cfg.read_text().replace("  step_margin: 5\n", "  step_margin: 5\n  run_timeout: 8\n")
+    body = body.replace(
+        "    noop:\n      timeout: 60\n      modes: [{name: local, proc_num: 1}]\n      parameters: {sleep: 0}\n",
+        "".join(
+            f"    noop:{k}:\n      timeout: 60\n      modes: [{{name: local, proc_num: 1}}]\n"
+            f"      parameters: {{sleep: {s}}}\n"
+            for k, s in (("a", 3), ("b", 30), ("c", 0))
+        ),
+    )
+    assert "noop:c" in body
+    cfg.write_text(body)
+    run_dir = tmp_path / "rt"
+    t0 = time.monotonic()
+    p = _validate(inv, cfg, run_dir)
+    out, err = p.communicate(timeout=240)
+    took = time.monotonic() - t0
+    assert p.returncode == 1, out[-2000:] + err[-3000:]
+    for h in fleet.hosts:
+        res = run_dir / "raw" / h.name / "results"
+        status = json.loads((res / "status.json").read_text())["entries"]
+        assert status["noop:a"]["status"] == "ok", (h.name, status)
+        assert status["noop:b"]["status"] == "timeout", (h.name, status)
+        assert status["noop:c"]["status"] == "timeout", (h.name, status)
+        b = json.loads((res / "noop:b" / "rank0.json").read_text())
+        c = json.loads((res / "noop:c" / "rank0.json").read_text())
+        assert b["reason"].startswith("killed: this host's deadline for all of the run's benchmarks (8 s"), b
+        assert c["reason"].startswith("not started: this host's deadline"), c
+    assert took < 60, took  # noop:b's own timeout alone is 60 s
