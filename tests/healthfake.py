@@ -38,7 +38,9 @@ if os.path.exists(planted) and isinstance(gpus, list):
         if w["from"] <= time.time() < w["to"]:
             for g in gpus:
                 if w.get("gpus") is None or g["index"] in w["gpus"]:
-                    g["clocks_throttle_reasons." + w["reason"]] = "Active"
+                    if w.get("reason"):
+                        g["clocks_throttle_reasons." + w["reason"]] = "Active"
+                    g.update(w.get("fields") or {})
 def val(g, f, units):
     v = g.get(f, "[N/A]")
     if units and f in ("memory.total",):
@@ -243,9 +245,21 @@ def plant_throttle(
 ) -> None:
     """The fake nvidia-smi in ``tools`` reports ``reason`` active on ``gpus`` (None: every GPU) from
     ``start`` (epoch seconds) for ``seconds``; earlier plantings are kept."""
+    plant_window(tools, start, seconds, {"reason": reason, "gpus": gpus})
+
+
+def plant_readings(
+    tools: Path, start: float, seconds: float, fields: dict[str, Any], gpus: list[int] | None = None
+) -> None:
+    """The fake nvidia-smi in ``tools`` reports ``fields`` (nvidia-smi's names: ``temperature.gpu``,
+    ``clocks.sm``) on ``gpus`` (None: every GPU) from ``start`` for ``seconds``."""
+    plant_window(tools, start, seconds, {"reason": None, "fields": fields, "gpus": gpus})
+
+
+def plant_window(tools: Path, start: float, seconds: float, what: dict[str, Any]) -> None:
     path = Path(tools) / "throttle.json"
     windows = json.loads(path.read_text()) if path.exists() else []
-    windows.append({"from": start, "to": start + seconds, "reason": reason, "gpus": gpus})
+    windows.append({"from": start, "to": start + seconds, **what})
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(windows))
     os.chmod(tmp, 0o644)

@@ -11,7 +11,9 @@ keeps them per round in ``load.json`` of the round's run directory (:data:`LOAD_
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sb_fleet import bounded_json
@@ -146,12 +148,81 @@ def load_throttled_windows(entry: Mapping[str, Any] | None) -> int:
     return _count(entry.get("throttled_windows")) if isinstance(entry, Mapping) else 0
 
 
-def load_failure(entry: Mapping[str, Any] | None) -> str:
+# load.json's counters (sb_bench.host.load_telemetry.COUNTERS, burn's XID counts) by the name a soak
+# watches them under (config.campaign_spec.COUNTERS)
+LOAD_COUNTERS = {
+    "gpu_uncorrected_ecc": "gpu.ecc_uncorrected",
+    "gpu_corrected_ecc": "gpu.ecc_corrected",
+    "xid": "gpu.xid",
+    "xid_events": "gpu.xid",
+}
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """What a node's telemetry under a round's load is held to (the soak stage's ``load`` keys, its
+    ``watch`` list and ``counter_max_growth``); None: recorded, not judged."""
+
+    max_temp_c: float | None = None
+    min_clock_ratio: float | None = None
+    watch: tuple[str, ...] = ()
+    counter_max_growth: int = 0
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def fleet_clock(entries: Iterable[Mapping[str, Any]]) -> float | None:
+    """The round's fleet median of each node's lowest SM clock under the load (MHz); None without any."""
+    clocks = [c for e in entries if (c := _num(e.get("min_sm_mhz"))) is not None and c > 0]
+    return statistics.median(clocks) if clocks else None
+
+
+def load_failure(
+    entry: Mapping[str, Any] | None, limits: LoadLimits | None = None, fleet_sm: float | None = None
+) -> str:
     """Why a node's load fails its round, or "": wrong GEMM products under the load (every second's last
-    product is compared with the first: a GPU or core that computes wrong when hot). A load that did not
-    run (an unreachable node, no CUDA) fails nothing here: the round's own checks judge the node."""
-    n = _count(entry.get("errors")) if isinstance(entry, Mapping) else 0
-    return f"the load's GEMMs gave {n} wrong product entr{'y' if n == 1 else 'ies'}" if n else ""
+    product is compared with the first: a GPU or core that computes wrong when hot); with ``limits``, its
+    hottest GPU above ``max_temp_c``, its lowest SM clock below ``min_clock_ratio`` of the round's fleet
+    median (``fleet_sm``, :func:`fleet_clock`), a watched counter grown by more than
+    ``counter_max_growth`` inside the round's load. A load that did not run (an unreachable node, no CUDA)
+    fails nothing here: the round's own checks judge the node."""
+    if not isinstance(entry, Mapping):
+        return ""
+    why: list[str] = []
+    n = _count(entry.get("errors"))
+    if n:
+        why.append(f"the load's GEMMs gave {n} wrong product entr{'y' if n == 1 else 'ies'}")
+    if limits is None:
+        return "; ".join(why)
+    temp = _num(entry.get("max_temp_c"))
+    if limits.max_temp_c is not None and temp is not None and temp > limits.max_temp_c:
+        why.append(f"a GPU at {temp:g} C under the load (load.max_temp_c {limits.max_temp_c:g})")
+    sm = _num(entry.get("min_sm_mhz"))
+    if limits.min_clock_ratio is not None and sm is not None and fleet_sm:
+        floor = limits.min_clock_ratio * fleet_sm
+        if sm < floor:
+            why.append(
+                f"its lowest SM clock under the load {sm:g} MHz, below {limits.min_clock_ratio:.0%} of the "
+                f"fleet's {fleet_sm:g} MHz (load.min_clock_ratio)"
+            )
+    grown: dict[str, tuple[float, float]] = {}
+    counters = entry.get("counters")
+    for key, pair in counters.items() if isinstance(counters, Mapping) else ():
+        name = LOAD_COUNTERS.get(str(key))
+        if name is None or name not in limits.watch or not isinstance(pair, list) or len(pair) != 2:
+            continue
+        a, b = _num(pair[0]), _num(pair[1])
+        if a is not None and b is not None and b - a > limits.counter_max_growth:
+            old = grown.get(name)
+            if old is None or b - a > old[1] - old[0]:
+                grown[name] = (a, b)
+    for name, (a, b) in sorted(grown.items()):
+        why.append(
+            f"{name} grew {a:g} -> {b:g} under the load (counter_max_growth {limits.counter_max_growth})"
+        )
+    return "; ".join(why)
 
 
 def busy_seconds(entry: Mapping[str, Any] | None) -> float:

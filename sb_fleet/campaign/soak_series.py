@@ -26,7 +26,14 @@ from sb_fleet.analysis.fleet_results import load_fleet
 from sb_fleet.analysis.soak import Measurement, NodeSoak, SoakCriteria, SoakRound, Trend, judge_node
 from sb_fleet.bounded_json import read_or_none
 from sb_fleet.campaign.campaign_state import RoundRecord
-from sb_fleet.campaign.soak_load import LOAD_FILE, host_entries, load_failure, load_throttled_windows
+from sb_fleet.campaign.soak_load import (
+    LOAD_FILE,
+    LoadLimits,
+    fleet_clock,
+    host_entries,
+    load_failure,
+    load_throttled_windows,
+)
 from sb_fleet.campaign.stage_judgement import bench_outcome, health_counters, throttled_windows
 from sb_fleet.config.campaign_spec import Stage
 from sb_fleet.errors import SbFleetError
@@ -208,13 +215,16 @@ def extract_round(directory: Path, record: RoundRecord, stage: Stage) -> RoundCo
     rd = Path(directory) / record.run_dir
     rows, values, noise = round_rows(rd)
     loads = host_entries(read_or_none(rd / LOAD_FILE))  # the round's load, where it had one
+    limits = load_limits(stage)
+    fleet_sm = fleet_clock(loads.values())
     out = RoundColumns(record.index, record.run_dir)
     for h in record.hosts:
         vals = values.get(h, {})
         judged = bench_outcome(h, stage, rows.get(h), vals, label=f"round {record.index}")
         doc = read_or_none(rd / "health" / f"{h}.json")
         doc = doc if isinstance(doc, Mapping) else None
-        wrong = load_failure(loads.get(h))  # wrong products under the round's load fail the round
+        # wrong products, heat, a low clock or a counter grown under the round's load fail the round
+        wrong = load_failure(loads.get(h), limits, fleet_sm)
         why = [] if judged.passed else [judged.reason]
         out.nodes[h] = NodeRound(
             ok=judged.passed and not wrong,
@@ -226,6 +236,17 @@ def extract_round(directory: Path, record: RoundRecord, stage: Stage) -> RoundCo
             counters=health_counters(doc) if doc is not None else None,
         )
     return out
+
+
+def load_limits(stage: Stage) -> LoadLimits:
+    """What a soak stage holds its nodes' telemetry under the load to (:class:`LoadLimits`)."""
+    ld = stage.load
+    return LoadLimits(
+        max_temp_c=ld.max_temp_c if ld is not None else None,
+        min_clock_ratio=ld.min_clock_ratio if ld is not None else None,
+        watch=stage.counters,
+        counter_max_growth=stage.counter_max_growth,
+    )
 
 
 def series_of_rounds(

@@ -203,6 +203,11 @@ class Load(_Strict):
     margin: float = 3.0  # the load ends this long before the round does (a duration, 0s to 10m)
     size: int = Field(0, ge=0, le=65536)  # the GEMM's matrix size (0: 8192 on a GPU, 512 on a CPU)
     threads: int = Field(0, ge=0, le=4096)  # cpu-gemm: at most this many cores (0: every allotted one)
+    # Limits on the telemetry under the load, each failing a node's round (None: recorded, not judged):
+    # its hottest GPU temperature (degrees C); its lowest SM clock as a share of the round's fleet median
+    # of that figure (a node held at a lower clock than the others under the same load).
+    max_temp_c: float | None = Field(None, gt=0, le=200)
+    min_clock_ratio: float | None = Field(None, gt=0, le=1)
 
     @field_validator("interval", "margin", mode="before")
     @classmethod

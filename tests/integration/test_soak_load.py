@@ -6,6 +6,8 @@ each, each its own fake 8x H100 machine, tests/healthfake.py), 3 rounds of 30 s.
   node, by the round's record and each node's own times (load.json);
 - a throttle planted in one node's nvidia-smi for a few seconds while round 2's load runs is counted for
   that node and that round only (throttled windows), and the soak rejects it for that (max 0);
+- another node's GPUs report 93 C and a 1,200 MHz SM clock for a few seconds of round 2's load: its round 2
+  fails for both (load.max_temp_c 87, load.min_clock_ratio 0.9 of the fleet's 1,980 MHz) and it is rejected;
 - SIGTERM to accept while round 3's load runs: exit 130, nothing of the load left on the hosts; SIGKILL
   of accept's whole process group while the re-run round's load runs: the hosts' load ends by itself by the
   round's end; ``accept --resume`` then finishes the soak.
@@ -30,7 +32,7 @@ from tests.fleetlib.hangs import run_id_of, run_processes, wait_for, wait_run_go
 from .conftest import ROOT, SB_FLEET, sb_fleet, started_fleet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from healthfake import make_machine, plant_throttle  # noqa: E402
+from healthfake import make_machine, plant_readings, plant_throttle  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -69,7 +71,7 @@ stages:
     duration: {int(ROUND * ROUNDS)}s
     round: {int(ROUND)}s
     max_failed_rounds: 0
-    load: {{kind: cpu-gemm, interval: 1s, margin: 1s, threads: 1, size: 256}}
+    load: {{kind: cpu-gemm, interval: 1s, margin: 1s, threads: 1, size: 256, max_temp_c: 87, min_clock_ratio: 0.9}}
 """
 
 
@@ -128,7 +130,7 @@ def test_the_load_burns_every_round_counts_a_throttle_and_ends_on_any_stop(lflee
     campaign = tmp_path / "campaign.yaml"
     campaign.write_text(CAMPAIGN)
     d = tmp_path / "campaign"
-    hot = names[1]
+    hot, warm = names[1], names[2]
 
     p = _accept(["-c", str(cfg), "-i", str(inv), "--campaign", str(campaign), "--dir", str(d)])
     try:
@@ -138,6 +140,9 @@ def test_the_load_burns_every_round_counts_a_throttle_and_ends_on_any_stop(lflee
         run2 = run_id_of(r2)
         wait_for(lambda: _burning(run2, hot), 60, "round 2's load on the hot node")
         plant_throttle(Path(host_vars[hot]["sb_tool_dir"]), time.time(), THROTTLED_FOR, gpus=[0, 3])
+        wait_for(lambda: _burning(run2, warm), 60, "round 2's load on the warm node")
+        readings = {"temperature.gpu": 93, "clocks.sm": 1200}
+        plant_readings(Path(host_vars[warm]["sb_tool_dir"]), time.time(), THROTTLED_FOR, readings, gpus=[5])
         # round 3's load running: SIGTERM stops accept and the load on every host
         r3 = d / "runs" / "soak-round-03"
         wait_for(r3.exists, 60, "round 3")
@@ -217,4 +222,10 @@ def test_the_load_burns_every_round_counts_a_throttle_and_ends_on_any_stop(lflee
     found = [f for f in soak[hot]["findings"] if f["kind"] == "throttled"]
     assert found and found[0]["fails"] and list(found[0]["rounds"]) == [2], soak[hot]["findings"]
     assert state["hosts"][hot]["status"] != "accepted"
-    assert all(state["hosts"][h]["status"] == "accepted" for h in (names[0], names[2])), state["hosts"]
+    # the warm node: round 2 failed for its heat and its clock under the load, and only round 2
+    failed = columns[warm]["reasons"]
+    assert columns[warm]["ok"] == [True, False, True] and list(failed) == ["2"], columns[warm]
+    assert "a GPU at 93 C under the load (load.max_temp_c 87)" in failed["2"], failed
+    assert "its lowest SM clock under the load 1200 MHz, below 90% of the fleet's 1980 MHz" in failed["2"]
+    assert state["hosts"][warm]["status"] != "accepted"
+    assert state["hosts"][names[0]]["status"] == "accepted", state["hosts"]

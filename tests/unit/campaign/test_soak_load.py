@@ -272,3 +272,56 @@ def test_wrong_products_under_the_load_fail_that_nodes_round(tmp_path):
     assert "wrong product" not in b.reason
     assert load_failure({"errors": 1}) == "the load's GEMMs gave 1 wrong product entry"
     assert load_failure({"errors": 0}) == "" and load_failure(None) == ""
+
+
+def test_heat_a_low_clock_and_a_counter_grown_under_the_load_fail_that_nodes_round(tmp_path):
+    """The load's telemetry judged per round (load.max_temp_c, load.min_clock_ratio of the round's fleet
+    median, the watched counters' growth inside the load): each for the node that showed it, with its
+    figures; without the limits the same telemetry is recorded, not judged."""
+    limits = "    load: {kind: gpu-burn, max_temp_c: 87, min_clock_ratio: 0.9}\n"
+    stage = parse_campaign(SOAK + limits, Path("c.yaml")).spec.stages[1]
+    rec = RoundRecord(2, "2026-12-07T10:02:00+00:00", "2026-12-07T10:02:10+00:00", "runs/r2", list("abcde"))
+    (tmp_path / "runs" / "r2").mkdir(parents=True)
+
+    def tele(temp: float, sm: float, ecc: list[int] | None = None, xid: list[int] | None = None) -> dict:
+        counters = {"gpu_uncorrected_ecc": ecc or [0, 0], "gpu_corrected_ecc": [5, 900]}
+        if xid:
+            counters["xid"] = xid
+        return {
+            "outcome": "ok",
+            "summary": {
+                "errors": 0,
+                "telemetry": {"max_temp_c": temp, "min_sm_mhz": sm, "counters": counters},
+            },
+        }
+
+    entries = {
+        "a": tele(71.0, 1980.0),
+        "b": tele(91.5, 1980.0),  # hot
+        "c": tele(72.0, 1410.0),  # held at a low clock: 71% of the fleet's 1980 MHz
+        "d": tele(70.0, 1800.0, ecc=[0, 2]),  # uncorrected ECC errors under the load
+        "e": tele(70.0, 1965.0, xid=[1, 1]),  # an XID from before the load: no growth
+    }
+    (tmp_path / "runs" / "r2" / "load.json").write_text(
+        json.dumps(load_doc("gpu-burn", "S", "E", 9.0, None, entries))
+    )
+    nodes = extract_round(tmp_path, rec, stage).nodes
+    assert "a GPU at 91.5 C under the load (load.max_temp_c 87)" in nodes["b"].reason
+    assert (
+        "its lowest SM clock under the load 1410 MHz, below 90% of the fleet's 1965 MHz (load.min_clock_ratio)"
+        in nodes["c"].reason
+    ), nodes["c"].reason
+    assert "gpu.ecc_uncorrected grew 0 -> 2 under the load (counter_max_growth 0)" in nodes["d"].reason
+    for h in "bcd":
+        assert not nodes[h].ok
+    for h in "ae":  # corrected ECC is not watched by default; the XID count did not grow
+        assert "under the load" not in nodes[h].reason, nodes[h].reason
+    # the same telemetry without the limits: only the counters (watched by default) fail a round
+    plain = parse_campaign(SOAK + "    load: gpu-burn\n", Path("c.yaml")).spec.stages[1]
+    nodes = extract_round(tmp_path, rec, plain).nodes
+    assert "under the load" not in nodes["b"].reason and "under the load" not in nodes["c"].reason
+    assert "gpu.ecc_uncorrected grew" in nodes["d"].reason
+    # a host's garbage in its figures is no finding and no crash
+    assert load_failure({"max_temp_c": "hot", "min_sm_mhz": True, "counters": {"xid": [0]}}, None) == ""
+    with pytest.raises(CampaignError, match="min_clock_ratio"):
+        parse_campaign(SOAK + "    load: {kind: gpu-burn, min_clock_ratio: 1.5}\n", Path("c.yaml"))
