@@ -25,6 +25,7 @@ import statistics
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from sb_fleet.analysis import change_point
 from sb_fleet.analysis.change_point import trend_change
 from sb_fleet.analysis.soak import SoakCriteria, SoakRound, judge_node
 
@@ -52,6 +53,8 @@ def cases() -> dict[str, dict[str, list[float]]]:
 def factor(i: int, n: int, fault: str) -> float:
     if fault == "step":
         return 0.5 if i >= n // 2 else 1.0
+    if fault == "step+1":  # the step to half, one round inside it at a quarter (issue 55's missed soak)
+        return 0.25 if i == n // 2 + 1 else 0.5 if i >= n // 2 else 1.0
     return 0.96**i if fault == "slope" else 1.0
 
 
@@ -99,22 +102,29 @@ def main() -> None:
     data = cases()
     crit = SoakCriteria(drift_k=a.k, drift_min_change=a.min_change, drift_min_rounds=min(6, a.rounds))
     print(f"{a.rounds}-round windows of tests/corpus, k {a.k:g}, min_change {a.min_change:.0%}")
+    print("rules: new (step, step with one round left out, trend), plain (step and trend), old (trend alone)")
     print(
-        f"{'noise':>12} {'basis':>9} {'rule':>5} | {'healthy failed':>15} {'step caught':>12} {'slope caught':>13}"
+        f"{'noise':>12} {'basis':>9} {'rule':>5} | {'healthy failed':>15} {'step caught':>12} "
+        f"{'step+1 caught':>14} {'slope caught':>13}"
     )
+    loo = change_point.LEAVE_ONE_OUT_MAX
     for sigma in (None, 0.005, 0.01, 0.02):
         for basis in ("measured", "relative") if sigma is None else ("measured",):
-            for rule in ("new", "old"):
+            for rule in ("new", "plain", "old"):
+                change_point.LEAVE_ONE_OUT_MAX = loo if rule == "new" else 0
                 row = []
-                for fault in ("none", "step", "slope"):
+                for fault in ("none", "step", "step+1", "slope"):
                     ws = list(windows(data, a.rounds, fault, basis, sigma))
-                    if rule == "new":
+                    if rule != "old":
                         bad = sum(not judge_node("n", rounds_of(w), crit).passed for w in ws)
                     else:
                         bad = sum(old_rule_fails(w, a.k, a.min_change) for w in ws)
                     row.append(f"{bad}/{len(ws)}")
                 label = "as recorded" if sigma is None else f"{sigma:.1%}"
-                print(f"{label:>12} {basis:>9} {rule:>5} | {row[0]:>15} {row[1]:>12} {row[2]:>13}")
+                print(
+                    f"{label:>12} {basis:>9} {rule:>5} | {row[0]:>15} {row[1]:>12} {row[2]:>14} {row[3]:>13}"
+                )
+    change_point.LEAVE_ONE_OUT_MAX = loo
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sb_fleet.analysis.change_point import judge_changes
+from sb_fleet.analysis.change_point import NoiseSource, judge_changes
 from sb_fleet.analysis.superbench.metric_names import direction_from_name, parse_metric
 from sb_fleet.config.campaign_spec import Stage
 
@@ -128,7 +128,7 @@ class Trend:
     change: float  # relative change over the soak (-0.09: 9% lower at the end, or after the step)
     stderr: float  # of the change, in the same (log) units
     noise: float  # the per-round relative noise the stderr used
-    noise_source: Literal["residuals", "within segments", "own samples"]
+    noise_source: NoiseSource
     threshold: float  # the relative change beyond which it fails, signed the way that is worse (-0.31: a loss of 31%)
     fails: bool
     model: Literal["trend", "step"] = "trend"
@@ -415,9 +415,10 @@ def _drift_finding(t: Trend, crit: SoakCriteria) -> SoakFinding:
             f"a step from round {t.since_round} ({len(t.rounds)} rounds judged; median "
             f"{statistics.median(t.values[:at]):.6g} before, {statistics.median(t.values[at:]):.6g} from it; {way})"
         )
-        source = (
-            "within the two segments" if t.noise_source == "within segments" else f"from its {t.noise_source}"
-        )
+        source = {
+            "within segments": "within the two segments",
+            "within segments, one round left out": ("within the two segments, one round left out"),
+        }.get(t.noise_source, f"from its {t.noise_source}")
     else:
         what = f"a trend over {len(t.rounds)} rounds ({t.values[0]:.6g} -> {t.values[-1]:.6g}; {way})"
         source = f"from its {t.noise_source}"
