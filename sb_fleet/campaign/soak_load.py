@@ -155,6 +155,15 @@ LOAD_COUNTERS = {
     "gpu_corrected_ecc": "gpu.ecc_corrected",
     "xid": "gpu.xid",
     "xid_events": "gpu.xid",
+    "ib_symbol_error": "ib.symbol_error",
+    "ib_link_downed": "ib.link_downed",
+    "ib_link_error_recovery": "ib.link_error_recovery",
+    "ib_port_rcv_errors": "ib.port_rcv_errors",
+    "ib_port_xmit_discards": "ib.port_xmit_discards",
+    "ib_local_link_integrity_errors": "ib.local_link_integrity_errors",
+    "nvlink_replay": "nvlink.replay",
+    "nvlink_recovery": "nvlink.recovery",
+    "nvlink_crc": "nvlink.crc",
 }
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sb_bench.health.record import Env
-from sb_bench.host.load_telemetry import Summary, kernel_xids, open_source
+from sb_bench.host.load_telemetry import Summary, fabric_counters, kernel_xids, open_source
 
 SUMMARY_MARK = "SB_LOAD_SUMMARY"
 KINDS = ("gpu-burn", "cpu-gemm")
@@ -198,6 +198,14 @@ def say(line: str) -> bool:
         return False
 
 
+def _fabric(env: Env, gpus: bool) -> dict[str, int]:
+    """The fabric's counters now (load_telemetry.fabric_counters); none where they cannot be read."""
+    try:
+        return fabric_counters(env, nvlink=gpus)
+    except Exception:  # noqa: BLE001 - the load goes on; the rounds' health checks read them too
+        return {}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     start = time.time()
     deadline = time.monotonic() + args.seconds
@@ -214,6 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workers = start_workers(args.kind, args.size, args.threads, stop, work)
     source, why = open_source(env)
     xid_start = kernel_xids(env)
+    fabric_start = _fabric(env, source is not None)
     summary = Summary(args.interval)
     gone = False
     while not stop.is_set() and time.monotonic() < deadline:
@@ -236,6 +245,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     xid_end = kernel_xids(env)
     if xid_start is not None and xid_end is not None:
         tele["counters"]["xid"] = [xid_start, xid_end]
+    fabric_end = _fabric(env, source is not None)
+    for name, first in fabric_start.items():
+        if name in fabric_end:
+            tele["counters"][name] = [first, fabric_end[name]]
     nvml_xids = getattr(source, "xids", None)
     if isinstance(nvml_xids, dict):
         tele["counters"]["xid_events"] = [0, sum(len(v) for v in nvml_xids.values())]

@@ -125,6 +125,57 @@ def open_source(env: Env) -> tuple[Source | None, str]:
     return None, f"no GPU telemetry ({why}; nvidia-smi: not found)"
 
 
+# The fabric's error counters read at the load's start and end (summed over the node's ports and links):
+# the name each has in the load's ``counters``. InfiniBand from sysfs (sb_bench.health.infiniband), NVLink
+# through the GPU source the health checks use (NVML's nvmlDeviceGetNvLinkErrorCounter, else nvidia-smi
+# nvlink -e).
+IB_COUNTERS = {
+    "symbol_error": "ib_symbol_error",
+    "link_downed": "ib_link_downed",
+    "link_error_recovery": "ib_link_error_recovery",
+    "port_rcv_errors": "ib_port_rcv_errors",
+    "port_xmit_discards": "ib_port_xmit_discards",
+    "local_link_integrity_errors": "ib_local_link_integrity_errors",
+}
+NVLINK_COUNTERS = ("nvlink_replay", "nvlink_recovery", "nvlink_crc")
+
+
+def fabric_counters(env: Env, nvlink: bool, timeout: float = 5.0) -> dict[str, int]:
+    """The node's InfiniBand and (``nvlink``) NVLink error counters now, each summed over its ports or
+    links; a counter no port or link reports is left out."""
+    from sb_bench.health.infiniband import read_ports
+
+    out: dict[str, int] = {}
+    ports, _ = read_ports(env)
+    for key, name in IB_COUNTERS.items():
+        vals = [p.counters[key] for p in ports if key in p.counters]
+        if vals:
+            out[name] = sum(vals)
+    if not nvlink:
+        return out
+    from sb_bench.health.gpu_source import read_gpus
+
+    links = [e for g in read_gpus(env, timeout=timeout).gpus for e in g.nvlink_errors or ()]
+    for name, read in (
+        ("nvlink_replay", lambda e: e.replay),
+        ("nvlink_recovery", lambda e: e.recovery),
+        (
+            "nvlink_crc",
+            lambda e: (
+                e.crc_total
+                if e.crc_total is not None
+                else None
+                if e.crc_flit is None and e.crc_data is None
+                else (e.crc_flit or 0) + (e.crc_data or 0)
+            ),
+        ),
+    ):
+        vals = [v for e in links if (v := read(e)) is not None]
+        if vals:
+            out[name] = sum(vals)
+    return out
+
+
 def kernel_xids(env: Env) -> int | None:
     """XID lines in the kernel log now (None: the log cannot be read)."""
     from sb_bench.health.xid import kernel_log, parse_xids

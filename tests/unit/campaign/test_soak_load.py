@@ -18,6 +18,7 @@ from sb_bench.host.load_telemetry import SmiTelemetry, Summary, open_source, par
 
 from sb_fleet.campaign.campaign_state import RoundRecord
 from sb_fleet.campaign.soak_load import (
+    LoadLimits,
     busy_seconds,
     host_entries,
     load_doc,
@@ -31,7 +32,7 @@ from sb_fleet.config.campaign_spec import CampaignError, Load, parse_campaign
 from sb_fleet.fleet.round_load import load_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from healthfake import make_machine, plant_throttle  # noqa: E402
+from healthfake import bump_nvlink, make_machine, plant_throttle  # noqa: E402
 
 SOAK = """version: 1
 stages:
@@ -208,8 +209,8 @@ def test_the_rounds_load_adds_its_throttled_windows_to_that_node_and_round(tmp_p
     assert series["b"].throttled == {}
 
 
-def _burn(tmp_path: Path, *args: str) -> subprocess.Popen:
-    roots = make_machine(tmp_path / "m", gpus=2)
+def _burn(tmp_path: Path, *args: str, roots: dict[str, str] | None = None) -> subprocess.Popen:
+    roots = roots or make_machine(tmp_path / "m", gpus=2)
     return subprocess.Popen(
         [
             sys.executable,
@@ -325,3 +326,27 @@ def test_heat_a_low_clock_and_a_counter_grown_under_the_load_fail_that_nodes_rou
     assert load_failure({"max_temp_c": "hot", "min_sm_mhz": True, "counters": {"xid": [0]}}, None) == ""
     with pytest.raises(CampaignError, match="min_clock_ratio"):
         parse_campaign(SOAK + "    load: {kind: gpu-burn, min_clock_ratio: 1.5}\n", Path("c.yaml"))
+
+
+def test_fabric_counters_are_read_at_the_loads_start_and_end_and_judged(tmp_path):
+    """InfiniBand (sysfs) and NVLink (nvidia-smi nvlink -e) error counters, summed over the node's ports and
+    links, at the load's start and end: errors a link counts while the node burns are that round's."""
+    roots = make_machine(tmp_path / "m", gpus=2, ib_ports=2)
+    p = _burn(tmp_path, "--seconds", "4", "--sysfs", roots["sb_path_sysfs"], roots=roots)
+    assert p.stdout is not None
+    assert p.stdout.readline().startswith("sb-load: ")  # the start's readings are taken: the load is on
+    port = Path(roots["sb_path_sysfs"]) / "class/infiniband/mlx5_1/ports/1/counters"
+    (port / "symbol_error").write_text("7\n")
+    bump_nvlink(Path(roots["sb_tool_dir"]), 1, 3, "replay", by=2)
+    bump_nvlink(Path(roots["sb_tool_dir"]), 0, 0, "crc_flit", by=1)
+    out, _ = p.communicate(timeout=60)
+    s = parse_summary(out)
+    assert p.returncode == 0 and s is not None, out[-2000:]
+    counters = s["telemetry"]["counters"]
+    assert counters["ib_symbol_error"] == [0, 7] and counters["ib_link_downed"] == [0, 0], counters
+    assert counters["nvlink_replay"] == [0, 2] and counters["nvlink_crc"] == [0, 1], counters
+    entry = {"counters": counters}
+    limits = LoadLimits(watch=("ib.symbol_error", "nvlink.replay"), counter_max_growth=0)
+    why = load_failure(entry, limits)
+    assert "ib.symbol_error grew 0 -> 7 under the load" in why and "nvlink.replay grew 0 -> 2" in why, why
+    assert "nvlink.crc" not in why  # not watched here
