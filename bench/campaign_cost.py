@@ -8,7 +8,7 @@ The rounds are real-shaped: a finished campaign's directory (``--template``, e.g
 in them (report rows, figures with their measured noise, the health document with its counters), and
 each synthetic node is one of its nodes renamed (node ``k`` is template node ``k mod n``; round ``r`` is
 template round ``r mod m``): the judgement reads, parses and judges what it would on a real fleet. Each
-case runs in a process of its own (its peak RSS is the case's). The disk a round takes is read from the
+case builds in a process of its own, and the soak's end (judgement, records, pages) runs in a fresh process (its peak RSS is what the soak's end takes). The disk a round takes is read from the
 template's real round directories (per node and per round).
 
 Every round goes through the runner's hook as it finishes (the state saved, the round's line written to the
@@ -190,14 +190,11 @@ def build(work: Path, template: Path, n_hosts: int, n_rounds: int) -> tuple[Path
 
 def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
     """One (hosts, rounds) case, in this process: build, then time the machinery on it."""
-    from sb_fleet.campaign.acceptance_record import write_records
     from sb_fleet.campaign.campaign_state import CampaignState, RoundRecord, save_state
-    from sb_fleet.campaign.gating import gate_stage, soak_outcome
     from sb_fleet.campaign.round_columns import series_file
     from sb_fleet.campaign.round_compaction import RoundCompactor
     from sb_fleet.config.campaign_spec import load_campaign
-    from sb_fleet.fleet.campaign_run import soak_evidence, soak_judgement
-    from sb_fleet.report.campaign_report import NODE_PAGES, write_campaign_report
+    from sb_fleet.report.campaign_report import NODE_PAGES
 
     work = Path(tempfile.mkdtemp(prefix="sbf-campaign-cost-"))
     try:
@@ -228,32 +225,18 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
         state_bytes = (d / "campaign-state.json").stat().st_size
         runs_bytes = _bytes(d / "runs")
         series_bytes = (d / series_file(stage.name)).stat().st_size
-        rss0 = _rss_mb()
-        c0, w0 = time.process_time(), time.perf_counter()
-        judged = soak_judgement(d, state, stage, hosts, d / "runs" / "soak-closing-check")
-        judge_cpu, judge_wall = time.process_time() - c0, time.perf_counter() - w0
-        rss_judged = _rss_mb()
-        assert len(judged) == n_hosts and all(n.rounds == n_rounds for n in judged.values()), (
-            "not every round read"
+        build_rss = _rss_mb()
+        # The soak's end in a process of its own: its peak RSS is the judgement's, records' and pages' alone
+        # (this process's holds the synthetic build), as accept's would be at the soak's end.
+        out = subprocess.run(
+            [sys.executable, __file__, "--template", str(template), "--judge", str(d), str(cfile)],
+            capture_output=True,
+            text=True,
+            check=False,
         )
-        judged_trends = sum(
-            1 for n in judged.values() for t in n.trends if t.metric == "gemm-flops/fp32_flops"
-        )
-        round_dirs = {r.index: r.run_dir for r in state.soak_rounds[stage.name]}
-        outcomes = {
-            h: soak_outcome(n, soak_evidence(n, round_dirs, "soak-soak.json", "runs/soak-closing-check"))
-            for h, n in judged.items()
-        }
-        c0, w0 = time.process_time(), time.perf_counter()
-        t_end = t0 + timedelta(minutes=n_rounds)
-        state.apply(gate_stage(stage, hosts, outcomes), t_end)
-        state.finish_stage(stage.name, t_end)
-        state.finish(t_end)
-        save_state(d, state)
-        now = (t0 + timedelta(minutes=n_rounds)).isoformat()
-        write_records(d, state, campaign, now, None)
-        write_campaign_report(d, state, campaign, now)
-        records_cpu, records_wall = time.process_time() - c0, time.perf_counter() - w0
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-3000:])
+        end = json.loads(out.stdout.strip().splitlines()[-1])
         pages = d / NODE_PAGES
         sizes = {
             "runs_full": full_bytes,
@@ -269,9 +252,6 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
             "campaign_html": (d / "campaign.html").stat().st_size,
             "campaign_md": (d / "campaign.md").stat().st_size,
         }
-        verdicts = {n.status: 0 for n in state.hosts.values()}
-        for n in state.hosts.values():
-            verdicts[n.status] += 1
         return {
             "hosts": n_hosts,
             "rounds": n_rounds,
@@ -282,16 +262,9 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
             "compact_wall_mean": sum(w for _, w in compactions) / len(compactions),
             "compact_cpu_total": sum(c for c, _ in compactions),
             "state_bytes_before_judgement": state_bytes,
-            "judge_cpu": judge_cpu,
-            "judge_wall": judge_wall,
-            "rss_before_mb": rss0,
-            "rss_peak_mb": rss_judged,
-            "records_report_cpu": records_cpu,
-            "records_report_wall": records_wall,
-            "peak_rss_mb": _rss_mb(),
+            "build_rss_mb": build_rss,
+            **end,
             "sizes": sizes,
-            "judged_trends": judged_trends,
-            "verdicts": verdicts,
         }
     finally:
         keep = os.environ.get("CAMPAIGN_COST_KEEP_PAGES")
@@ -302,6 +275,60 @@ def case(template: Path, n_hosts: int, n_rounds: int) -> dict[str, Any]:
             shutil.copy(work / "campaign" / "campaign.html", dst)
             shutil.copytree(work / "campaign" / NODE_PAGES, dst / NODE_PAGES)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def soak_end(d: Path, cfile: Path) -> dict[str, Any]:
+    """The soak's end on a built campaign directory, in this (fresh) process: the judgement over every
+    round, the stage's gate, the records and the pages; their CPU, wall time and this process's peak RSS."""
+    from sb_fleet.campaign.acceptance_record import write_records
+    from sb_fleet.campaign.campaign_state import load_state, save_state
+    from sb_fleet.campaign.gating import gate_stage, soak_outcome
+    from sb_fleet.config.campaign_spec import load_campaign
+    from sb_fleet.fleet.campaign_run import soak_evidence, soak_judgement
+    from sb_fleet.report.campaign_report import write_campaign_report
+
+    campaign = load_campaign(cfile)
+    stage = campaign.spec.stages[0]
+    state = load_state(d, campaign.digest)
+    hosts = list(state.hosts)
+    n_rounds = len(state.soak_rounds[stage.name])
+    rss0 = _rss_mb()
+    c0, w0 = time.process_time(), time.perf_counter()
+    judged = soak_judgement(d, state, stage, hosts, d / "runs" / "soak-closing-check")
+    judge_cpu, judge_wall = time.process_time() - c0, time.perf_counter() - w0
+    rss_judged = _rss_mb()
+    assert len(judged) == len(hosts) and all(n.rounds == n_rounds for n in judged.values()), (
+        "not every round read"
+    )
+    judged_trends = sum(1 for n in judged.values() for t in n.trends if t.metric == "gemm-flops/fp32_flops")
+    round_dirs = {r.index: r.run_dir for r in state.soak_rounds[stage.name]}
+    outcomes = {
+        h: soak_outcome(n, soak_evidence(n, round_dirs, "soak-soak.json", "runs/soak-closing-check"))
+        for h, n in judged.items()
+    }
+    c0, w0 = time.process_time(), time.perf_counter()
+    t_end = datetime(2026, 11, 29, tzinfo=timezone.utc) + timedelta(minutes=n_rounds)
+    state.apply(gate_stage(stage, hosts, outcomes), t_end)
+    state.finish_stage(stage.name, t_end)
+    state.finish(t_end)
+    save_state(d, state)
+    write_records(d, state, campaign, t_end.isoformat(), None)
+    write_campaign_report(d, state, campaign, t_end.isoformat())
+    records_cpu, records_wall = time.process_time() - c0, time.perf_counter() - w0
+    verdicts: dict[str, int] = {}
+    for n in state.hosts.values():
+        verdicts[n.status] = verdicts.get(n.status, 0) + 1
+    return {
+        "judge_cpu": judge_cpu,
+        "judge_wall": judge_wall,
+        "rss_before_mb": rss0,
+        "rss_peak_mb": rss_judged,
+        "records_report_cpu": records_cpu,
+        "records_report_wall": records_wall,
+        "peak_rss_mb": _rss_mb(),
+        "judged_trends": judged_trends,
+        "verdicts": verdicts,
+    }
 
 
 def _bytes(path: Path) -> int:
@@ -344,10 +371,14 @@ def main() -> int:
         "--cases", nargs="+", default=["1000x20"], help="more cases besides --hosts x --rounds: NODESxROUNDS"
     )
     ap.add_argument("--case", type=int, nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--judge", type=Path, nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="write every case's figures here")
     args = ap.parse_args()
     if args.case:
         print(json.dumps(case(args.template, *args.case)))
+        return 0
+    if args.judge:
+        print(json.dumps(soak_end(*args.judge)))
         return 0
     results = []
     print(
@@ -397,6 +428,7 @@ def main() -> int:
     judge_cpu_hi = per_node_round(lambda x: x["judge_cpu"]) * n * R
     judge_mem = fit(lambda x: x["rss_peak_mb"] - x["rss_before_mb"])
     peak = fit(lambda x: x["peak_rss_mb"])
+    peak_hi = per_node_round(lambda x: x["peak_rss_mb"]) * n * R
     records = fit(lambda x: x["records_report_cpu"])
     hook = fit(lambda x: x["compact_cpu_mean"] + x["save_cpu_last"])  # CPU-s a round at n nodes
     hook_wall = fit(lambda x: x["compact_wall_mean"] + x["save_wall_last"])
@@ -430,8 +462,10 @@ def main() -> int:
     )
     print(
         f"  the soak's judgement at its end: {judge_cpu / 60:.1f} CPU-min (at the largest per node-round: "
-        f"{judge_cpu_hi / 60:.1f}), {judge_mem / 1024:.2f} GB of memory above the process's; peak "
-        f"{peak / 1024:.2f} GB; records and report {records / 60:.1f} CPU-min"
+        f"{judge_cpu_hi / 60:.1f}), {judge_mem / 1024:.2f} GB of memory above the process's at its start; "
+        f"the soak's end (judgement, records, pages) in a process of its own: peak {peak / 1024:.2f} GB "
+        f"(fitted; at the largest case's per node-round {peak_hi / 1024:.2f} GB, an upper bound: the "
+        f"interpreter's own ~40 MB scaled too); records and report {records / 60:.1f} CPU-min"
     )
     print(
         f"  the campaign directory: {total / 1e9:.1f} GB: the series file {series / 1e9:.2f} GB, the compacted "

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 class Outcome(str, enum.Enum):
     OK = "ok"
     SKIPPED = "skipped"  # excluded by --limit or by an earlier stage's failure
+    # not in service: Slurm reports it drained, down, in maintenance or reserved for another reason (or
+    # sb-fleet drained it and could not re-test it); not tested, and not counted by the gate
+    OUT_OF_SERVICE = "out-of-service"
     PENDING = "pending"  # not reached yet (interrupted run)
     FAILED = "failed"  # the host answered but a step or benchmark failed
     TIMEOUT = "timeout"  # a benchmark exceeded its timeout and was killed (a host fault, exit 1)
@@ -34,12 +37,13 @@ class Outcome(str, enum.Enum):
 _SEVERITY = {
     Outcome.OK: 0,
     Outcome.SKIPPED: 1,
-    Outcome.PENDING: 2,
-    Outcome.FAILED: 3,
-    Outcome.TIMEOUT: 4,
-    Outcome.UNHEALTHY: 5,  # above failed: the benchmarks of an unhealthy host fail because of it
-    Outcome.UNREACHABLE: 6,
-    Outcome.HOSTKEY: 7,
+    Outcome.OUT_OF_SERVICE: 2,  # above skipped: the stages after the first say skipped because of it
+    Outcome.PENDING: 3,
+    Outcome.FAILED: 4,
+    Outcome.TIMEOUT: 5,
+    Outcome.UNHEALTHY: 6,  # above failed: the benchmarks of an unhealthy host fail because of it
+    Outcome.UNREACHABLE: 7,
+    Outcome.HOSTKEY: 8,
 }
 
 

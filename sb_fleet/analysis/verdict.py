@@ -8,6 +8,8 @@
   did not report, a metric is missing, or the run's spine recorded a bad
   outcome (failed, timeout, unreachable, ...) for the host.
 - ``pass``: everything else.
+- ``out_of_service``: the run did not test the host because it is out of service (Slurm's state and
+  reason, or sb-fleet's own drain it could not re-test); not counted by the gate unless asked.
 - ``flaky`` (validate's confirmation run only): a failed host none of whose
   findings showed again; a host that is also incomplete stays incomplete
   (the re-run clears its findings, not what it failed to report).
@@ -36,6 +38,11 @@ VERDICTS = (PASS, FAILV, INCOMPLETEV, MISSING)
 # by the gate policy; in the counts only when some host has it, so other reports keep their shape).
 FLAKY = "flaky"
 UNCONFIRMED = "unconfirmed"
+# A host not in service (its outcome ``out-of-service``: Slurm reports it drained, down, in maintenance or
+# reserved for another reason, or sb-fleet drained it and could not re-test it): not tested, so neither
+# passed nor failed; the gate counts it only with ``gates.count_out_of_service``, ``drain`` never touches
+# it. In the counts only when some host has it.
+OUT_OF_SERVICE = "out_of_service"
 # The checks that infer a fault from the fleet's own statistics (every other check names an explicit
 # reason: a rule, baseline, limit, SKU reference, history, return code, missing result or outcome).
 INFERRED_CHECKS = frozenset(
@@ -89,6 +96,8 @@ def judge(
             detail=f"unhealthy: {reason}" if reason else "unhealthy",
         )
         return HostReport(name, outcome, FAILV, (health, *issues), reason, gpu_model, reported)
+    if outcome == Outcome.OUT_OF_SERVICE.value:
+        return HostReport(name, outcome, OUT_OF_SERVICE, (), reason, gpu_model, reported)
     if not reported:
         why = reason or "no results line for this host"
         return HostReport(

@@ -224,7 +224,7 @@ class Policy(BaseModel):
 
     max_failed_hosts: int | None = Field(default=None, ge=0)
     max_failed_percent: float | None = Field(default=None, ge=0, le=100)
-    count: list[Literal["fail", "incomplete", "missing"]] = Field(
+    count: list[Literal["fail", "incomplete", "missing", "out_of_service"]] = Field(
         default_factory=lambda: ["fail", "incomplete", "missing"]  # type: ignore[arg-type]
     )
 
@@ -239,12 +239,21 @@ class Gates(BaseModel):
     fleet: FleetGate = Field(default_factory=FleetGate)
     populations: PopulationsGate = Field(default_factory=PopulationsGate)
     policy: Policy = Field(default_factory=Policy)
+    # true: a host out of service (Slurm: drained, down, maintenance, reserved; or drained by sb-fleet and not
+    # re-tested) counts as failing, as if policy.count listed out_of_service (which report.json shows)
+    count_out_of_service: bool = Field(default=False, exclude=True)
     # Not in the gates' dump: a report without --history stays as it was; with it, report.json's
     # "history" section shows the settings used.
     history: HistoryGate = Field(default_factory=HistoryGate, exclude=True)
     # validate's confirmation before the verdict (ConfirmGate, below); report.json's "confirmation"
     # section shows it where it ran.
     confirm: ConfirmGate = Field(default_factory=lambda: ConfirmGate(), exclude=True)
+
+    @model_validator(mode="after")
+    def _count_out_of_service(self) -> Gates:
+        if self.count_out_of_service and "out_of_service" not in self.policy.count:
+            self.policy.count.append("out_of_service")
+        return self
 
 
 class ConfirmGate(BaseModel):

@@ -251,8 +251,11 @@ def run_playbook(
         envvars[reaper.RUN_VAR] = ex.run_id
         extravars = {**(extravars or {}), reaper.ANSIBLE_VAR: ex.run_id}
     if ex.srun is not None:  # the nodes Slurm did not allocate are skipped, with Slurm's reason
+        away = ex.srun.out_of_service
         left_out = {
-            h: HostOutcome(h, stage, Outcome.SKIPPED, ex.srun.left_out[h])
+            h: HostOutcome(
+                h, stage, Outcome.OUT_OF_SERVICE if h in away else Outcome.SKIPPED, ex.srun.left_out[h]
+            )
             for h in hosts
             if h in ex.srun.left_out
         }

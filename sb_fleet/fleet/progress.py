@@ -17,7 +17,7 @@ from typing import Any
 from sb_fleet.outcome import Outcome
 
 RUNNING = "running"  # the one progress word that is not an outcome: a host has started a task
-DONE_OK = frozenset({Outcome.OK, Outcome.SKIPPED})
+DONE_OK = frozenset({Outcome.OK, Outcome.SKIPPED, Outcome.OUT_OF_SERVICE})
 
 
 @dataclass

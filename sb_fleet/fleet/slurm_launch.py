@@ -45,6 +45,7 @@ _TASK_END = re.compile(
 _OWN_LINE = re.compile(r"^(srun|slurmstepd|salloc): ")
 _TIME_LIMIT = re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT")
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
+OWN_REASON = re.compile(r"^sb-fleet (\S+): (.*)$", re.S)  # slurm_drain.drain_reason's shape
 COMMAND_TIMEOUT_S = 60
 
 
@@ -124,6 +125,8 @@ class SrunReach:
     srun: str
     job_id: str
     left_out: Mapping[str, str] = field(default_factory=dict)
+    # the left-out nodes that are out of service (Slurm's state), not failing: their outcome says so
+    out_of_service: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -133,6 +136,7 @@ class Allocation:
     made: bool = False  # sb-fleet made it (and cancels it at the end)
     left_out: dict[str, str] = field(default_factory=dict)  # node -> why it is not in the allocation
     borrowed: dict[str, str] = field(default_factory=dict)  # node -> the sb-fleet drain reason it had
+    out_of_service: set[str] = field(default_factory=set)  # left out because Slurm has them out of service
 
 
 def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
@@ -162,6 +166,24 @@ def unavailable(state: str) -> bool:
     s = state.lower()
     # maint alone is an idle node in a maintenance reservation: allocatable inside it
     return any(w in s for w in ("drain", "down", "fail", "reboot", "future", "unknown"))
+
+
+def reserved(state: str) -> bool:
+    """In a reservation (``reserved``, ``maint``): allocatable only inside it."""
+    s = state.lower()
+    return "reserved" in s or "maint" in s
+
+
+def out_of_service_reason(state: str, reason: str, in_reservation: bool) -> str:
+    """Why a node Slurm will not give the run is out of service, in the words of its outcome: sb-fleet's own
+    drain (``sb-fleet <run>: <finding>``) as "drained by sb-fleet since <run>: <finding>", word for word,
+    any other state with Slurm's state and reason as they are."""
+    own = OWN_REASON.match(reason)
+    if own is not None and "drain" in state.lower():
+        hint = "" if in_reservation else " (slurm.reservation lets sb-fleet re-test it)"
+        return f"drained by sb-fleet since {own.group(1)}: {own.group(2)}{hint}"
+    why = f" ({reason})" if reason else ""
+    return f"slurm: node is {state}{why}: out of service, not tested"
 
 
 def job_name(run_id: str) -> str:
@@ -200,27 +222,27 @@ def allocate(hosts: list[str], s: SlurmSettings, run_id: str) -> Allocation:
     states = node_states(hosts, s.sinfo)
     left_out: dict[str, str] = {}
     borrowed: dict[str, str] = {}
+    out_of_service: set[str] = set()
     for h in hosts:
         if h not in states:
             left_out[h] = "not a Slurm node (sinfo does not list it)"
             continue
         node = states[h]
         state, reason = node.state, node.reason
-        if not unavailable(state):
+        if not unavailable(state) and not (s.reservation is None and reserved(state)):
             continue
         if s.reservation and state.startswith("drain") and node.ours:
             borrowed[h] = reason  # ours, and only the reservation's jobs can land on it: re-test it
         else:
-            why = f" ({reason})" if reason else ""
-            hint = "" if s.reservation else "; slurm.reservation lets sb-fleet re-test the nodes it drained"
-            left_out[h] = f"slurm: node is {state}{why}: not allocated{hint}"
+            left_out[h] = out_of_service_reason(state, reason, s.reservation is not None)
+            out_of_service.add(h)
     for h in borrowed:
         r = _run([s.scontrol, "update", f"nodename={h}", "state=resume"])
         if r.returncode != 0:
             left_out[h] = f"slurm: could not resume it for the test: {_one_line(r.stderr)}"
     borrowed = {h: why for h, why in borrowed.items() if h not in left_out}
     chosen = [h for h in hosts if h not in left_out]
-    alloc = Allocation("", tuple(chosen), True, left_out, borrowed)
+    alloc = Allocation("", tuple(chosen), True, left_out, borrowed, out_of_service & set(left_out))
     if not chosen:
         return alloc
     try:

@@ -121,9 +121,13 @@ def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Execut
             opts,
             f"slurm: job {alloc.job_id or '-'} on {len(alloc.nodes)} node(s)"
             + (f", {len(alloc.left_out)} left out" if alloc.left_out else "")
+            + (f" ({len(alloc.out_of_service)} out of service)" if alloc.out_of_service else "")
             + (f", re-testing {len(alloc.borrowed)} node(s) sb-fleet drained" if alloc.borrowed else ""),
         )
-        yield dataclasses.replace(ex, srun=SrunReach(s.srun, alloc.job_id, dict(alloc.left_out)))
+        yield dataclasses.replace(
+            ex,
+            srun=SrunReach(s.srun, alloc.job_id, dict(alloc.left_out), frozenset(alloc.out_of_service)),
+        )
 
 
 def runtime_commands(run: RunInputs) -> dict[str, list[str]]:
@@ -153,6 +157,7 @@ def record_allocation(run: RunInputs, alloc: Allocation) -> None:
             "made_by_sb_fleet": alloc.made,
             "nodes": list(alloc.nodes),
             "left_out": dict(alloc.left_out),
+            "out_of_service": sorted(alloc.out_of_service),
             "retested_drained": dict(alloc.borrowed),
         }
     )

@@ -17,7 +17,15 @@ from collections.abc import Sequence
 from sb_fleet.exposition import Series
 from sb_fleet.history.history_store import RunInfo, Store
 
-VERDICTS = ("pass", "fail", "incomplete", "missing", "flaky", "unconfirmed")  # analysis.verdict's words
+VERDICTS = (
+    "pass",
+    "fail",
+    "incomplete",
+    "missing",
+    "flaky",
+    "unconfirmed",
+    "out_of_service",
+)  # analysis.verdict's words
 
 
 def _ts(t: _dt.datetime) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sb_fleet.analysis.verdict import FLAKY, UNCONFIRMED
+from sb_fleet.analysis.verdict import FLAKY, OUT_OF_SERVICE, UNCONFIRMED
 
 if TYPE_CHECKING:
     from sb_fleet.report.report_result import ReportResult
@@ -84,6 +84,14 @@ def _notes(result: ReportResult) -> list[str]:
         bad = sum(counts.get(v, 0) for v in counted)
         if bad:
             notes.append(f"{bad} host(s) counted as failing, within the {result.gate.allowed_hosts} allowed")
+    if counts.get(OUT_OF_SERVICE):
+        away = [h for h in result.hosts if h.verdict == OUT_OF_SERVICE]
+        shown = "; ".join(f"{h.name} ({h.reason})" if h.reason else h.name for h in away[:3])
+        more = f"; and {len(away) - 3} more" if len(away) > 3 else ""
+        counted_too = (
+            " (counted by the gate: gates.count_out_of_service)" if OUT_OF_SERVICE in counted else ""
+        )
+        notes.append(f"{len(away)} host(s) out of service, not tested{counted_too}: {shown}{more}")
     if counts.get(FLAKY):
         notes.append(f"{counts[FLAKY]} host(s) flaky (did not fail again in validate's re-run)")
     if counts.get(UNCONFIRMED):

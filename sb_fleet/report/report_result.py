@@ -18,7 +18,7 @@ from sb_fleet.analysis.gates import GateResult
 from sb_fleet.analysis.majority import Disagreement, Inconsistency, NoisyMetric
 from sb_fleet.analysis.populations import PopulationSplit
 from sb_fleet.analysis.stats import ColumnStats
-from sb_fleet.analysis.verdict import VERDICTS, HostReport
+from sb_fleet.analysis.verdict import OUT_OF_SERVICE, VERDICTS, HostReport
 from sb_fleet.config.gatespec import Gates
 from sb_fleet.exits import exit_for
 
@@ -79,7 +79,11 @@ class ReportResult:
         return c
 
     def quarantine(self) -> list[str]:
-        """The hosts to drain: those the policy counts as failing."""
-        names = [h.name for h in self.hosts if h.verdict in self.gates.policy.count]
+        """The hosts to drain: those the policy counts as failing; never one the run did not test because it
+        is out of service (its state and reason are someone else's, or sb-fleet's own from an earlier run)."""
+        names = [
+            h.name for h in self.hosts if h.verdict in self.gates.policy.count and h.verdict != OUT_OF_SERVICE
+        ]
         extra = self.history.quarantine if self.history is not None else []  # repeat offenders, by policy
-        return names + [h for h in extra if h not in set(names)]
+        untested = {h.name for h in self.hosts if h.verdict == OUT_OF_SERVICE}
+        return names + [h for h in extra if h not in set(names) and h not in untested]

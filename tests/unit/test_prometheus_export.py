@@ -208,7 +208,9 @@ def test_run_exposition(tmp_path: Path) -> None:
     got = samples(text)
     verdicts = {(x.labels["host"], x.labels["verdict"]): x.value for x in got["sb_fleet_host_verdict"]}
     assert verdicts[("n5", "fail")] == 1 and verdicts[("n0", "pass")] == 1 and verdicts[("n0", "fail")] == 0
-    assert len(verdicts) == 6 * 6  # hosts x verdicts (pass, fail, incomplete, missing, flaky, unconfirmed)
+    assert (
+        len(verdicts) == 6 * 7
+    )  # hosts x verdicts (pass, fail, incomplete, missing, flaky, unconfirmed, out_of_service)
     gate = {x.labels["host"]: x.value for x in got["sb_fleet_host_gate_failed"]}
     assert gate == {**{f"n{i}": 0 for i in range(5)}, "n5": 1}
     info = {x.labels["host"]: x.labels for x in got["sb_fleet_host_info"]}

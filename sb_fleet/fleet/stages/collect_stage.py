@@ -34,15 +34,28 @@ from sb_fleet.safe_files import atomic_write_text, safe_name
 def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOutcome]:
     prev = load_stage(run.rd, "run") or {}
     # Every host that may hold results, including one that dropped off mid-run.
-    fetch = [h for h in hosts if h not in prev or prev[h].outcome != Outcome.SKIPPED]
+    away = (Outcome.SKIPPED, Outcome.OUT_OF_SERVICE)
+    fetch = [h for h in hosts if h not in prev or prev[h].outcome not in away]
     outcomes: dict[str, HostOutcome] = {
-        h: HostOutcome(h, "collect", Outcome.SKIPPED, f"run skipped: {prev[h].reason}")
+        h: HostOutcome(h, "collect", Outcome.OUT_OF_SERVICE, prev[h].reason)
+        if prev[h].outcome == Outcome.OUT_OF_SERVICE
+        else HostOutcome(h, "collect", Outcome.SKIPPED, f"run skipped: {prev[h].reason}")
         for h in hosts
         if h not in fetch
     }
-    if ex.srun is not None:  # a node Slurm did not allocate: skipped, nothing to read
+    if ex.srun is not None:  # a node Slurm did not allocate: skipped (or out of service), nothing to read
         gone = {h: ex.srun.left_out[h] for h in fetch if h in ex.srun.left_out}
-        outcomes.update({h: HostOutcome(h, "collect", Outcome.SKIPPED, why) for h, why in gone.items()})
+        outcomes.update(
+            {
+                h: HostOutcome(
+                    h,
+                    "collect",
+                    Outcome.OUT_OF_SERVICE if h in ex.srun.out_of_service else Outcome.SKIPPED,
+                    why,
+                )
+                for h, why in gone.items()
+            }
+        )
         fetch = [h for h in fetch if h not in gone]
     targets = []
     for h in fetch:

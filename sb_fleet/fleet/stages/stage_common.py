@@ -27,6 +27,8 @@ def eligible(
         o = prev.get(h)
         if o is None or o.outcome == Outcome.OK:
             ok.append(h)
+        elif o.outcome == Outcome.OUT_OF_SERVICE:  # not in service: every stage says so, with why
+            skipped[h] = HostOutcome(h, stage, Outcome.OUT_OF_SERVICE, o.reason)
         else:
             skipped[h] = HostOutcome(
                 h, stage, Outcome.SKIPPED, f"{stage_before} {o.outcome.value}: {o.reason}"

@@ -84,7 +84,7 @@ button { font: inherit; padding: 4px 10px; cursor: pointer; }
 <section id="findings-sec" hidden><h2 id="findings-title">Findings across hosts</h2><div id="findings"></div></section>
 <section id="hosts-sec"><h2 id="hosts-title">Hosts to act on</h2>
 <div class="controls"><input id="q" placeholder="find a host (any verdict)" size="30">
-<select id="vf"><option value="">all verdicts</option><option>fail</option><option>incomplete</option><option>missing</option><option>flaky</option></select>
+<select id="vf"><option value="">all verdicts</option><option>fail</option><option>incomplete</option><option>missing</option><option>flaky</option><option value="out_of_service">out of service</option></select>
 <span id="shown" class="muted"></span></div>
 <div class="scroll" id="hosts-wrap"><table id="hosts"><thead><tr><th>Host</th><th>Verdict</th><th>Outcome</th><th>Categories</th><th>Metric</th><th>Value</th><th>Against</th><th>Reference</th><th>Deviation</th><th>Noise &sigma;</th><th>Main finding</th></tr></thead><tbody></tbody></table></div>
 </section>
@@ -170,8 +170,9 @@ button { font: inherit; padding: 4px 10px; cursor: pointer; }
 
   var cards = document.getElementById("cards");
   [["hosts", "all hosts", ""], ["pass", "pass", "v-pass"], ["fail", "fail", "v-fail"],
-   ["incomplete", "incomplete", "v-incomplete"], ["missing", "missing", "v-missing"], ["flaky", "flaky", "v-incomplete"]].forEach(function (c) {
-    if (c[0] === "flaky" && !D.summary.flaky) { return; }
+   ["incomplete", "incomplete", "v-incomplete"], ["missing", "missing", "v-missing"], ["flaky", "flaky", "v-incomplete"],
+   ["out_of_service", "out of service", "v-missing"]].forEach(function (c) {
+    if ((c[0] === "flaky" || c[0] === "out_of_service") && !D.summary[c[0]]) { return; }
     var d = el("div", {"class": "card " + c[2]});
     d.appendChild(el("b", null, D.summary[c[0]] || 0));
     d.appendChild(el("span", null, c[1]));

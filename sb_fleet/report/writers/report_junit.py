@@ -55,7 +55,7 @@ def render(result: ReportResult) -> str:
         if h.verdict == "pass":
             out.append(f'    <testcase classname="sb-fleet.hosts" name={name}/>\n')
             continue
-        first = h.issues[0].detail if h.issues else h.verdict
+        first = h.issues[0].detail if h.issues else (h.reason or h.verdict)
         msg = quoteattr(_clean(f"{h.verdict}: {first}"[:300]))
         body = escape(_clean("\n".join(f"[{i.check}] {i.category} {i.metric}: {i.detail}" for i in h.issues)))
         tag = "failure" if h.verdict in counted else "skipped"

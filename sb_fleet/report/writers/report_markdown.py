@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 MAX_HOST_ROWS = 100
 MAX_PROBLEMS = 30
 MAX_FAMILY_ROWS = 15
-_ORDER = {"fail": 0, "incomplete": 1, "missing": 2, "unconfirmed": 3, "flaky": 4, "pass": 5}
+_ORDER = {
+    "fail": 0,
+    "incomplete": 1,
+    "missing": 2,
+    "unconfirmed": 3,
+    "flaky": 4,
+    "out_of_service": 5,
+    "pass": 6,
+}
 MAX_EVIDENCE_METRICS = 40  # metrics tabulated one by one; the rest are in report.json's "evidence"
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from sb_fleet import __version__
 from sb_fleet.analysis.superbench.metric_names import parse_metric
-from sb_fleet.analysis.verdict import FLAKY, UNCONFIRMED, VERDICTS
+from sb_fleet.analysis.verdict import FLAKY, OUT_OF_SERVICE, UNCONFIRMED, VERDICTS
 from sb_fleet.exposition import DEFAULT_FLEET, Series, base_unit
 from sb_fleet.history.record import run_meta
 from sb_fleet.report.writers.report_json import top_finding
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from sb_fleet.report.report_result import ReportResult
 
 FILE = "metrics.prom"
-HOST_VERDICTS = (*VERDICTS, FLAKY, UNCONFIRMED)
+HOST_VERDICTS = (*VERDICTS, FLAKY, UNCONFIRMED, OUT_OF_SERVICE)
 HEALTH_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
 # Bounds on what hosts and configs can add (their names are untrusted): beyond them, names are left out
 # and counted in sb_fleet_exposition_left_out.
