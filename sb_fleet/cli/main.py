@@ -82,6 +82,7 @@ def _options(kw: dict[str, Any]):  # noqa: ANN202 - sb_fleet.fleet.workflow.Opti
         baseline=kw.get("baseline"),
         progress=not kw.get("quiet"),
         run_unhealthy=bool(kw.get("run_unhealthy")),
+        include_drained=bool(kw.get("include_drained")),
         skip_health=bool(kw.get("no_health")),
         prometheus=prom_outputs(kw),
         argv=("sb-fleet", *sys.argv[1:]),
@@ -214,6 +215,12 @@ def check(**kw: Any) -> int:
     help="benchmark the hosts that failed the health checks too (they still end 'unhealthy').",
 )
 @click.option("--no-health", is_flag=True, help="skip the health checks (as health.enabled: false).")
+@click.option(
+    "--include-drained",
+    is_flag=True,
+    help="SSH launcher with a Slurm inventory: benchmark the nodes drained, down or failed for another reason "
+    "than sb-fleet's too (by default they are out of service: not tested, not counted by the gate).",
+)
 @prometheus_options
 @guarded
 def validate(**kw: Any) -> int:

@@ -95,6 +95,10 @@ class Executor:
     python: str = field(default_factory=python_for_ansible)
     progress: Progress = field(default_factory=lambda: Progress(enabled=False))
     srun: SrunReach | None = None  # launcher: slurm: every task an srun step in this job
+    # host -> why it is out of service (the SSH launcher with a Slurm inventory: drained, down or failed for
+    # another reason than sb-fleet's): every stage leaves it out with that outcome (validate --include-drained
+    # tests it)
+    out_of_service: Mapping[str, str] = field(default_factory=dict)
     run_id: str = ""  # the run whose processes are tagged with it (sb_fleet.fleet.reaper); "": untagged
     # host -> the container runtime's command before its subcommand (fleet.runtime docker/podman): a
     # stop removes the run's containers there and, when the runtime needs root, sweeps root's processes
@@ -195,7 +199,7 @@ class Executor:
             return []
         if self.srun is None and self.ssh.control_path() is None:
             return []
-        left_out = self.srun.left_out if self.srun is not None else {}
+        left_out = {**self.out_of_service, **(self.srun.left_out if self.srun is not None else {})}
         by_name = {h.name: h for h in self.inventory.hosts}
         return [
             h
@@ -250,18 +254,27 @@ def run_playbook(
         envvars[reaper.CONTROL_TAG] = reaper.control_tag(ex.run_id)
         envvars[reaper.RUN_VAR] = ex.run_id
         extravars = {**(extravars or {}), reaper.ANSIBLE_VAR: ex.run_id}
-    if ex.srun is not None:  # the nodes Slurm did not allocate are skipped, with Slurm's reason
+    # the nodes out of service, and those Slurm did not allocate: left out, with Slurm's reason
+    left_out = {
+        h: HostOutcome(h, stage, Outcome.OUT_OF_SERVICE, why)
+        for h in hosts
+        if (why := ex.out_of_service.get(h)) is not None
+    }
+    if ex.srun is not None:
         away = ex.srun.out_of_service
-        left_out = {
-            h: HostOutcome(
-                h, stage, Outcome.OUT_OF_SERVICE if h in away else Outcome.SKIPPED, ex.srun.left_out[h]
-            )
-            for h in hosts
-            if h in ex.srun.left_out
-        }
-        for h, o in left_out.items():
-            progress(h, o.outcome, o.reason)
-        hosts = [h for h in hosts if h not in left_out]
+        left_out.update(
+            {
+                h: HostOutcome(
+                    h, stage, Outcome.OUT_OF_SERVICE if h in away else Outcome.SKIPPED, ex.srun.left_out[h]
+                )
+                for h in hosts
+                if h in ex.srun.left_out
+            }
+        )
+    for h, o in left_out.items():
+        progress(h, o.outcome, o.reason)
+    hosts = [h for h in hosts if h not in left_out]
+    if ex.srun is not None:
         extravars = {**(extravars or {}), "ansible_connection": CONNECTION}
         envvars.update(
             {

@@ -181,9 +181,26 @@ def out_of_service_reason(state: str, reason: str, in_reservation: bool) -> str:
     own = OWN_REASON.match(reason)
     if own is not None and "drain" in state.lower():
         hint = "" if in_reservation else " (slurm.reservation lets sb-fleet re-test it)"
-        return f"drained by sb-fleet since {own.group(1)}: {own.group(2)}{hint}"
+        since = "by its health check" if own.group(1) == "health" else f"since {own.group(1)}"
+        return f"drained by sb-fleet {since}: {own.group(2)}{hint}"
     why = f" ({reason})" if reason else ""
     return f"slurm: node is {state}{why}: out of service, not tested"
+
+
+def foreign_out_of_service(nodes: list[Mapping[str, object]]) -> dict[str, str]:
+    """The SSH launcher's nodes out of service, from the Slurm inventory's query (``inventory/
+    slurm-query.json``'s ``nodes``: name, state, reason): drained, down or failed for another reason than
+    sb-fleet's (a node sb-fleet drained is re-tested over SSH: no job can land on it). A node in a
+    reservation is tested (the nightly's maintenance reservation keeps users' jobs off it)."""
+    out: dict[str, str] = {}
+    for n in nodes:
+        name, state, reason = (str(n.get(k) or "") for k in ("name", "state", "reason"))
+        if name and unavailable(state) and OWN_REASON.match(reason) is None:
+            why = f" ({reason})" if reason else ""
+            out[name] = (
+                f"slurm: node is {state}{why}: out of service, not tested (--include-drained tests it)"
+            )
+    return out
 
 
 def job_name(run_id: str) -> str:

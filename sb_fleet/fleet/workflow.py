@@ -71,6 +71,8 @@ class Options:
     progress: bool = True
     run_unhealthy: bool = False  # validate: benchmark the hosts that failed the health checks too
     skip_health: bool = False  # validate: no health checks (as health.enabled: false)
+    # SSH launcher, Slurm inventory: benchmark the nodes drained, down or failed for another reason too
+    include_drained: bool = False
     # metrics.prom's settings, and the textfile directory and Pushgateway the run's series also go to
     prometheus: PromOutputs = field(default_factory=PromOutputs)
     argv: tuple[str, ...] = field(default_factory=tuple)
@@ -112,7 +114,11 @@ def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Execut
         direct=run.config.fleet.exec_via == "ssh",
     )
     if run.config.fleet.launcher != "slurm":
-        yield ex
+        away = {} if opts.include_drained else slurm_out_of_service(run)
+        away = {h: why for h, why in away.items() if h in set(hosts)}
+        if away:
+            say(opts, f"slurm: {len(away)} node(s) out of service, not tested (--include-drained tests them)")
+        yield dataclasses.replace(ex, out_of_service=away)
         return
     s = run.config.slurm
     with allocation(hosts, s, run.run_id) as alloc:
@@ -144,6 +150,25 @@ def runtime_commands(run: RunInputs) -> dict[str, list[str]]:
         if argv is not None:
             out[h.name] = argv
     return out
+
+
+def slurm_out_of_service(run: RunInputs) -> dict[str, str]:
+    """With a Slurm inventory (``-i slurm:...``), the nodes out of service for another reason than sb-fleet's
+    at the run's creation (``inventory/slurm-query.json``), each with Slurm's state and reason."""
+    from sb_fleet import bounded_json
+    from sb_fleet.fleet.slurm_launch import foreign_out_of_service
+
+    path = run.rd.path / "inventory" / "slurm-query.json"
+    if not path.is_file():
+        return {}
+    try:
+        doc = bounded_json.read(path)
+    except (OSError, ValueError):
+        return {}
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    return foreign_out_of_service(
+        [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
+    )
 
 
 def record_allocation(run: RunInputs, alloc: Allocation) -> None:

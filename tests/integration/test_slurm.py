@@ -195,9 +195,14 @@ def test_validate_drains_the_bad_node_leaves_the_admins_and_resumes_it_when_fixe
     assert states["slnode3"][1].startswith("sb-fleet r1-") and len(states["slnode3"][1]) < 256
     assert states["slnode4"] == ("drained", "admin maintenance")
     assert states["slnode1"][0] == "idle" and states["slnode2"][0] == "idle", (states, r.stdout[-4000:])
-    assert "slnode4: left alone: passes, but drained for another reason (admin maintenance)" in r.stdout
+    # the admin's node is out of service: not benchmarked (--include-drained would), not counted, not touched
+    oc = json.loads((tmp_path / "r1" / "outcomes.json").read_text())["hosts"]["slnode4"]
+    assert oc["outcome"] == "out-of-service" and oc["reason"].startswith(
+        "slurm: node is drained (admin maintenance): out of service, not tested"
+    ), oc
+    assert "slurm: 1 node(s) out of service, not tested" in r.stderr, r.stderr[-3000:]
     actions = json.loads((tmp_path / "r1" / "slurm-actions.json").read_text())["actions"]
-    assert [(a["node"], a["verb"]) for a in actions] == [("slnode3", "drain"), ("slnode4", "leave")]
+    assert [(a["node"], a["verb"]) for a in actions] == [("slnode3", "drain")]
     assert actions[0]["user"] and actions[0]["time"] and actions[0]["rc"] == 0
 
     # Fixed: the next night's run passes slnode3 and resumes it; the admin's node stays drained.
@@ -285,8 +290,10 @@ def _idle(c) -> None:  # noqa: ANN001
 def test_launcher_slurm_validates_in_an_allocation_drains_the_bad_node_and_retests_it(cluster, tmp_path):
     """launcher: slurm: every step an srun step in the job sb-fleet allocates in the nightly reservation;
     the planted bad node (its workspace path is a file: deploy fails there) is drained with the reason,
-    the admin's node is neither allocated nor touched; fixed, the next run re-tests it in the
-    reservation and resumes it."""
+    the admin's node is neither allocated nor touched, out of service and not counted by the gate; two
+    nights without the reservation, the drained node cannot be re-tested: out of service too, the gate passes
+    on the nodes tested and its first reason stays word for word; fixed, the next run re-tests it in the
+    reservation and resumes it (issue 56)."""
     c, _, cfg = cluster
     _idle(c)
     c.sh(
@@ -323,9 +330,14 @@ def test_launcher_slurm_validates_in_an_allocation_drains_the_bad_node_and_retes
     assert Path("/root/.sb-fleet/hosts/slnode1/suite").exists()
     outcomes = json.loads((tmp_path / "r1" / "outcomes.json").read_text())["hosts"]
     assert outcomes["slnode3"]["outcome"] == "failed", outcomes["slnode3"]
-    assert (
-        outcomes["slnode4"]["outcome"] == "skipped" and "admin maintenance" in outcomes["slnode4"]["reason"]
-    )
+    assert outcomes["slnode4"] == {  # not failing: out of service, with Slurm's state and reason as they are
+        "outcome": "out-of-service",
+        "reason": "slurm: node is drained (admin maintenance): out of service, not tested",
+        "stages": outcomes["slnode4"]["stages"],
+    }, outcomes["slnode4"]
+    report = json.loads((tmp_path / "r1" / "report.json").read_text())
+    verdicts = {h["name"]: h["verdict"] for h in report["hosts"]}
+    assert verdicts["slnode4"] == "out_of_service" and report["summary"]["out_of_service"] == 1, verdicts
     for n in ("slnode1", "slnode2"):
         assert outcomes[n]["outcome"] == "ok", outcomes[n]
         assert (tmp_path / "r1" / "raw" / n / "results" / "gemm-flops" / "rank0.json").is_file()
@@ -335,13 +347,36 @@ def test_launcher_slurm_validates_in_an_allocation_drains_the_bad_node_and_retes
     # maint: idle in the maintenance reservation
     assert states["slnode1"][0] in ("idle", "maint") and states["slnode2"][0] in ("idle", "maint"), states
     assert c.sh("squeue", "-h").stdout.strip() == ""  # the allocation is gone
+    first_reason = states["slnode3"][1]
+
+    # Two nights without the reservation: slnode3 (sb-fleet's drain) cannot be re-tested, slnode4 is the
+    # admin's: both out of service, the gate passes on the two nodes tested, and neither reason changes.
+    c.sh("scontrol", "delete", "reservationname=sbnightly")
+    plain = _launcher_config(cfg, tmp_path / "slurm-plain.yaml", reservation=None, grant_timeout=60)
+    for night in ("n1", "n2"):
+        r = sb_fleet(
+            "validate", "-i", "slurm:partition=gpu", "-c", str(plain), "--run-dir", str(tmp_path / night),
+            "--drain", env=c.env, timeout=900,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        outcomes = json.loads((tmp_path / night / "outcomes.json").read_text())["hosts"]
+        why = outcomes["slnode3"]["reason"]
+        assert outcomes["slnode3"]["outcome"] == "out-of-service", outcomes["slnode3"]
+        assert why.startswith(f"drained by sb-fleet since {first_reason[len('sb-fleet ') :]}"), why
+        assert c.states()["slnode3"] == (states["slnode3"][0], first_reason)  # word for word
+        assert c.states()["slnode4"] == ("drained", "admin maintenance")
+    c.sh(
+        "scontrol", "create", "reservation", "reservationname=sbnightly", "users=root",
+        "nodes=slnode[1-4]", "starttime=now", "duration=120", "flags=maint,ignore_jobs",
+    )  # fmt: skip
 
     # Fixed: re-tested inside the reservation although drained (it was ours), passes, is resumed.
     r = sb_fleet(
         "validate", "-i", "slurm:partition=gpu", "-c", str(lcfg), "--run-dir", str(tmp_path / "r2"),
         "--drain", env=c.env, timeout=900,
     )  # fmt: skip
-    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]  # slnode4 is still out: missing
+    # slnode4 is still the admin's: out of service, not counted; every node tested passes
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     launch = json.loads((tmp_path / "r2" / "slurm-launch.json").read_text())["allocations"]
     assert launch[0]["nodes"] == ["slnode1", "slnode2", "slnode3"]
     assert launch[0]["retested_drained"]["slnode3"].startswith("sb-fleet r1-")

@@ -92,3 +92,24 @@ def test_judge_keeps_the_reason_and_names_no_finding():
     assert (
         h.verdict == OUT_OF_SERVICE and h.reason == ADMIN and h.issues == () and h.outcome == "out-of-service"
     )
+
+
+def test_the_ssh_launchers_out_of_service_nodes_are_the_foreign_drained_ones():
+    from sb_fleet.fleet.slurm_launch import foreign_out_of_service
+
+    nodes = [
+        {"name": "n1", "state": "idle", "reason": ""},
+        {"name": "n2", "state": "drained", "reason": "admin maintenance"},
+        {"name": "n3", "state": "drained", "reason": "sb-fleet r1-x: Health unhealthy"},  # ours: re-tested
+        {"name": "n4", "state": "down", "reason": "Not responding"},
+        {"name": "n5", "state": "maint", "reason": ""},  # in the nightly's reservation: tested
+        {"name": "n6", "state": "draining", "reason": "sb-fleet health: gpu.count"},  # its own check: ours
+    ]
+    got = foreign_out_of_service(nodes)
+    assert sorted(got) == ["n2", "n4"]
+    assert got["n2"] == (
+        "slurm: node is drained (admin maintenance): out of service, not tested (--include-drained tests it)"
+    )
+    assert out_of_service_reason("drained", "sb-fleet health: gpu.count: 0 of 8", False).startswith(
+        "drained by sb-fleet by its health check: gpu.count: 0 of 8"
+    )

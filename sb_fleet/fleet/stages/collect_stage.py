@@ -43,6 +43,11 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
         for h in hosts
         if h not in fetch
     }
+    away_now = {h: ex.out_of_service[h] for h in fetch if h in ex.out_of_service}
+    outcomes.update(
+        {h: HostOutcome(h, "collect", Outcome.OUT_OF_SERVICE, why) for h, why in away_now.items()}
+    )
+    fetch = [h for h in fetch if h not in away_now]
     if ex.srun is not None:  # a node Slurm did not allocate: skipped (or out of service), nothing to read
         gone = {h: ex.srun.left_out[h] for h in fetch if h in ex.srun.left_out}
         outcomes.update(
