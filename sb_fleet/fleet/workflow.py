@@ -156,7 +156,7 @@ def slurm_out_of_service(run: RunInputs) -> dict[str, str]:
     """With a Slurm inventory (``-i slurm:...``), the nodes out of service for another reason than sb-fleet's
     at the run's creation (``inventory/slurm-query.json``), each with Slurm's state and reason."""
     from sb_fleet import bounded_json
-    from sb_fleet.fleet.slurm_launch import foreign_out_of_service
+    from sb_fleet.fleet.slurm_launch import foreign_out_of_service, unavailable
 
     path = run.rd.path / "inventory" / "slurm-query.json"
     if not path.is_file():
@@ -165,7 +165,14 @@ def slurm_out_of_service(run: RunInputs) -> dict[str, str]:
         doc = bounded_json.read(path)
     except (OSError, ValueError):
         return {}
-    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return {}
+    raw = doc.get("argv")
+    argv: list[object] = list(raw) if isinstance(raw, list) else []
+    asked = argv[argv.index("-t") + 1] if "-t" in argv[:-1] else ""
+    if unavailable(str(asked)):  # -i slurm:state=drained...: the user asked for those nodes by their state
+        return {}
+    nodes = doc.get("nodes")
     return foreign_out_of_service(
         [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
     )

@@ -113,3 +113,24 @@ def test_the_ssh_launchers_out_of_service_nodes_are_the_foreign_drained_ones():
     assert out_of_service_reason("drained", "sb-fleet health: gpu.count: 0 of 8", False).startswith(
         "drained by sb-fleet by its health check: gpu.count: 0 of 8"
     )
+
+
+def test_a_slurm_inventory_that_asked_for_drained_nodes_tests_them(tmp_path):
+    """-i slurm:partition=gpu: the admin's drained node is out of service; -i slurm:state=drained asked for
+    the drained nodes by their state: they are tested."""
+    from types import SimpleNamespace
+
+    from sb_fleet.fleet.workflow import slurm_out_of_service
+
+    inv = tmp_path / "inventory"
+    inv.mkdir()
+    nodes = [{"name": "n1", "state": "idle", "reason": ""}, {"name": "n2", "state": "drained", "reason": "x"}]
+    run = SimpleNamespace(rd=SimpleNamespace(path=tmp_path))
+    assert slurm_out_of_service(run) == {}  # no Slurm inventory
+    q = inv / "slurm-query.json"
+    q.write_text(json.dumps({"argv": ["sinfo", "-h", "-N", "-o", "F", "-p", "gpu"], "nodes": nodes}))
+    assert list(slurm_out_of_service(run)) == ["n2"]
+    q.write_text(json.dumps({"argv": ["sinfo", "-h", "-N", "-o", "F", "-t", "drained"], "nodes": nodes}))
+    assert slurm_out_of_service(run) == {}
+    q.write_text('{"argv": [1, "-t"], "nodes": "garbage"}')  # a damaged record: nothing left out, no crash
+    assert slurm_out_of_service(run) == {}
