@@ -95,9 +95,9 @@ class Executor:
     python: str = field(default_factory=python_for_ansible)
     progress: Progress = field(default_factory=lambda: Progress(enabled=False))
     srun: SrunReach | None = None  # launcher: slurm: every task an srun step in this job
-    # host -> why it is out of service (the SSH launcher with a Slurm inventory: drained, down or failed for
-    # another reason than sb-fleet's): every stage leaves it out with that outcome (validate --include-drained
-    # tests it)
+    # host -> why it is out of service (Slurm: drained, down or failed for another reason than sb-fleet's,
+    # under launcher slurm also reserved, or drained by sb-fleet and not re-testable): every stage leaves it
+    # out with that outcome
     out_of_service: Mapping[str, str] = field(default_factory=dict)
     run_id: str = ""  # the run whose processes are tagged with it (sb_fleet.fleet.reaper); "": untagged
     # host -> the container runtime's command before its subcommand (fleet.runtime docker/podman): a
@@ -261,14 +261,11 @@ def run_playbook(
         if (why := ex.out_of_service.get(h)) is not None
     }
     if ex.srun is not None:
-        away = ex.srun.out_of_service
         left_out.update(
             {
-                h: HostOutcome(
-                    h, stage, Outcome.OUT_OF_SERVICE if h in away else Outcome.SKIPPED, ex.srun.left_out[h]
-                )
+                h: HostOutcome(h, stage, Outcome.SKIPPED, why)
                 for h in hosts
-                if h in ex.srun.left_out
+                if (why := ex.srun.left_out.get(h)) is not None
             }
         )
     for h, o in left_out.items():

@@ -125,8 +125,6 @@ class SrunReach:
     srun: str
     job_id: str
     left_out: Mapping[str, str] = field(default_factory=dict)
-    # the left-out nodes that are out of service (Slurm's state), not failing: their outcome says so
-    out_of_service: frozenset[str] = frozenset()
 
 
 @dataclass

@@ -130,10 +130,10 @@ def executor(run: RunInputs, opts: Options, hosts: list[str]) -> Iterator[Execut
             + (f" ({len(alloc.out_of_service)} out of service)" if alloc.out_of_service else "")
             + (f", re-testing {len(alloc.borrowed)} node(s) sb-fleet drained" if alloc.borrowed else ""),
         )
-        yield dataclasses.replace(
-            ex,
-            srun=SrunReach(s.srun, alloc.job_id, dict(alloc.left_out), frozenset(alloc.out_of_service)),
-        )
+        # the nodes out of service go the executor's one way for them; the rest Slurm left out are skipped
+        away = {h: why for h, why in alloc.left_out.items() if h in alloc.out_of_service}
+        skipped = {h: why for h, why in alloc.left_out.items() if h not in away}
+        yield dataclasses.replace(ex, srun=SrunReach(s.srun, alloc.job_id, skipped), out_of_service=away)
 
 
 def runtime_commands(run: RunInputs) -> dict[str, list[str]]:

@@ -48,19 +48,9 @@ def collect(run: RunInputs, ex: Executor, hosts: list[str]) -> dict[str, HostOut
         {h: HostOutcome(h, "collect", Outcome.OUT_OF_SERVICE, why) for h, why in away_now.items()}
     )
     fetch = [h for h in fetch if h not in away_now]
-    if ex.srun is not None:  # a node Slurm did not allocate: skipped (or out of service), nothing to read
+    if ex.srun is not None:  # a node Slurm did not allocate: skipped, nothing to read
         gone = {h: ex.srun.left_out[h] for h in fetch if h in ex.srun.left_out}
-        outcomes.update(
-            {
-                h: HostOutcome(
-                    h,
-                    "collect",
-                    Outcome.OUT_OF_SERVICE if h in ex.srun.out_of_service else Outcome.SKIPPED,
-                    why,
-                )
-                for h, why in gone.items()
-            }
-        )
+        outcomes.update({h: HostOutcome(h, "collect", Outcome.SKIPPED, why) for h, why in gone.items()})
         fetch = [h for h in fetch if h not in gone]
     targets = []
     for h in fetch:
