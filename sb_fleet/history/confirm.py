@@ -574,17 +574,12 @@ __all__ = [
 ]
 
 
-def split_shows_again(
-    sp: Any,
-    rerun: Mapping[str, Mapping[str, float]],
-    noise: Mapping[str, Mapping[str, float]] | None = None,
-) -> tuple[bool, str]:
+def split_shows_again(sp: Any, rerun: Mapping[str, Mapping[str, float]]) -> tuple[bool, str]:
     """Did a population split (:class:`~sb_fleet.analysis.populations.PopulationSplit`) show again in
     the confirmation run? Each host's median over the family's values in the re-run (``rerun``: host ->
     metric -> value); every host of the lower side must stay below every host of the upper side, with a
     hole between them as wide as the split had to clear (:meth:`rerun_need`, under the sides' spread in
-    the re-run). ``noise`` is not used: a split's limit is made of the sides' spread, not their samples."""
-    del noise
+    the re-run). A split's limit is made of the sides' spread, not their samples' noise."""
     keep = _family(sp.family)
     meds = _group_medians(keep, sp.groups, rerun)
     if meds is None:
